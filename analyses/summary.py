@@ -1,0 +1,83 @@
+"""`tracekit summary`: one row per rank and step.
+
+- cpu_ns: the step's CPU window, ProfilerStep end − start.
+- gpu_span_ns: last end − first start of the GPU activities the step launched.
+- gpu_busy_ns: length of the union of those activities (any stream, any kind).
+- kernels: number of kernel activities the step launched.
+- syncs: host-blocking runtime calls in the step's CPU window, by API.
+- collectives: by kind; counted from collective kernels on GPU traces, from the collective
+  ops (`record_param_comms`) on CPU-only traces.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from tracekit.intervals import union_ns
+from tracekit.model import Trace
+from tracekit.names import collective_kind
+
+# Calls that block the host until the device has caught up (CUDA runtime/driver, HIP).
+SYNC_APIS = (
+    "cudaEventSynchronize", "cudaStreamSynchronize", "cudaDeviceSynchronize",
+    "cuEventSynchronize", "cuStreamSynchronize", "cuCtxSynchronize",
+    "hipEventSynchronize", "hipStreamSynchronize", "hipDeviceSynchronize",
+    "cudaMemcpy", "hipMemcpy", "hipMemcpyWithStream",
+)
+ALWAYS_REPORTED_SYNCS = ("cudaEventSynchronize", "cudaStreamSynchronize", "cudaDeviceSynchronize")
+
+
+def collective_ops(trace: Trace) -> pl.DataFrame:
+    """CPU-side collective records (`record_param_comms`), with their kind."""
+    return trace.ops.filter(
+        (pl.col("name") == "record_param_comms") & pl.col("collective").is_not_null()
+    ).with_columns(coll_kind=collective_kind(pl.col("collective")))
+
+
+def collective_counts(trace: Trace) -> pl.DataFrame:
+    """(step, coll_kind, n): from kernels on GPU traces, from ops on CPU-only ones."""
+    if trace.has_gpu:
+        source = trace.gpu.filter(pl.col("category") == "comm")
+    else:
+        source = collective_ops(trace)
+    return source.filter(pl.col("step").is_not_null()).group_by("step", "coll_kind").agg(n=pl.len())
+
+
+def sync_counts(trace: Trace) -> pl.DataFrame:
+    """(step, api, n) for host-blocking calls."""
+    return (trace.calls.filter(pl.col("name").is_in(SYNC_APIS) & pl.col("step").is_not_null())
+            .group_by("step", pl.col("name").alias("api")).agg(n=pl.len()))
+
+
+def gpu_step_table(trace: Trace) -> pl.DataFrame:
+    """Per step: gpu_span_ns, gpu_busy_ns, kernels (steps without GPU work are absent)."""
+    gpu = trace.gpu.filter(pl.col("step").is_not_null())
+    spans = gpu.group_by("step").agg(
+        gpu_start=pl.col("start").min(), gpu_end=pl.col("end").max(),
+        kernels=(pl.col("kind") == "kernel").sum().cast(pl.Int64),
+    ).with_columns(gpu_span_ns=pl.col("gpu_end") - pl.col("gpu_start"))
+    return spans.join(union_ns(gpu, ["step"], "gpu_busy_ns"), on="step", how="left")
+
+
+def summary(trace: Trace) -> pl.DataFrame:
+    """One row per step: step, cpu_ns, gpu_span_ns, gpu_busy_ns, kernels,
+    `syncs.<api>` and `collectives.<kind>` counts (dotted names nest in JSON)."""
+    steps = trace.steps.with_columns(cpu_ns=pl.col("cpu_end") - pl.col("cpu_start"))
+    table = steps.join(gpu_step_table(trace), on="step", how="left").sort("step")
+    table = table.select("step", "cpu_ns", "gpu_span_ns", "gpu_busy_ns", "kernels")
+    if not trace.has_gpu:
+        table = table.with_columns(kernels=pl.lit(None, dtype=pl.Int64))
+    syncs = sync_counts(trace)
+    apis = list(ALWAYS_REPORTED_SYNCS) + sorted(set(syncs["api"]) - set(ALWAYS_REPORTED_SYNCS))
+    kinds = sorted(set(collective_counts(trace)["coll_kind"].fill_null("other")))
+    table = _with_counts(table, syncs.rename({"api": "key"}), "syncs", apis)
+    counts = collective_counts(trace).with_columns(key=pl.col("coll_kind").fill_null("other"))
+    return _with_counts(table, counts.select("step", "key", "n"), "collectives", kinds)
+
+
+def _with_counts(table: pl.DataFrame, counts: pl.DataFrame, prefix: str, keys: list[str]) -> pl.DataFrame:
+    """Add one `prefix.key` count column per key (0 where the step has none)."""
+    for key in keys:
+        col = counts.filter(pl.col("key") == key).select("step", pl.col("n").cast(pl.Int64).alias(f"{prefix}.{key}"))
+        table = table.join(col, on="step", how="left").with_columns(pl.col(f"{prefix}.{key}").fill_null(0))
+    return table

@@ -1,0 +1,75 @@
+"""Bad input: one clear line on stderr naming the file, exit 2, no traceback, nothing written."""
+
+import gzip
+import json
+
+import pytest
+import synth
+from click.testing import CliRunner
+
+from tracekit.cli import main
+
+GOOD = synth.doc([synth.step(1, 0.0, 10.0), *synth.launched("k", 1.0, 2.0, 1.0, corr=1)])
+GOOD_BYTES = json.dumps(GOOD).encode()
+
+CASES = {
+    "truncated.json": (GOOD_BYTES[: len(GOOD_BYTES) // 2], "not valid JSON"),
+    "corrupt.json.gz": (b"\x1f\x8b\x08\x00" + b"garbage" * 20, "corrupt or truncated gzip"),
+    "truncated.json.gz": (gzip.compress(GOOD_BYTES)[:40], "corrupt or truncated gzip"),
+    "empty.json": (b"", "empty file"),
+    "blank.json": (b"  \n", "empty file"),
+    "list.json": (b"[1, 2, 3]", "not a Kineto trace"),
+    "object.json": (b'{"hello": "world"}', "not a Kineto trace"),
+    "no_events.json": (b'{"traceEvents": []}', "no complete ('X') events"),
+    "no_ts.json": (json.dumps({"traceEvents": [{"ph": "X", "name": "a", "cat": "cpu_op", "dur": 1}]}).encode(),
+                   "has no ts"),
+    "no_dur.json": (json.dumps({"traceEvents": [{"ph": "X", "name": "a", "cat": "cpu_op", "ts": 1}]}).encode(),
+                    "has no dur"),
+    "wrong_type.json": (json.dumps({"traceEvents": [{"ph": "X", "name": "a", "ts": "soon", "dur": 1}]}).encode(),
+                        "traceEvents[0].ts"),
+}
+
+
+def run(*args):
+    return CliRunner().invoke(main, list(map(str, args)))
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_bad_file_is_one_line_and_exit_2(tmp_path, name):
+    data, reason = CASES[name]
+    path = tmp_path / name
+    path.write_bytes(data)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    result = run("summary", path)
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"tracekit: {path}: ") and reason in lines[0], lines
+    assert "Traceback" not in result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == before and path.read_bytes() == data
+
+
+def test_directory_without_traces(tmp_path):
+    (tmp_path / "manifest.json").write_text("{}")
+    result = run("summary", tmp_path)
+    assert result.exit_code == 2 and "no trace files in this directory" in result.stderr
+
+
+def test_duplicate_ranks(tmp_path):
+    for name in ("a.json", "b.json"):
+        synth.write(tmp_path, name, GOOD)
+    result = run("summary", tmp_path)
+    assert result.exit_code == 2 and "rank 0 twice" in result.stderr
+
+
+def test_missing_rank_selection(tmp_path):
+    path = synth.write(tmp_path, "rank0.json", GOOD)
+    result = run("summary", "--rank", "3", path)
+    assert result.exit_code == 2 and "no trace of rank 3" in result.stderr
+
+
+def test_cpu_only_trace_is_valid(tmp_path):
+    path = synth.write(tmp_path, "cpu.json", synth.doc([synth.step(1, 0.0, 10.0), synth.op("aten::add", 1.0, 1.0)]))
+    result = run("summary", "--format", "json", path)
+    assert result.exit_code == 0
+    (step,) = json.loads(result.stdout)["traces"][0]["steps"]
+    assert step["gpu_span_ns"] is None and step["kernels"] is None

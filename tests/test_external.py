@@ -1,0 +1,62 @@
+"""Traces from other setups (HTA's test data) all load and summarise, with what is known of them."""
+
+import polars as pl
+import pytest
+from conftest import DATA
+
+import tracekit
+from tracekit.analyses.summary import summary
+
+EXTERNAL = DATA / "external" / "hta-tests-data"
+FILES = sorted(EXTERNAL.rglob("*.json.gz"))
+
+
+def load_one(name):
+    (path,) = [p for p in FILES if name in str(p)]
+    return tracekit.load(path)
+
+
+def totals(trace, prefix):
+    frame = summary(trace)
+    return {c.split(".", 1)[1]: frame[c].sum() for c in frame.columns if c.startswith(prefix + ".")}
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.parent.name)
+def test_every_external_trace_loads_and_summarises(path):
+    trace = tracekit.load(path)
+    frame = summary(trace)
+    assert frame.height == trace.steps.height >= 1
+    assert (frame["cpu_ns"] > 0).all()
+
+
+def test_counts_stated_in_the_readme():
+    assert totals(load_one("alexnet"), "syncs")["cudaStreamSynchronize"] == 16
+    assert totals(load_one("alexnet"), "syncs")["cudaDeviceSynchronize"] == 5
+    one_each = totals(load_one("critical_path/cuda_event_sync/"), "syncs")
+    assert (one_each["cudaStreamSynchronize"], one_each["cudaEventSynchronize"],
+            one_each["cudaDeviceSynchronize"]) == (1, 1, 1)
+    nccl = load_one("nccl_parser_config")
+    assert nccl.steps.height == 3 and totals(nccl, "syncs")["cudaEventSynchronize"] == 24
+    assert set(totals(nccl, "collectives")) >= {"all_reduce", "broadcast"}
+    pipeline = load_one("negative_queue_length")
+    assert pipeline.steps.height == 5 and totals(pipeline, "syncs")["cudaStreamSynchronize"] == 75
+    assert "send_recv" in totals(pipeline, "collectives")
+    assert load_one("ns_resolution").steps.height == 5
+    assert [t.steps.height for t in (load_one("trace_diff/control"), load_one("trace_diff/test"))] == [6, 6]
+
+
+def test_amd_and_cpu_only_traces():
+    amd = load_one("amd_trace")
+    # ROCm: two blocking hipMemcpyWithStream in step 1; the hipDeviceSynchronize comes after the last step.
+    assert amd.has_gpu and totals(amd, "syncs")["hipMemcpyWithStream"] == 2
+    assert amd.calls.filter(pl.col("name") == "hipDeviceSynchronize")["step"].to_list() == [None]
+    cpu = load_one("cpu_only")
+    assert not cpu.has_gpu and summary(cpu)["gpu_span_ns"].null_count() == 1
+    assert load_one("rank_non_gpu").rank == 0 and not load_one("rank_non_gpu").has_gpu
+
+
+def test_two_rank_run_directory():
+    run = tracekit.load(EXTERNAL / "trace_filter")
+    assert [t.rank for t in run.traces] == [0, 1]
+    assert all(t.steps.height == 2 for t in run.traces)
+    assert all(t.gpu.filter(pl.col("category") == "comm").height > 0 for t in run.traces)

@@ -1,0 +1,246 @@
+"""Loading Kineto trace files into `Trace` tables, and directories into a `Run`.
+
+Events are decoded by msgspec into typed structs (`kineto.py`) and moved column by column
+into polars; no dict is built per event.
+"""
+
+from __future__ import annotations
+
+import gzip
+import math
+import re
+import zlib
+from operator import attrgetter, itemgetter
+from pathlib import Path
+
+import msgspec
+import numpy as np
+import polars as pl
+
+from .errors import TraceError
+from .kineto import DECODER
+from .model import Run, Trace
+from .names import collective_kind, gpu_category
+from .steps import assign_steps, steps_table, whole_trace_step
+
+GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+CALL_CATS = ("cuda_runtime", "cuda_driver")
+OP_CATS = ("cpu_op", "user_annotation", "python_function")
+MARK_CATS = ("cuda_sync", "gpu_user_annotation")
+TRACE_SUFFIXES = (".json", ".json.gz")
+_RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
+
+_COMM_ARGS = {
+    "collective": pl.String, "in_nelems": pl.Int64, "out_nelems": pl.Int64,
+    "group_size": pl.Int64, "dtype": pl.String, "pg_name": pl.String, "pg_desc": pl.String,
+}
+
+
+def load(path) -> Trace | Run:
+    """A trace file → `Trace`; a directory of per-rank traces → `Run`."""
+    path = Path(path)
+    if path.is_dir():
+        return load_run(path)
+    return load_trace(path)
+
+
+def load_run(path) -> Run:
+    """Every trace file directly in `path`, one per rank. Non-trace JSON is skipped with a note."""
+    path = Path(path)
+    files = sorted(p for p in path.iterdir() if p.is_file() and p.name.endswith(TRACE_SUFFIXES))
+    traces, notes = [], []
+    for file in files:
+        try:
+            traces.append(load_trace(file))
+        except NotATrace:
+            notes.append(f"{file}: skipped, not a trace")
+    if not traces:
+        raise TraceError(path, "no trace files in this directory")
+    by_rank: dict[int, str] = {}
+    for t in traces:
+        if t.rank in by_rank:
+            raise TraceError(path, f"rank {t.rank} twice: {by_rank[t.rank]} and {t.path}")
+        by_rank[t.rank] = t.path
+    traces.sort(key=lambda t: t.rank)
+    return Run(path=str(path), traces=traces, notes=notes)
+
+
+class NotATrace(TraceError):
+    """Valid JSON that is not a Kineto trace (a manifest, a summary)."""
+
+
+def read_bytes(path: Path) -> bytes:
+    """The file's bytes, gunzipped when it is gzip; bad input raises TraceError."""
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise TraceError(path, f"cannot read: {e.strerror or e}") from None
+    if raw[:2] == b"\x1f\x8b":
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError, zlib.error) as e:
+            raise TraceError(path, f"corrupt or truncated gzip ({e})") from None
+    if not raw.strip():
+        raise TraceError(path, "empty file")
+    return raw
+
+
+def load_trace(path) -> Trace:
+    """One Kineto trace file → `Trace` with steps assigned."""
+    path = Path(path)
+    raw = read_bytes(path)
+    try:
+        doc = DECODER.decode(raw)
+    except msgspec.ValidationError as e:
+        if _is_not_a_trace(str(e)):
+            raise NotATrace(path, "not a Kineto trace (no traceEvents)") from None
+        raise TraceError(path, f"not a Kineto trace: {e}") from None
+    except msgspec.DecodeError as e:
+        raise TraceError(path, f"not valid JSON ({e})") from None
+    del raw
+    events = [e for e in doc.traceEvents if e.ph == "X"]
+    if not events:
+        raise TraceError(path, "no complete ('X') events in the trace")
+    table = _event_table(path, events)
+    origin_us = int(math.floor(table["ts"].min()))
+    table = _with_ns(table, origin_us)
+
+    rank, rank_note = _rank(path, doc)
+    info = doc.distributedInfo
+    world_size = info.world_size if info else None
+    def pick(cats):
+        return table.filter(pl.col("cat").is_in(cats))
+
+    gpu = _gpu_table(events, pick(GPU_CATS))
+    calls = _with_args(events, pick(CALL_CATS), {"correlation": pl.Int64, "ext_id": pl.Int64})
+    ops = _with_args(events, pick(OP_CATS), {"ext_id": pl.Int64, **_COMM_ARGS})
+    marks = _with_args(events, pick(MARK_CATS), {
+        "ext_id": pl.Int64, "correlation": pl.Int64, "device": pl.Int64, "sync_kind": pl.String,
+        "stream": pl.Int64,
+    })
+    flows = _flows(doc.traceEvents, origin_us)
+    steps = steps_table(ops)
+    whole_trace = steps.height == 0
+    if whole_trace:
+        steps = whole_trace_step(table["start"].min(), table["end"].max())
+    gpu, calls, ops = assign_steps(steps, gpu, calls, ops, whole_trace)
+    meta = {
+        "rank": rank,
+        "world_size": world_size,
+        "backend": info.backend if info else None,
+        "pg_config": [msgspec.structs.asdict(pg) for pg in (info.pg_config or [])] if info else [],
+        "nccl_version": info.nccl_version if info else None,
+        "device_properties": doc.deviceProperties or [],
+        "base_time_ns": doc.baseTimeNanoseconds,
+        "schema_version": doc.schemaVersion,
+        "trace_name": doc.traceName,
+    }
+    notes = [rank_note] if rank_note else []
+    return Trace(path=str(path), rank=rank, world_size=world_size, gpu=gpu, calls=calls, ops=ops,
+                 marks=marks, flows=flows, steps=steps, meta=meta, origin_us=origin_us, notes=notes)
+
+
+def _is_not_a_trace(message: str) -> bool:
+    """msgspec's message for a JSON document with no `traceEvents` list at the top."""
+    return " - at `" not in message or message.endswith(" - at `$.traceEvents`")
+
+
+def _rank(path: Path, doc) -> tuple[int, str | None]:
+    """Rank from distributedInfo, else from the file name, else 0 (with a note)."""
+    if doc.distributedInfo and doc.distributedInfo.rank is not None:
+        return doc.distributedInfo.rank, None
+    m = _RANK_IN_NAME.search(path.name)
+    if m:
+        return int(m.group(1)), None
+    return 0, f"{path}: no rank in distributedInfo or file name, taken as rank 0"
+
+
+def _event_table(path: Path, events: list) -> pl.DataFrame:
+    """Columns common to every complete event; validates ts/dur."""
+    table = pl.DataFrame({
+        "idx": np.arange(len(events), dtype=np.int64),
+        "cat": list(map(attrgetter("cat"), events)),
+        "name": list(map(attrgetter("name"), events)),
+        "ts": pl.Series(list(map(attrgetter("ts"), events)), dtype=pl.Float64),
+        "dur": pl.Series(list(map(attrgetter("dur"), events)), dtype=pl.Float64),
+    })
+    missing = table.filter(pl.col("ts").is_null() | pl.col("dur").is_null() | pl.col("ts").is_nan())
+    if missing.height:
+        row = missing.row(0, named=True)
+        field = "ts" if row["ts"] is None else "dur"
+        raise TraceError(path, f"event '{row['name']}' ({row['cat']}) has no {field}")
+    return table
+
+
+def _with_ns(table: pl.DataFrame, origin_us: int) -> pl.DataFrame:
+    """start/end in integer ns from the origin. `ts - origin` is exact in float64, so rounding
+    recovers Kineto's 3-decimal microseconds exactly; end = start + round(dur)."""
+    start = ((pl.col("ts") - origin_us) * 1000).round().cast(pl.Int64)
+    dur = (pl.col("dur").clip(lower_bound=0) * 1000).round().cast(pl.Int64)
+    return table.with_columns(start=start, end=start + dur).drop("ts", "dur")
+
+
+def _args_columns(events: list, idx: list[int], schema: dict) -> dict:
+    chosen = itemgetter(*idx)(events) if len(idx) > 1 else tuple(events[i] for i in idx)
+    args = [e.args for e in chosen]
+    return {
+        name: pl.Series(name, list(map(attrgetter(name if name != "ext_id" else "external_id"), args)), dtype=dtype)
+        for name, dtype in schema.items()
+    }, chosen
+
+
+def _with_args(events: list, table: pl.DataFrame, schema: dict) -> pl.DataFrame:
+    """`table` (rows of `events`) with the named args as columns, plus pid/tid."""
+    idx = table["idx"].to_list()
+    cols, chosen = _args_columns(events, idx, {k: v for k, v in schema.items() if k != "stream"})
+    if "stream" in schema:
+        cols["stream"] = pl.Series([_as_int(e.args.stream) for e in chosen], dtype=pl.Int64)
+    cols["pid"] = pl.Series([_as_int(e.pid) for e in chosen], dtype=pl.Int64)
+    cols["tid"] = pl.Series([_as_int(e.tid) for e in chosen], dtype=pl.Int64)
+    return table.with_columns(**cols) if table.height else table.with_columns(
+        **{k: pl.Series(k, [], dtype=v.dtype) for k, v in cols.items()})
+
+
+def _gpu_table(events: list, table: pl.DataFrame) -> pl.DataFrame:
+    gpu = _with_args(events, table, {
+        "device": pl.Int64, "stream": pl.Int64, "correlation": pl.Int64, "ext_id": pl.Int64,
+        "bytes": pl.Int64, **_COMM_ARGS,
+    })
+    chosen = [events[i] for i in gpu["idx"].to_list()]
+    gpu = gpu.with_columns(
+        grid=pl.Series([_dims(e.args.grid) for e in chosen], dtype=pl.String),
+        block=pl.Series([_dims(e.args.block) for e in chosen], dtype=pl.String),
+    )
+    gpu = gpu.rename({"cat": "kind"}).with_columns(
+        category=gpu_category(pl.col("kind"), pl.col("name")),
+    )
+    return gpu.with_columns(
+        coll_kind=pl.when(pl.col("category") == "comm")
+        .then(collective_kind(pl.coalesce("collective", "name")))
+    )
+
+
+def _flows(all_events: list, origin_us: int) -> pl.DataFrame:
+    flows = [e for e in all_events if e.ph in ("s", "f") and e.ts is not None]
+    return pl.DataFrame({
+        "ph": [e.ph for e in flows],
+        "cat": [e.cat for e in flows],
+        "id": pl.Series([_as_int(e.id) for e in flows], dtype=pl.Int64),
+        "pid": pl.Series([_as_int(e.pid) for e in flows], dtype=pl.Int64),
+        "tid": pl.Series([_as_int(e.tid) for e in flows], dtype=pl.Int64),
+        "ts": pl.Series([round((e.ts - origin_us) * 1000) for e in flows], dtype=pl.Int64),
+    })
+
+
+def _as_int(value) -> int | None:
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.lstrip("-").isdigit():
+        return int(value)
+    return None
+
+
+def _dims(value) -> str | None:
+    if isinstance(value, list):
+        return "x".join(map(str, value))
+    return value

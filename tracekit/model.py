@@ -1,0 +1,59 @@
+"""The loaded trace model: one `Trace` per rank, a `Run` of ranks.
+
+All times are Int64 nanoseconds from the trace's origin (`Trace.origin_us`: the earliest
+`ts` of any complete event, floored to a whole microsecond, in the trace's own clock).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import polars as pl
+
+
+@dataclass
+class Trace:
+    """One rank's trace as polars tables.
+
+    - `gpu`: kernel, gpu_memcpy, gpu_memset activities (name, kind, category, device, stream,
+      start, end, correlation, ext_id, bytes, grid, block, collective args, step).
+    - `calls`: cuda_runtime / cuda_driver calls (name, pid, tid, start, end, correlation,
+      ext_id, step).
+    - `ops`: cpu_op, user_annotation, python_function (name, cat, pid, tid, start, end,
+      ext_id, collective args, step).
+    - `marks`: cuda_sync and gpu_user_annotation events (name, cat, device, stream, start,
+      end, ext_id, correlation, sync_kind).
+    - `flows`: flow start/finish events (ph, cat, id, pid, tid, ts).
+    - `steps`: one row per step (step, cpu_start, cpu_end).
+    """
+
+    path: str
+    rank: int
+    world_size: int | None
+    gpu: pl.DataFrame
+    calls: pl.DataFrame
+    ops: pl.DataFrame
+    marks: pl.DataFrame
+    flows: pl.DataFrame
+    steps: pl.DataFrame
+    meta: dict
+    origin_us: int
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def has_gpu(self) -> bool:
+        return self.gpu.height > 0
+
+
+@dataclass
+class Run:
+    """The traces of one run, ordered by rank."""
+
+    path: str
+    traces: list[Trace]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def world_size(self) -> int:
+        sizes = {t.world_size for t in self.traces if t.world_size}
+        return max(sizes) if sizes else len(self.traces)

@@ -1,0 +1,68 @@
+"""Rendering reports: table | json | csv | md. No computation happens here.
+
+A report is a list of (trace, frame) pairs, one frame row per step. In JSON, dotted column
+names nest (`syncs.cudaEventSynchronize` → `{"syncs": {"cudaEventSynchronize": n}}`) and the
+shape is shared by every per-rank, per-step verb:
+`{"traces": [{"path", "rank", "world_size", "steps": [{"step", ...}]}]}`.
+"""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+
+FORMATS = ("table", "json", "csv", "md")
+
+
+def nest(row: dict) -> dict:
+    """`{"a.b": 1}` → `{"a": {"b": 1}}`."""
+    out: dict = {}
+    for key, value in row.items():
+        parts = key.split(".")
+        node = out
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = value
+    return out
+
+
+def json_doc(report) -> dict:
+    return {"traces": [
+        {"path": t.path, "rank": t.rank, "world_size": t.world_size,
+         "steps": [nest(row) for row in frame.to_dicts()]}
+        for t, frame in report
+    ]}
+
+
+def flat_table(report) -> pl.DataFrame:
+    """All traces' rows in one frame, with path and rank in front; nested columns as JSON text."""
+    frames = []
+    for t, frame in report:
+        frame = frame.with_columns(
+            pl.col(c).map_elements(lambda v: json.dumps(v.to_list() if hasattr(v, "to_list") else v),
+                                   return_dtype=pl.String)
+            for c, dt in frame.schema.items() if isinstance(dt, (pl.List, pl.Struct))
+        )
+        frames.append(frame.select(pl.lit(t.path).alias("path"), pl.lit(t.rank).alias("rank"), pl.all()))
+    return pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame()
+
+
+def render(report, fmt: str) -> str:
+    """The report as text in `fmt`."""
+    if fmt == "json":
+        return json.dumps(json_doc(report), indent=1)
+    return render_frame(flat_table(report), fmt)
+
+
+def render_frame(frame: pl.DataFrame, fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps(frame.to_dicts(), indent=1)
+    if fmt == "csv":
+        return frame.write_csv()
+    with pl.Config(tbl_formatting="MARKDOWN" if fmt == "md" else "UTF8_FULL_CONDENSED",
+                   tbl_rows=-1, tbl_cols=-1, tbl_width_chars=1000, fmt_str_lengths=80,
+                   tbl_hide_dataframe_shape=True, tbl_hide_column_data_types=True,
+                   thousands_separator=","):
+        return str(frame)
+

@@ -1,0 +1,56 @@
+"""Steps, and the step each event belongs to.
+
+A step is the CPU window of a `ProfilerStep#N` annotation. A runtime/driver call or CPU op
+belongs to the step whose window holds its start. A GPU activity belongs to the step of the
+call that launched it (same `correlation`), not to the step whose window it runs in: when
+the GPU lags, a step's kernels run during the next step's window. A trace with no
+`ProfilerStep#N` is one step, numbered 0, spanning the whole trace; then every GPU activity
+belongs to it.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+PROFILER_STEP = r"^ProfilerStep#(\d+)$"
+
+
+def steps_table(ops: pl.DataFrame) -> pl.DataFrame:
+    """One row per step: step, cpu_start, cpu_end (ns)."""
+    marks = ops.filter(pl.col("cat").is_in(["user_annotation", "cpu_op"]))
+    steps = (
+        marks.with_columns(step=pl.col("name").str.extract(PROFILER_STEP, 1).cast(pl.Int64))
+        .filter(pl.col("step").is_not_null())
+        .group_by("step").agg(cpu_start=pl.col("start").min(), cpu_end=pl.col("end").max())
+        .sort("cpu_start")
+    )
+    return steps
+
+
+def whole_trace_step(start: int, end: int) -> pl.DataFrame:
+    return pl.DataFrame({"step": [0], "cpu_start": [start], "cpu_end": [end]},
+                        schema={"step": pl.Int64, "cpu_start": pl.Int64, "cpu_end": pl.Int64})
+
+
+def step_of(frame: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+    """`frame` with a `step` column: the step whose CPU window holds the row's `start`."""
+    if frame.height == 0 or steps.height == 0:
+        return frame.with_columns(step=pl.lit(None, dtype=pl.Int64))
+    order = frame.with_row_index("_row").sort("start")
+    joined = order.join_asof(steps, left_on="start", right_on="cpu_start", strategy="backward")
+    joined = joined.with_columns(
+        step=pl.when(pl.col("start") < pl.col("cpu_end")).then(pl.col("step"))
+    ).drop("cpu_start", "cpu_end")
+    return joined.sort("_row").drop("_row")
+
+
+def assign_steps(steps: pl.DataFrame, gpu: pl.DataFrame, calls: pl.DataFrame, ops: pl.DataFrame,
+                 whole_trace: bool):
+    """(gpu, calls, ops) with `step` columns. `whole_trace`: the one step spans the trace."""
+    calls = step_of(calls, steps)
+    ops = step_of(ops, steps)
+    if whole_trace:
+        return gpu.with_columns(step=pl.lit(0, dtype=pl.Int64)), calls, ops
+    launched = calls.filter(pl.col("correlation").is_not_null()).select("correlation", "step").unique("correlation", keep="first")
+    gpu = gpu.join(launched, on="correlation", how="left", maintain_order="left")
+    return gpu, calls, ops
