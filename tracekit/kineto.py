@@ -9,7 +9,7 @@ from __future__ import annotations
 import msgspec
 
 
-class Args(msgspec.Struct, frozen=True):
+class Args(msgspec.Struct, frozen=True, gc=False):
     """The `args` of an event, as far as tracekit reads them."""
 
     external_id: int | None = msgspec.field(default=None, name="External id")
@@ -35,7 +35,7 @@ class Args(msgspec.Struct, frozen=True):
 NO_ARGS = Args()
 
 
-class Event(msgspec.Struct):
+class Event(msgspec.Struct, gc=False):
     """One element of `traceEvents`. `ts`/`dur` are microseconds (Kineto: 3 decimals)."""
 
     ph: str = ""

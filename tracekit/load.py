@@ -194,9 +194,9 @@ def _with_args(events: list, table: pl.DataFrame, schema: dict) -> pl.DataFrame:
     idx = table["idx"].to_list()
     cols, chosen = _args_columns(events, idx, {k: v for k, v in schema.items() if k != "stream"})
     if "stream" in schema:
-        cols["stream"] = pl.Series([_as_int(e.args.stream) for e in chosen], dtype=pl.Int64)
-    cols["pid"] = pl.Series([_as_int(e.pid) for e in chosen], dtype=pl.Int64)
-    cols["tid"] = pl.Series([_as_int(e.tid) for e in chosen], dtype=pl.Int64)
+        cols["stream"] = ints([e.args.stream for e in chosen])
+    cols["pid"] = ints(list(map(attrgetter("pid"), chosen)))
+    cols["tid"] = ints(list(map(attrgetter("tid"), chosen)))
     return table.with_columns(**cols) if table.height else table.with_columns(
         **{k: pl.Series(k, [], dtype=v.dtype) for k, v in cols.items()})
 
@@ -225,19 +225,16 @@ def _flows(all_events: list, origin_us: int) -> pl.DataFrame:
     return pl.DataFrame({
         "ph": [e.ph for e in flows],
         "cat": [e.cat for e in flows],
-        "id": pl.Series([_as_int(e.id) for e in flows], dtype=pl.Int64),
-        "pid": pl.Series([_as_int(e.pid) for e in flows], dtype=pl.Int64),
-        "tid": pl.Series([_as_int(e.tid) for e in flows], dtype=pl.Int64),
-        "ts": pl.Series([round((e.ts - origin_us) * 1000) for e in flows], dtype=pl.Int64),
-    })
+        "id": ints([e.id for e in flows]),
+        "pid": ints([e.pid for e in flows]),
+        "tid": ints([e.tid for e in flows]),
+        "ts": pl.Series([e.ts for e in flows], dtype=pl.Float64),
+    }).with_columns(ts=((pl.col("ts") - origin_us) * 1000).round().cast(pl.Int64))
 
 
-def _as_int(value) -> int | None:
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str) and value.lstrip("-").isdigit():
-        return int(value)
-    return None
+def ints(values: list) -> pl.Series:
+    """Int64 column from ints, numeric strings or anything else (→ null); converted in polars."""
+    return pl.Series(values, dtype=pl.Int64, strict=False)
 
 
 def _dims(value) -> str | None:
