@@ -57,13 +57,13 @@ def load_traces(paths, rank: int | None) -> list[Trace]:
 
 def per_step(traces, analysis, step: int | None):
     """[(trace, frame)] of `analysis(trace)`, one row per step, filtered to `step`."""
-    report = []
-    for t in traces:
-        frame = analysis(t)
-        if step is not None:
-            frame = frame.filter(pl.col("step") == step)
-        report.append((t, frame))
-    return report
+    return only_step([(t, analysis(t)) for t in traces], step)
+
+
+def only_step(report, step: int | None):
+    if step is None:
+        return report
+    return [(t, frame.filter(pl.col("step") == step)) for t, frame in report]
 
 
 def emit(text: str) -> None:
@@ -77,17 +77,61 @@ format_option = click.option("--format", "fmt", type=click.Choice(rendering.FORM
                              show_default=True)
 
 
-@main.command()
-@paths_argument
-@step_option
-@rank_option
-@format_option
+def verb(function):
+    """A per-rank, per-step report command: PATHS, --step, --rank, --format."""
+    for decorate in (format_option, rank_option, step_option, paths_argument):
+        function = decorate(function)
+    return main.command()(function)
+
+
+@verb
 def summary(paths, step, rank, fmt):
     """Per rank and step: CPU time, GPU span and busy time, kernels, host syncs, collectives.
 
     PATHS are trace files or run directories (default: the embedded sample trace).
     """
     from tracekit.analyses.summary import summary as analysis
+
+    emit(rendering.render(per_step(load_traces(paths, rank), analysis, step), fmt))
+
+
+@verb
+def syncs(paths, step, rank, fmt):
+    """Host-blocking calls (cudaEventSynchronize & co.) with blocked time, GPU idle time and
+    blame: the enclosing CPU ops, innermost first. CUPTI cuda_sync records are counted apart."""
+    from tracekit.analyses.syncs import sync_ledger
+
+    emit(rendering.render(per_step(load_traces(paths, rank), sync_ledger, step), fmt))
+
+
+@verb
+def comms(paths, step, rank, fmt):
+    """Collectives per process group: count, dtype, bytes, kernel time, algbw/busbw, and across
+    the ranks of a run, transfer time vs waiting for peers."""
+    from tracekit.analyses.comms import comms as analysis
+
+    traces = load_traces(paths, None)
+    report = [(t, f) for t, f in zip(traces, analysis(traces)) if rank is None or t.rank == rank]
+    emit(rendering.render(only_step(report, step), fmt))
+
+
+@verb
+@click.option("--scope", type=click.Choice(["step", "trace"]), default="step", show_default=True,
+              help="per step, or HTA's get_comm_comp_overlap over the whole trace (step null).")
+def overlap(paths, step, rank, fmt, scope):
+    """Compute/communication overlap: comm, compute, overlapped and exposed comm time."""
+    from tracekit.analyses.overlap import overlap as per_step_overlap
+    from tracekit.analyses.overlap import overlap_trace_scope
+
+    analysis = per_step_overlap if scope == "step" else overlap_trace_scope
+    emit(rendering.render(per_step(load_traces(paths, rank), analysis, step if scope == "step" else None), fmt))
+
+
+@verb
+def breakdown(paths, step, rank, fmt):
+    """The step's GPU span split exactly into compute, exposed comm, exposed memcpy/memset and
+    idle by host cause (parts add up to span_ns)."""
+    from tracekit.analyses.breakdown import breakdown as analysis
 
     emit(rendering.render(per_step(load_traces(paths, rank), analysis, step), fmt))
 

@@ -14,11 +14,15 @@ def merged(frame: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     """The union of each group's intervals as disjoint, sorted runs (by..., start, end)."""
     if frame.height == 0:
         return frame.select(*by, "start", "end")
+
+    def per_group(expr: pl.Expr) -> pl.Expr:
+        return expr.over(by) if by else expr
+
     return (
         frame.select(*by, "start", "end")
         .sort([*by, "start"])
-        .with_columns(reach=pl.col("end").cum_max().shift(1).over(by))
-        .with_columns(run=(pl.col("reach").is_null() | (pl.col("start") > pl.col("reach"))).cum_sum().over(by))
+        .with_columns(reach=per_group(pl.col("end").cum_max().shift(1)))
+        .with_columns(run=per_group((pl.col("reach").is_null() | (pl.col("start") > pl.col("reach"))).cum_sum()))
         .group_by([*by, "run"], maintain_order=True)
         .agg(start=pl.col("start").min(), end=pl.col("end").max())
         .drop("run")

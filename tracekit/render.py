@@ -36,14 +36,15 @@ def json_doc(report) -> dict:
 
 
 def flat_table(report) -> pl.DataFrame:
-    """All traces' rows in one frame, with path and rank in front; nested columns as JSON text."""
+    """All traces' rows in one frame, path and rank in front. A list-of-records column (a
+    ledger) becomes one row per record; a list of names is joined with " < " (innermost first)."""
     frames = []
     for t, frame in report:
-        frame = frame.with_columns(
-            pl.col(c).map_elements(lambda v: json.dumps(v.to_list() if hasattr(v, "to_list") else v),
-                                   return_dtype=pl.String)
-            for c, dt in frame.schema.items() if isinstance(dt, (pl.List, pl.Struct))
-        )
+        for col, dtype in frame.schema.items():
+            if isinstance(dtype, pl.List) and isinstance(dtype.inner, pl.Struct):
+                frame = frame.explode(col).unnest(col, separator=".")
+        frame = frame.with_columns(pl.col(c).list.join(" < ") for c, dt in frame.schema.items()
+                                   if isinstance(dt, pl.List) and dt.inner == pl.String)
         frames.append(frame.select(pl.lit(t.path).alias("path"), pl.lit(t.rank).alias("rank"), pl.all()))
     return pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame()
 

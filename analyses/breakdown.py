@@ -1,0 +1,149 @@
+"""`tracekit breakdown`: an exact partition of each step's GPU span.
+
+The span [first start, last end) of the GPU activities a step launched is cut at every
+boundary (GPU activity and host event starts and ends) into elementary segments. A segment
+goes to the highest-priority category active in it: compute (non-collective kernels) >
+comm (collective kernels) > memcpy > memset > idle. Comm is split by collective kind. An idle
+segment is split by what the host was doing meanwhile, in this order: GPU work of another
+step running, blocked in a host sync (which API), inside a launch call (`launch:` for
+kernel launches, copies and memsets; `runtime:` for other runtime/driver calls), inside a CPU op (the outermost one, `ProfilerStep#` excluded), or nothing recorded.
+Parts are integer ns and add up exactly to the span.
+
+Item shares: within a segment every activity of the winning category gets len / n_active of
+it, so a kernel's share is what the step would lose if it vanished while the others stayed.
+Shares are rounded by largest remainder so that each category's shares sum exactly to its
+part; idle parts are their own items. Sum of all shares == span.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import polars as pl
+
+from tracekit.analyses.syncs import SYNC_APIS
+from tracekit.model import Trace
+
+PRIORITY = ("compute", "comm", "memcpy", "memset")
+LAUNCH = re.compile(r"Launch|Memcpy|Memset")
+
+
+def _active(bounds: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Number of intervals covering each elementary segment [bounds[i], bounds[i+1])."""
+    delta = np.zeros(len(bounds) + 1, dtype=np.int64)
+    np.add.at(delta, np.searchsorted(bounds, starts), 1)
+    np.add.at(delta, np.searchsorted(bounds, ends), -1)
+    return np.cumsum(delta)[: len(bounds) - 1]
+
+
+def _clip(frame: pl.DataFrame, lo: int, hi: int) -> pl.DataFrame:
+    return (frame.filter((pl.col("end") > lo) & (pl.col("start") < hi))
+            .with_columns(start=pl.col("start").clip(lo, hi), end=pl.col("end").clip(lo, hi)))
+
+
+def _largest_remainder(shares: np.ndarray, total: int) -> np.ndarray:
+    """Integers with the same sum `total`, each the floor of its share or one more."""
+    base = np.floor(shares).astype(np.int64)
+    short = int(total - base.sum())
+    if short > 0:
+        base[np.argsort(-(shares - base), kind="stable")[:short]] += 1
+    return base
+
+
+def step_partition(trace: Trace, step: int) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(parts, items) of one step. parts: category, cause, ns. items: row (index into
+    `trace.gpu`) or idle cause, category, cause, share_ns."""
+    gpu = trace.gpu.with_row_index("row")
+    own = gpu.filter(pl.col("step") == step)
+    lo, hi = own["start"].min(), own["end"].max()
+    others = _clip(gpu.filter((pl.col("step") != step) | pl.col("step").is_null()), lo, hi)
+    calls = _clip(trace.calls, lo, hi)
+    syncs = calls.filter(pl.col("name").is_in(SYNC_APIS))
+    launches = calls.filter(~pl.col("name").is_in(SYNC_APIS))
+    bounds = np.unique(np.concatenate([
+        own["start"].to_numpy(), own["end"].to_numpy(), calls["start"].to_numpy(), calls["end"].to_numpy(),
+        others["start"].to_numpy(), others["end"].to_numpy()]))
+    seg_len = np.diff(bounds)
+    category = np.full(len(seg_len), "idle", dtype=object)
+    cause = np.full(len(seg_len), None, dtype=object)
+    counts = {}
+    for cat in reversed(PRIORITY):
+        part = own.filter(pl.col("category") == cat)
+        counts[cat] = _active(bounds, part["start"].to_numpy(), part["end"].to_numpy())
+    for cat in reversed(PRIORITY):
+        category[counts[cat] > 0] = cat
+    idle = category == "idle"
+    # Idle causes, lowest priority first so that higher ones overwrite.
+    cause[idle] = "nothing recorded"
+    seg = pl.DataFrame({"seg": np.arange(len(seg_len)), "start": bounds[:-1], "end": bounds[1:]})
+    outer = _outermost_ops(seg.filter(pl.Series(idle)), trace.ops)
+    cause[outer["seg"].to_numpy()] = ("cpu_op: " + outer["o_name"]).to_numpy()
+    for frame, is_sync in ((launches, False), (syncs, True)):
+        for name in frame["name"].unique().sort(descending=True):
+            rows = frame.filter(pl.col("name") == name)
+            hit = idle & (_active(bounds, rows["start"].to_numpy(), rows["end"].to_numpy()) > 0)
+            cause[hit] = ("sync: " if is_sync else "launch: " if LAUNCH.search(name) else "runtime: ") + name
+    hit = idle & (_active(bounds, others["start"].to_numpy(), others["end"].to_numpy()) > 0)
+    cause[hit] = "other step's GPU work"
+    comm_kind = _winning_comm_kind(own, bounds, category)
+    cause[category == "comm"] = comm_kind[category == "comm"]
+
+    parts = (pl.DataFrame({"category": category.tolist(), "cause": cause.tolist(), "ns": seg_len},
+                          schema={"category": pl.String, "cause": pl.String, "ns": pl.Int64})
+             .group_by("category", "cause").agg(pl.col("ns").sum()))
+    items = [_idle_items(parts)]
+    for cat in PRIORITY:
+        part = own.filter(pl.col("category") == cat)
+        if part.height == 0:
+            continue
+        per_seg = np.where(category == cat, seg_len / np.maximum(counts[cat], 1), 0.0)
+        prefix = np.concatenate([[0.0], np.cumsum(per_seg)])
+        i0 = np.searchsorted(bounds, part["start"].to_numpy())
+        i1 = np.searchsorted(bounds, part["end"].to_numpy())
+        total = int(seg_len[category == cat].sum())
+        items.append(pl.DataFrame({
+            "row": part["row"], "category": cat, "cause": part["coll_kind"],
+            "share_ns": _largest_remainder(prefix[i1] - prefix[i0], total)}))
+    order = {c: i for i, c in enumerate([*PRIORITY, "idle"])}
+    parts = parts.sort(pl.col("category").replace_strict(order), pl.col("ns"), descending=[False, True])
+    return parts, pl.concat(items, how="diagonal_relaxed")
+
+
+def _idle_items(parts: pl.DataFrame) -> pl.DataFrame:
+    return parts.filter(pl.col("category") == "idle").select(
+        pl.lit(None, pl.UInt32).alias("row"), "category", "cause", pl.col("ns").alias("share_ns"))
+
+
+def _winning_comm_kind(own: pl.DataFrame, bounds: np.ndarray, category: np.ndarray) -> np.ndarray:
+    """For each segment, the collective kind active in it (the first kind found, by name)."""
+    kind = np.full(len(category), None, dtype=object)
+    comm = own.filter(pl.col("category") == "comm").with_columns(pl.col("coll_kind").fill_null("other"))
+    for name in comm["coll_kind"].unique().sort(descending=True):
+        rows = comm.filter(pl.col("coll_kind") == name)
+        kind[_active(bounds, rows["start"].to_numpy(), rows["end"].to_numpy()) > 0] = name
+    return kind
+
+
+def _outermost_ops(segments: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
+    """(seg, o_name): for each segment, the outermost CPU op (any thread) covering it."""
+    cands = ops.filter(~pl.col("name").str.starts_with("ProfilerStep#")).select(
+        pl.col("start").alias("o_start"), pl.col("end").alias("o_end"), pl.col("name").alias("o_name"))
+    if segments.height == 0 or cands.height == 0:
+        return pl.DataFrame(schema={"seg": pl.Int64, "o_name": pl.String})
+    pairs = segments.join_where(cands, pl.col("o_start") <= pl.col("start"), pl.col("o_end") >= pl.col("end"))
+    return (pairs.sort("seg", "o_start", pl.col("o_end"), descending=[False, False, True])
+            .group_by("seg", maintain_order=True).agg(pl.col("o_name").first()))
+
+
+def breakdown(trace: Trace) -> pl.DataFrame:
+    """One row per step: span_ns and parts [{category, cause, ns}] with sum(ns) == span_ns."""
+    steps = trace.gpu.filter(pl.col("step").is_not_null())["step"].unique().sort().to_list()
+    rows = []
+    for step in steps:
+        parts, _ = step_partition(trace, step)
+        rows.append({"step": step, "span_ns": int(parts["ns"].sum()), "parts": parts.to_dicts()})
+    schema = {"step": pl.Int64, "span_ns": pl.Int64,
+              "parts": pl.List(pl.Struct({"category": pl.String, "cause": pl.String, "ns": pl.Int64}))}
+    table = pl.DataFrame(rows, schema=schema)
+    return trace.steps.select("step").join(table, on="step", how="left").sort("step")

@@ -1,0 +1,95 @@
+"""`tracekit syncs`: host-blocking calls per rank and step, with blame.
+
+- A host sync is a runtime/driver call that blocks the calling CPU thread until the device
+  catches up: `cudaEventSynchronize`, `cudaStreamSynchronize`, `cudaDeviceSynchronize`, their
+  driver (`cu*Synchronize`) and HIP twins, and synchronous copies (`cudaMemcpy`,
+  `hipMemcpy`, `hipMemcpyWithStream`). A device-to-host copy from `.item()`/`.cpu()` is a
+  `cudaMemcpyAsync` followed by a `cudaStreamSynchronize`: it is counted as that sync.
+- blocked_ns: the call's duration.
+- gpu_idle_ns: the part of the call during which no GPU activity of any step ran.
+- blame: the CPU ops/annotations on the same thread that enclose the call (start ≤ call start,
+  end ≥ call end), innermost first; `ProfilerStep#N` is left out.
+- CUPTI's `cuda_sync` events ("Event Sync", "Stream Wait Event", "Stream Sync", "Context Sync")
+  are device-side records of synchronisation, not host waits; they are counted apart.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from tracekit.intervals import merged
+from tracekit.model import Trace
+
+SYNC_APIS = (
+    "cudaEventSynchronize", "cudaStreamSynchronize", "cudaDeviceSynchronize",
+    "cuEventSynchronize", "cuStreamSynchronize", "cuCtxSynchronize",
+    "hipEventSynchronize", "hipStreamSynchronize", "hipDeviceSynchronize",
+    "cudaMemcpy", "hipMemcpy", "hipMemcpyWithStream",
+)
+
+
+def host_syncs(trace: Trace) -> pl.DataFrame:
+    """Every host-blocking call: step, api, tid, start, end, blocked_ns, gpu_idle_ns, blame."""
+    calls = (trace.calls.filter(pl.col("name").is_in(SYNC_APIS))
+             .select("step", pl.col("name").alias("api"), "tid", "start", "end")
+             .with_row_index("call")
+             .with_columns(blocked_ns=pl.col("end") - pl.col("start")))
+    return calls.join(gpu_busy_during(calls, trace), on="call", how="left").with_columns(
+        gpu_idle_ns=pl.col("blocked_ns") - pl.col("busy").fill_null(0),
+    ).drop("busy").join(blame_chains(calls, trace.ops), on="call", how="left").with_columns(
+        blame=pl.col("blame").fill_null(pl.lit([], dtype=pl.List(pl.String))),
+    ).sort("start")
+
+
+def gpu_busy_during(intervals: pl.DataFrame, trace: Trace) -> pl.DataFrame:
+    """(call, busy): ns of each interval covered by GPU activity of any step."""
+    runs = merged(trace.gpu, [])
+    if runs.height == 0 or intervals.height == 0:
+        return pl.DataFrame(schema={"call": pl.UInt32, "busy": pl.Int64})
+    pairs = intervals.select("call", "start", "end").join_where(
+        runs.rename({"start": "r_start", "end": "r_end"}),
+        pl.col("r_start") < pl.col("end"), pl.col("r_end") > pl.col("start"),
+    )
+    return pairs.group_by("call").agg(
+        busy=(pl.min_horizontal("end", "r_end") - pl.max_horizontal("start", "r_start")).sum())
+
+
+def blame_chains(intervals: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
+    """(call, blame): names of the ops on the same thread enclosing each interval, innermost first."""
+    enclosing = ops.filter(~pl.col("name").str.starts_with("ProfilerStep#")).select(
+        pl.col("tid").alias("o_tid"), pl.col("start").alias("o_start"), pl.col("end").alias("o_end"),
+        pl.col("name").alias("o_name"))
+    if intervals.height == 0 or enclosing.height == 0:
+        return pl.DataFrame(schema={"call": pl.UInt32, "blame": pl.List(pl.String)})
+    pairs = intervals.select("call", "tid", "start", "end").join_where(
+        enclosing, pl.col("o_tid") == pl.col("tid"), pl.col("o_start") <= pl.col("start"),
+        pl.col("o_end") >= pl.col("end"))
+    return (pairs.sort(["call", "o_start", "o_end"], descending=[False, True, False])
+            .group_by("call", maintain_order=True).agg(blame=pl.col("o_name")))
+
+
+def cuda_sync_events(trace: Trace) -> pl.DataFrame:
+    """(step, name, n): CUPTI cuda_sync records, in the step of the call they belong to."""
+    marks = trace.marks.filter(pl.col("cat") == "cuda_sync")
+    steps = trace.calls.select("correlation", "step").unique("correlation")
+    return (marks.join(steps, on="correlation", how="left").filter(pl.col("step").is_not_null())
+            .group_by("step", "name").agg(n=pl.len()).sort("step", "name"))
+
+
+def sync_ledger(trace: Trace) -> pl.DataFrame:
+    """One row per step: `calls` = [{api, count, blocked_ns, gpu_idle_ns, blame}] grouped by
+    (api, blame chain), biggest blocked time first; `cuda_sync_events.<name>` counts."""
+    syncs = host_syncs(trace).filter(pl.col("step").is_not_null())
+    groups = (syncs.group_by("step", "api", "blame")
+              .agg(count=pl.len().cast(pl.Int64), blocked_ns=pl.col("blocked_ns").sum(),
+                   gpu_idle_ns=pl.col("gpu_idle_ns").sum())
+              .sort("step", "blocked_ns", descending=[False, True]))
+    per_step = groups.group_by("step", maintain_order=True).agg(
+        calls=pl.struct("api", "count", "blocked_ns", "gpu_idle_ns", "blame"))
+    table = trace.steps.select("step").join(per_step, on="step", how="left").with_columns(
+        pl.col("calls").fill_null(pl.lit([], dtype=per_step.schema["calls"])))
+    events = cuda_sync_events(trace)
+    for name in sorted(set(events["name"])):
+        col = events.filter(pl.col("name") == name).select("step", pl.col("n").cast(pl.Int64).alias(f"cuda_sync_events.{name}"))
+        table = table.join(col, on="step", how="left").with_columns(pl.col(f"cuda_sync_events.{name}").fill_null(0))
+    return table.sort("step")
