@@ -61,9 +61,9 @@ def step_partition(trace: Trace, step: int) -> tuple[pl.DataFrame, pl.DataFrame]
     calls = _clip(trace.calls, lo, hi)
     syncs = calls.filter(pl.col("name").is_in(SYNC_APIS))
     launches = calls.filter(~pl.col("name").is_in(SYNC_APIS))
+    ops = _clip(trace.ops.filter(~pl.col("name").str.starts_with("ProfilerStep#")), lo, hi)
     bounds = np.unique(np.concatenate([
-        own["start"].to_numpy(), own["end"].to_numpy(), calls["start"].to_numpy(), calls["end"].to_numpy(),
-        others["start"].to_numpy(), others["end"].to_numpy()]))
+        frame[col].to_numpy() for frame in (own, calls, others, ops) for col in ("start", "end")]))
     seg_len = np.diff(bounds)
     category = np.full(len(seg_len), "idle", dtype=object)
     cause = np.full(len(seg_len), None, dtype=object)
@@ -77,7 +77,7 @@ def step_partition(trace: Trace, step: int) -> tuple[pl.DataFrame, pl.DataFrame]
     # Idle causes, lowest priority first so that higher ones overwrite.
     cause[idle] = "nothing recorded"
     seg = pl.DataFrame({"seg": np.arange(len(seg_len)), "start": bounds[:-1], "end": bounds[1:]})
-    outer = _outermost_ops(seg.filter(pl.Series(idle)), trace.ops)
+    outer = _outermost_ops(seg.filter(pl.Series(idle)), ops)
     cause[outer["seg"].to_numpy()] = ("cpu_op: " + outer["o_name"]).to_numpy()
     for frame, is_sync in ((launches, False), (syncs, True)):
         for name in frame["name"].unique().sort(descending=True):
@@ -127,7 +127,7 @@ def _winning_comm_kind(own: pl.DataFrame, bounds: np.ndarray, category: np.ndarr
 
 def _outermost_ops(segments: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
     """(seg, o_name): for each segment, the outermost CPU op (any thread) covering it."""
-    cands = ops.filter(~pl.col("name").str.starts_with("ProfilerStep#")).select(
+    cands = ops.select(
         pl.col("start").alias("o_start"), pl.col("end").alias("o_end"), pl.col("name").alias("o_name"))
     if segments.height == 0 or cands.height == 0:
         return pl.DataFrame(schema={"seg": pl.Int64, "o_name": pl.String})

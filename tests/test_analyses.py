@@ -1,0 +1,118 @@
+"""Every analysis definition, pinned on synthetic traces with hand-computed answers (µs → ns)."""
+
+import polars as pl
+import pytest
+import synth
+
+import tracekit
+from tracekit.analyses.breakdown import _largest_remainder, breakdown, step_partition
+from tracekit.analyses.comms import comms
+from tracekit.analyses.overlap import overlap
+from tracekit.analyses.summary import summary
+from tracekit.analyses.syncs import sync_ledger
+
+US = 1000
+
+
+def fsdp_like(tmp_path):
+    """Step 1 [0,1000). Forward: a cudaEventSynchronize [30,80) inside rate_limiter [20,100)
+    inside _pre_forward [10,200). GPU: compute k1 [100,300) stream 7, all-gather [200,400)
+    stream 21, memcpy [450,460), compute k2 [500,600). Host: aten::item [415,445) holding a
+    cudaStreamSynchronize [420,440); aten::foo [455,480)."""
+    memcpy = synth.launched("Memcpy HtoD (Pageable -> Device)", 7.0, 450.0, 10.0, corr=3)
+    memcpy[1]["cat"] = "gpu_memcpy"
+    events = [
+        synth.step(1, 0.0, 1000.0),
+        synth.op("FullyShardedDataParallel._pre_forward", 10.0, 190.0, cat="user_annotation"),
+        synth.op("FullyShardedDataParallel.rate_limiter", 20.0, 80.0, cat="user_annotation"),
+        synth.call("cudaEventSynchronize", 30.0, 50.0, corr=50),
+        {"ph": "X", "cat": "cuda_sync", "name": "Event Sync", "pid": 0, "tid": 1, "ts": 79.0, "dur": 1.0,
+         "args": {"correlation": 50, "cuda_sync_kind": "Event Sync", "stream": -1}},
+        *synth.launched("k1", 5.0, 100.0, 200.0, corr=1),
+        *synth.nccl("all_gather", 6.0, 200.0, 200.0, corr=2),
+        *memcpy,
+        *synth.launched("k2", 8.0, 500.0, 100.0, corr=4),
+        synth.op("aten::item", 415.0, 30.0),
+        synth.call("cudaStreamSynchronize", 420.0, 20.0, corr=51),
+        synth.op("aten::foo", 455.0, 25.0),
+    ]
+    return tracekit.load(synth.write(tmp_path, "rank0.trace.json", synth.doc(events)))
+
+
+def test_overlap_definitions(tmp_path):
+    row = overlap(fsdp_like(tmp_path)).row(0, named=True)
+    assert row == {"step": 1, "comm_ns": 200 * US, "compute_ns": 300 * US, "overlap_ns": 100 * US,
+                   "overlap_pct": 50.0, "exposed_comm_ns": 100 * US}
+
+
+def test_partition_parts_and_idle_causes(tmp_path):
+    parts = {(p["category"], p["cause"]): p["ns"] for p in breakdown(fsdp_like(tmp_path)).row(0, named=True)["parts"]}
+    assert parts == {
+        ("compute", None): 300 * US, ("comm", "all_gather"): 100 * US, ("memcpy", None): 10 * US,
+        ("idle", "sync: cudaStreamSynchronize"): 20 * US, ("idle", "cpu_op: aten::item"): 10 * US,
+        ("idle", "cpu_op: aten::foo"): 20 * US, ("idle", "nothing recorded"): 40 * US,
+    }
+    assert sum(parts.values()) == summary(fsdp_like(tmp_path))["gpu_span_ns"][0] == 500 * US
+
+
+def test_item_shares(tmp_path):
+    trace = fsdp_like(tmp_path)
+    _, items = step_partition(trace, 1)
+    names = trace.gpu.with_row_index("row").select("row", "name")
+    shares = dict(items.join(names, on="row", how="left").select(
+        pl.coalesce("name", "cause"), "share_ns").iter_rows())
+    assert shares["k1"] == 200 * US and shares["k2"] == 100 * US and shares["Memcpy HtoD (Pageable -> Device)"] == 10 * US
+    assert items["share_ns"].sum() == 500 * US
+
+
+def test_overlapping_kernels_share_equally_and_round_exactly(tmp_path):
+    """k1 [0,10) ns, k2 [5,16) ns: k1 = 5 + 2.5, k2 = 2.5 + 6 → 8 and 8 by largest remainder."""
+    events = [synth.step(1, 0.0, 1.0), *synth.launched("k1", 0.0, 0.100, 0.010, corr=1, stream=7),
+              *synth.launched("k2", 0.001, 0.105, 0.011, corr=2, stream=8)]
+    _, items = step_partition(tracekit.load(synth.write(tmp_path, "t.json", synth.doc(events))), 1)
+    assert sorted(items["share_ns"].to_list()) == [8, 8]
+    assert _largest_remainder(pytest.importorskip("numpy").array([7.5, 8.5]), 16).tolist() == [8, 8]
+
+
+def test_sync_ledger_blame_and_gpu_idle(tmp_path):
+    row = sync_ledger(fsdp_like(tmp_path)).row(0, named=True)
+    calls = {c["api"]: c for c in row["calls"]}
+    assert calls["cudaEventSynchronize"] == {
+        "api": "cudaEventSynchronize", "count": 1, "blocked_ns": 50 * US, "gpu_idle_ns": 50 * US,
+        "blame": ["FullyShardedDataParallel.rate_limiter", "FullyShardedDataParallel._pre_forward"]}
+    assert calls["cudaStreamSynchronize"]["blame"] == ["aten::item"]
+    assert calls["cudaStreamSynchronize"]["gpu_idle_ns"] == 20 * US
+    assert row["cuda_sync_events.Event Sync"] == 1
+
+
+def test_gpu_busy_during_a_sync_is_not_idle(tmp_path):
+    events = [synth.step(1, 0.0, 100.0), *synth.launched("k", 1.0, 10.0, 30.0, corr=1),
+              synth.call("cudaDeviceSynchronize", 20.0, 40.0, corr=9)]
+    (call,) = sync_ledger(tracekit.load(synth.write(tmp_path, "t.json", synth.doc(events))))["calls"][0]
+    assert (call["blocked_ns"], call["gpu_idle_ns"]) == (40 * US, 20 * US)
+
+
+def test_lagging_gpu_partition_names_the_other_steps_work(tmp_path):
+    """Step 1 launches k_a [150,170); step 2 launches k_b [140,145) and k_c [175,180)."""
+    events = [synth.step(1, 0.0, 100.0), synth.step(2, 100.0, 100.0),
+              *synth.launched("k_a", 90.0, 150.0, 20.0, corr=1),
+              *synth.launched("k_b", 110.0, 140.0, 5.0, corr=2),
+              *synth.launched("k_c", 111.0, 175.0, 5.0, corr=3)]
+    rows = {r["step"]: r for r in breakdown(tracekit.load(synth.write(tmp_path, "t.json", synth.doc(events)))).to_dicts()}
+    assert rows[1]["span_ns"] == 20 * US and rows[1]["parts"] == [{"category": "compute", "cause": None, "ns": 20 * US}]
+    parts = {(p["category"], p["cause"]): p["ns"] for p in rows[2]["parts"]}
+    assert parts == {("compute", None): 10 * US, ("idle", "other step's GPU work"): 20 * US,
+                     ("idle", "nothing recorded"): 10 * US}
+
+
+def test_collective_waiting_for_a_late_peer(tmp_path):
+    """The same all-gather: rank 0 [100,400) µs (it waited), rank 1 [350,400); 1024 floats in."""
+    for rank, (ts, dur) in enumerate([(100.0, 300.0), (350.0, 50.0)]):
+        events = [synth.step(1, 0.0, 1000.0), *synth.nccl("all_gather", 50.0, ts, dur, corr=1, nelems=1024)]
+        synth.write(tmp_path, f"rank{rank}.json", synth.doc(events, rank=rank))
+    run = tracekit.load(tmp_path)
+    (r0,), (r1,) = [f.row(0, named=True)["collectives"] for f in comms(run.traces)]
+    assert (r0["kernel_ns"], r0["transfer_ns"], r0["wait_ns"]) == (300 * US, 50 * US, 250 * US)
+    assert (r1["transfer_ns"], r1["wait_ns"]) == (50 * US, 0)
+    assert r1["bytes"] == 2048 * 4 and r1["algbw_gbps"] == round(8192 / 50_000, 3)
+    assert r1["busbw_gbps"] == pytest.approx(r1["algbw_gbps"] / 2)

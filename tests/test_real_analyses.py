@@ -1,0 +1,70 @@
+"""Analyses on the real H200 traces and on every external trace."""
+
+import polars as pl
+import pytest
+from conftest import DATA
+from test_external import FILES
+
+import tracekit
+from tracekit.analyses.breakdown import breakdown
+from tracekit.analyses.comms import comms
+from tracekit.analyses.summary import summary
+from tracekit.analyses.syncs import sync_ledger
+
+H200 = DATA / "h200x2-small"
+VARIANTS = ["ddp", "fsdp1", "fsdp1_nolimit", "fsdp2", "fsdp2_root"]
+
+
+def run(variant):
+    return tracekit.load(H200 / variant)
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_fsdp1_event_syncs_are_all_the_rate_limiter(rank):
+    calls = sync_ledger(run("fsdp1").traces[rank])["calls"][0]
+    event_syncs = [c for c in calls if c["api"] == "cudaEventSynchronize"]
+    assert sum(c["count"] for c in event_syncs) == 25
+    assert all(c["blame"][0] == "FullyShardedDataParallel.rate_limiter" for c in event_syncs)
+    outer = {name for c in event_syncs for name in c["blame"][1:2]}
+    assert outer == {"FullyShardedDataParallel._pre_forward", "FullyShardedDataParallel._pre_backward_prefetch",
+                     "FullyShardedDataParallel._pre_backward_hook"} & outer and "FullyShardedDataParallel._pre_forward" in outer
+    assert any("_pre_backward" in name for c in event_syncs for name in c["blame"])
+
+
+def test_fsdp2_has_no_event_syncs():
+    for trace in run("fsdp2").traces:
+        assert not [c for c in sync_ledger(trace)["calls"][0] if c["api"] == "cudaEventSynchronize"]
+
+
+@pytest.mark.parametrize("variant,all_gathers,reduce_scatters", [("fsdp1", 25, 13), ("fsdp2", 25, 13), ("fsdp2_root", 1, 1)])
+def test_collective_census(variant, all_gathers, reduce_scatters):
+    r = run(variant)
+    for frame in comms(r.traces):
+        rows = {c["kind"]: c for c in frame["collectives"][0]}
+        assert rows["all_gather"]["count"] == all_gathers and rows["reduce_scatter"]["count"] == reduce_scatters
+        for c in rows.values():
+            assert c["bytes"] > 0 and c["busbw_gbps"] > 0 and c["transfer_ns"] + c["wait_ns"] == c["kernel_ns"]
+
+
+def test_one_rank_waits_for_the_other_in_fsdp2():
+    waits = [sum(c["wait_ns"] for c in f["collectives"][0]) for f in comms(run("fsdp2").traces)]
+    kernel = [sum(c["kernel_ns"] for c in f["collectives"][0]) for f in comms(run("fsdp2").traces)]
+    assert min(waits) == 0 and max(w / k for w, k in zip(waits, kernel)) > 0.5
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_partition_adds_up_on_h200(variant):
+    for trace in run(variant).traces:
+        check_partition(trace)
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.parent.name)
+def test_partition_adds_up_on_external(path):
+    check_partition(tracekit.load(path))
+
+
+def check_partition(trace):
+    table = breakdown(trace).join(summary(trace).select("step", "gpu_span_ns"), on="step")
+    for row in table.filter(pl.col("span_ns").is_not_null()).to_dicts():
+        assert sum(p["ns"] for p in row["parts"]) == row["span_ns"] == row["gpu_span_ns"]
+        assert all(p["ns"] > 0 for p in row["parts"])
