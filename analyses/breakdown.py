@@ -26,7 +26,7 @@ from tracekit.analyses.syncs import SYNC_APIS
 from tracekit.model import Trace
 
 PRIORITY = ("compute", "comm", "memcpy", "memset")
-LAUNCH = re.compile(r"Launch|Memcpy|Memset")
+LAUNCH = r"Launch|Memcpy|Memset"  # idle inside these calls is `launch:`, else `runtime:`
 
 
 def _active(bounds: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
@@ -74,18 +74,10 @@ def step_partition(trace: Trace, step: int) -> tuple[pl.DataFrame, pl.DataFrame]
     for cat in reversed(PRIORITY):
         category[counts[cat] > 0] = cat
     idle = category == "idle"
-    # Idle causes, lowest priority first so that higher ones overwrite.
-    cause[idle] = "nothing recorded"
     seg = pl.DataFrame({"seg": np.arange(len(seg_len)), "start": bounds[:-1], "end": bounds[1:]})
-    outer = _outermost_ops(seg.filter(pl.Series(idle)), ops)
-    cause[outer["seg"].to_numpy()] = ("cpu_op: " + outer["o_name"]).to_numpy()
-    for frame, is_sync in ((launches, False), (syncs, True)):
-        for name in frame["name"].unique().sort(descending=True):
-            rows = frame.filter(pl.col("name") == name)
-            hit = idle & (_active(bounds, rows["start"].to_numpy(), rows["end"].to_numpy()) > 0)
-            cause[hit] = ("sync: " if is_sync else "launch: " if LAUNCH.search(name) else "runtime: ") + name
-    hit = idle & (_active(bounds, others["start"].to_numpy(), others["end"].to_numpy()) > 0)
-    cause[hit] = "other step's GPU work"
+    causes = _idle_causes(seg.filter(pl.Series(idle)), others, syncs, launches, ops)
+    cause[idle] = "nothing recorded"
+    cause[causes["seg"].to_numpy()] = causes["cause"].to_numpy()
     comm_kind = _winning_comm_kind(own, bounds, category)
     cause[category == "comm"] = comm_kind[category == "comm"]
 
@@ -125,15 +117,23 @@ def _winning_comm_kind(own: pl.DataFrame, bounds: np.ndarray, category: np.ndarr
     return kind
 
 
-def _outermost_ops(segments: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
-    """(seg, o_name): for each segment, the outermost CPU op (any thread) covering it."""
-    cands = ops.select(
-        pl.col("start").alias("o_start"), pl.col("end").alias("o_end"), pl.col("name").alias("o_name"))
-    if segments.height == 0 or cands.height == 0:
-        return pl.DataFrame(schema={"seg": pl.Int64, "o_name": pl.String})
-    pairs = segments.join_where(cands, pl.col("o_start") <= pl.col("start"), pl.col("o_end") >= pl.col("end"))
-    return (pairs.sort("seg", "o_start", pl.col("o_end"), descending=[False, False, True])
-            .group_by("seg", maintain_order=True).agg(pl.col("o_name").first()))
+def _idle_causes(segments: pl.DataFrame, others, syncs, launches, ops) -> pl.DataFrame:
+    """(seg, cause) for idle segments covered by something: the covering host event of highest
+    priority (other step's GPU work > sync > launch/runtime call > CPU op), the outermost
+    (earliest-starting) one among equals."""
+    name = pl.col("name")
+    host = pl.concat([
+        others.select("start", "end", cause=pl.lit("other step's GPU work"), rank=pl.lit(4)),
+        syncs.select("start", "end", cause=pl.lit("sync: ") + name, rank=pl.lit(3)),
+        launches.select("start", "end", rank=pl.lit(2), cause=pl.when(name.str.contains(LAUNCH))
+                        .then(pl.lit("launch: ") + name).otherwise(pl.lit("runtime: ") + name)),
+        ops.select("start", "end", cause=pl.lit("cpu_op: ") + name, rank=pl.lit(1)),
+    ], how="diagonal").rename({"start": "h_start", "end": "h_end"})
+    if segments.height == 0 or host.height == 0:
+        return pl.DataFrame(schema={"seg": pl.Int64, "cause": pl.String})
+    pairs = segments.join_where(host, pl.col("h_start") <= pl.col("start"), pl.col("h_end") >= pl.col("end"))
+    return (pairs.sort("seg", "rank", "h_start", "cause", descending=[False, True, False, False])
+            .group_by("seg", maintain_order=True).agg(pl.col("cause").first()))
 
 
 def breakdown(trace: Trace) -> pl.DataFrame:

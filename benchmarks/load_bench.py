@@ -27,6 +27,7 @@ SOURCE = Path(__file__).resolve().parents[1] / "tracekit" / "data" / "fsdp1_rank
 READERS = {
     "tracekit summary": ("import tracekit\nfrom tracekit.analyses.summary import summary",
                          "summary(tracekit.load(PATH))"),
+    "tracekit load": ("import tracekit", "tracekit.load(PATH)"),
     "msgspec typed decode": ("from tracekit.kineto import DECODER", "DECODER.decode(open(PATH, 'rb').read())"),
     "orjson.loads": ("import orjson", "orjson.loads(open(PATH, 'rb').read())"),
     "json.loads": ("import json", "json.loads(open(PATH, 'rb').read())"),
