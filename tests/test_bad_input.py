@@ -73,3 +73,12 @@ def test_cpu_only_trace_is_valid(tmp_path):
     assert result.exit_code == 0
     (step,) = json.loads(result.stdout)["traces"][0]["steps"]
     assert step["gpu_span_ns"] is None and step["kernels"] is None
+
+
+@pytest.mark.parametrize("verb", ["summary", "syncs", "comms", "overlap", "breakdown"])
+def test_every_verb_reports_bad_input_the_same_way(tmp_path, verb):
+    path = tmp_path / "truncated.json"
+    path.write_bytes(CASES["truncated.json"][0])
+    result = run(verb, path)
+    assert result.exit_code == 2 and result.stderr.startswith(f"tracekit: {path}: not valid JSON")
+    assert "Traceback" not in result.output
