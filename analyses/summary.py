@@ -8,7 +8,7 @@
 - overlap_pct, exposed_comm_ns: as `tracekit overlap`; idle_ns: the idle parts of
   `tracekit breakdown`.
 - collectives: by kind; counted from collective kernels on GPU traces, from the collective
-  ops (`record_param_comms`) on CPU-only traces.
+  ops on CPU-only traces (`record_param_comms`, else the `c10d::` dispatcher ops).
 """
 
 from __future__ import annotations
@@ -26,10 +26,15 @@ ALWAYS_REPORTED_SYNCS = ("cudaEventSynchronize", "cudaStreamSynchronize", "cudaD
 
 
 def collective_ops(trace: Trace) -> pl.DataFrame:
-    """CPU-side collective records (`record_param_comms`), with their kind."""
-    return trace.ops.filter(
-        (pl.col("name") == "record_param_comms") & pl.col("collective").is_not_null()
-    ).with_columns(coll_kind=collective_kind(pl.col("collective")))
+    """CPU-side collective calls, with their kind: the `record_param_comms` ops where the trace
+    has them, else the c10d dispatcher ops (`c10d::_allgather_base_`, `c10d::allreduce_`, …)
+    that newer torch records for gloo."""
+    records = trace.ops.filter((pl.col("name") == "record_param_comms") & pl.col("collective").is_not_null())
+    if records.height:
+        return records.with_columns(coll_kind=collective_kind(pl.col("collective")))
+    return (trace.ops.filter(pl.col("name").str.starts_with("c10d::"))
+            .with_columns(coll_kind=collective_kind(pl.col("name").str.strip_prefix("c10d::")))
+            .filter(pl.col("coll_kind").is_not_null()))
 
 
 def collective_counts(trace: Trace) -> pl.DataFrame:

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from importlib.resources import files
+from pathlib import Path
 
 import click
-import polars as pl
 
-from . import render as rendering
 from .errors import TraceError
-from .load import load
-from .model import Run, Trace
+
+# Analysis modules (polars) are imported inside the commands: the runners need only torch.
+FORMATS = ("table", "json", "csv", "md")
 
 SAMPLE = "sample: the embedded FSDP1 rank-0 trace (2x H200)"
 
@@ -20,9 +21,11 @@ class Group(click.Group):
     """Bad input → one line on stderr, exit 2, no traceback."""
 
     def invoke(self, ctx):
+        from tracekit.runners.launch import ProfileError
+
         try:
             return super().invoke(ctx)
-        except TraceError as e:
+        except (TraceError, ProfileError, ValueError) as e:
             click.echo(f"tracekit: {e}", err=True)
             ctx.exit(2)
 
@@ -38,8 +41,11 @@ def sample_trace_path() -> str:
     return str(files("tracekit") / "data" / "fsdp1_rank0.trace.json.gz")
 
 
-def load_traces(paths, rank: int | None) -> list[Trace]:
+def load_traces(paths, rank: int | None) -> list:
     """Every rank's trace under `paths` (files or run directories), optionally one rank."""
+    from .loading import load
+    from .model import Run
+
     traces = []
     for path in paths or [sample_trace_path()]:
         loaded = load(path)
@@ -63,17 +69,29 @@ def per_step(traces, analysis, step: int | None):
 def only_step(report, step: int | None):
     if step is None:
         return report
-    return [(t, frame.filter(pl.col("step") == step)) for t, frame in report]
+    return [(t, frame.filter(frame["step"] == step)) for t, frame in report]
 
 
 def emit(text: str) -> None:
     click.echo(text.rstrip("\n"))
 
 
+def render(report, fmt: str) -> str:
+    from .render import render as render_report
+
+    return render_report(report, fmt)
+
+
+def render_frame(frame, fmt: str) -> str:
+    from .render import render_frame as render_table
+
+    return render_table(frame, fmt)
+
+
 paths_argument = click.argument("paths", nargs=-1, type=click.Path(exists=True, dir_okay=True))
 step_option = click.option("--step", type=int, default=None, help="Only this step (default: all).")
 rank_option = click.option("--rank", type=int, default=None, help="Only this rank (default: all).")
-format_option = click.option("--format", "fmt", type=click.Choice(rendering.FORMATS), default="table",
+format_option = click.option("--format", "fmt", type=click.Choice(FORMATS), default="table",
                              show_default=True)
 
 
@@ -92,7 +110,7 @@ def summary(paths, step, rank, fmt):
     """
     from tracekit.analyses.summary import summary as analysis
 
-    emit(rendering.render(per_step(load_traces(paths, rank), analysis, step), fmt))
+    emit(render(per_step(load_traces(paths, rank), analysis, step), fmt))
 
 
 @verb
@@ -101,7 +119,7 @@ def syncs(paths, step, rank, fmt):
     blame: the enclosing CPU ops, innermost first. CUPTI cuda_sync records are counted apart."""
     from tracekit.analyses.syncs import sync_ledger
 
-    emit(rendering.render(per_step(load_traces(paths, rank), sync_ledger, step), fmt))
+    emit(render(per_step(load_traces(paths, rank), sync_ledger, step), fmt))
 
 
 @verb
@@ -112,7 +130,7 @@ def comms(paths, step, rank, fmt):
 
     traces = load_traces(paths, None)
     report = [(t, f) for t, f in zip(traces, analysis(traces)) if rank is None or t.rank == rank]
-    emit(rendering.render(only_step(report, step), fmt))
+    emit(render(only_step(report, step), fmt))
 
 
 @verb
@@ -124,7 +142,7 @@ def overlap(paths, step, rank, fmt, scope):
     from tracekit.analyses.overlap import overlap_trace_scope
 
     analysis = per_step_overlap if scope == "step" else overlap_trace_scope
-    emit(rendering.render(per_step(load_traces(paths, rank), analysis, step if scope == "step" else None), fmt))
+    emit(render(per_step(load_traces(paths, rank), analysis, step if scope == "step" else None), fmt))
 
 
 @verb
@@ -133,8 +151,103 @@ def breakdown(paths, step, rank, fmt):
     idle by host cause (parts add up to span_ns)."""
     from tracekit.analyses.breakdown import breakdown as analysis
 
-    emit(rendering.render(per_step(load_traces(paths, rank), analysis, step), fmt))
+    emit(render(per_step(load_traces(paths, rank), analysis, step), fmt))
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def variant_list(ctx, param, value: str) -> list[str]:
+    from tracekit.runners.parallelize import check_variants
+
+    try:
+        return check_variants([v.strip() for v in value.split(",") if v.strip()])
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
+
+
+@main.command()
+@click.option("--out", type=click.Path(file_okay=False), default="tracekit-out", show_default=True,
+              help="Output directory: manifest.json and <variant>/rank<r>.pt.trace.json.gz.")
+@click.option("--variants", callback=variant_list, default="ddp,fsdp1,fsdp2", show_default=True,
+              help="Comma-separated: ddp, fsdp1, fsdp1-nolimit, fsdp2, fsdp2-root, fsdp2-noreshard, "
+                   "fsdp2-compile, fsdp2-fp8.")
+@click.option("--preset", type=click.Choice(["tiny", "small", "medium", "large"]), default="tiny", show_default=True)
+@click.option("--blocks", type=int)
+@click.option("--hidden", type=int)
+@click.option("--heads", type=int)
+@click.option("--seq", type=int)
+@click.option("--batch", type=int)
+@click.option("--device", type=click.Choice(["cuda", "cpu"]), default=None,
+              help="Default: cuda when available (NCCL), else cpu (gloo).")
+@click.option("--nproc", type=int, default=None, help="Workers to start (default: GPUs, or 2 on CPU). "
+              "Ignored under torchrun/srun.")
+@click.option("--precision", type=click.Choice(["bf16", "fp32"]), default=None,
+              help="bf16 parameters with fp32 reduction (default on cuda) or fp32 (default on cpu).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--warmup", type=int, default=3, show_default=True)
+@click.option("--steps", type=int, default=10, show_default=True, help="Timed unprofiled steps.")
+@click.option("--with-stack", is_flag=True, help="Record Python stacks in the trace.")
+@click.option("--overwrite", is_flag=True, help="Write into an existing --out.")
+@click.option("--report/--no-report", default=True, show_default=True,
+              help="Print the variants side by side at the end (`tracekit report OUT` prints it later).")
+@format_option
+def profile(out, variants, preset, blocks, hidden, heads, seq, batch, device, nproc, precision, seed, warmup,
+            steps, with_stack, overwrite, report, fmt):
+    """Record one optimizer step per variant (one trace per rank) and report them side by side."""
+    import torch
+
+    from tracekit.runners.launch import prepare_out, profile as run_profile
+    from tracekit.runners.model import model_config
+
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise click.BadParameter("no CUDA device here; use --device cpu", param_hint="--device")
+    overrides = {"blocks": blocks, "hidden": hidden, "heads": heads, "seq": seq, "batch": batch}
+    model_config(preset, **overrides)  # reject bad shapes before starting workers
+    if warmup < 1 or steps < 1:
+        raise click.BadParameter("--warmup and --steps must be at least 1")
+    cfg = {"out": str(out), "variants": variants, "preset": preset, "overrides": overrides, "device": device,
+           "nproc": nproc or (torch.cuda.device_count() if device == "cuda" else 2),
+           "precision": precision or ("bf16" if device == "cuda" else "fp32"), "seed": seed, "warmup": warmup,
+           "steps": steps, "with_stack": with_stack}
+    if "RANK" not in os.environ:  # under torchrun every rank would race on this check
+        prepare_out(Path(out), overwrite)
+    if run_profile(cfg) is None:
+        return
+    click.echo(f"tracekit profile: wrote {out}/manifest.json and one trace per rank per variant", err=True)
+    if report:
+        show_report(out, fmt)
+
+
+@main.command("report")
+@click.argument("out", type=click.Path(exists=True, file_okay=False))
+@format_option
+def report_command(out, fmt):
+    """The variants of a `tracekit profile` output side by side, each against the first."""
+    show_report(out, fmt)
+
+
+def show_report(out, fmt: str) -> None:
+    from tracekit.analyses.variants import variant_table
+    from tracekit.loading import load_profile
+
+    emit(render_frame(variant_table(*load_profile(out)), fmt))
+
+
+@main.command()
+@click.argument("out", type=click.Path(exists=True, file_okay=False))
+@format_option
+def check(out, fmt):
+    """Compare the counts found in the traces of a profile output with what the runtime counted.
+
+    Prints every comparison; exits 1 on any mismatch."""
+    from tracekit.analyses.variants import count_check
+    from tracekit.loading import load_profile
+
+    table = count_check(*load_profile(out))
+    emit(render_frame(table, fmt))
+    mismatches = table.filter(~table["match"])
+    for row in mismatches.iter_rows(named=True):
+        click.echo(f"tracekit check: mismatch: {row['variant']} rank {row['rank']} {row['count']}: "
+                   f"trace {row['trace']}, runtime {row['runtime']}", err=True)
+    if mismatches.height:
+        sys.exit(1)
+

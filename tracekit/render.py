@@ -12,9 +12,6 @@ import json
 
 import polars as pl
 
-FORMATS = ("table", "json", "csv", "md")
-
-
 def nest(row: dict) -> dict:
     """`{"a.b": 1}` → `{"a": {"b": 1}}`."""
     out: dict = {}

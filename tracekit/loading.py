@@ -241,3 +241,28 @@ def _dims(value) -> str | None:
     if isinstance(value, list):
         return "x".join(map(str, value))
     return value
+
+
+def load_profile(out) -> tuple[dict, dict[str, Run]]:
+    """A `tracekit profile` output: (manifest, {variant: Run}) for the variants that ran."""
+    out = Path(out)
+    path = out / "manifest.json"
+    if not path.is_file():
+        raise TraceError(out, "no manifest.json: not a tracekit profile output")
+    try:
+        manifest = msgspec.json.decode(read_bytes(path))
+    except msgspec.DecodeError as e:
+        raise TraceError(path, f"not valid JSON ({e})") from None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("variants"), dict):
+        raise TraceError(path, "not a tracekit manifest (no variants)")
+    runs = {}
+    for variant, entry in manifest["variants"].items():
+        if entry.get("status") != "ok":
+            continue
+        if not (out / variant).is_dir():
+            raise TraceError(out / variant, "missing: the manifest lists it as ok")
+        runs[variant] = load_run(out / variant)
+        missing = {r["rank"] for r in entry["ranks"]} - {t.rank for t in runs[variant].traces}
+        if missing:
+            raise TraceError(out / variant, f"missing rank(s) {sorted(missing)}")
+    return manifest, runs

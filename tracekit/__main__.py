@@ -1,0 +1,5 @@
+"""`python -m tracekit` is the `tracekit` command."""
+
+from .cli import main
+
+main()
