@@ -99,7 +99,7 @@ def run_variant(variant: str, cfg: dict, rank: int, world: int, device: torch.de
         return loss, norm
 
     loss, norm = step(record_grad_norm=True)
-    first = {"loss": float(loss), "grad_norm": norm}
+    first = {"loss": loss.detach().item(), "grad_norm": norm}
     for _ in range(cfg["warmup"] - 1):
         step()
     synchronize(device)

@@ -1,0 +1,53 @@
+"""The committed real GPU run (tests/data/h200x2-blocks4): traces agree with the runtime's counts."""
+
+import json
+
+import polars as pl
+from click.testing import CliRunner
+from conftest import DATA
+
+from tracekit.analyses.breakdown import breakdown
+from tracekit.analyses.variants import count_check, variant_table
+from tracekit.cli import main
+from tracekit.loading import load_profile
+
+RUN = DATA / "h200x2-blocks4"
+
+
+def test_check_passes_on_the_gpu_run():
+    result = CliRunner().invoke(main, ["check", "--format", "json", str(RUN)])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)
+    assert {r["variant"] for r in rows} == {"ddp", "fsdp1", "fsdp2", "fsdp2-compile", "fsdp2-fp8"}
+    fsdp1 = {r["count"]: r["trace"] for r in rows if r["variant"] == "fsdp1" and r["rank"] == 0}
+    runtime = json.loads((RUN / "manifest.json").read_text())["variants"]["fsdp1"]["ranks"][0]["runtime_counts"]
+    assert fsdp1["syncs.cudaEventSynchronize"] == runtime["Event.synchronize"] > 0
+
+
+def test_every_variant_partitions_exactly_and_reports():
+    manifest, runs = load_profile(RUN)
+    assert count_check(manifest, runs)["match"].all()
+    for run in runs.values():
+        for trace in run.traces:
+            for row in breakdown(trace).filter(pl.col("span_ns").is_not_null()).to_dicts():
+                assert sum(p["ns"] for p in row["parts"]) == row["span_ns"]
+    table = variant_table(manifest, runs)
+    assert table.filter(pl.col("variant") == "ddp")["d_step_ms"].to_list() == [0.0, 0.0]
+    assert table["gpu_span_ns"].null_count() == 0
+
+
+def test_fp8_all_gathers_move_half_the_bytes_of_bf16():
+    """torchao's float8 all-gather ships the blocks' weights as 1-byte elements (dtype Byte)
+    where plain FSDP2 ships bf16; the root (embedding, head) stays bf16 in both."""
+    from tracekit.analyses.comms import collective_kernels
+
+    _, runs = load_profile(RUN)
+
+    def gathered(variant):
+        k = collective_kernels(runs[variant].traces[0]).filter(pl.col("coll_kind") == "all_gather")
+        return dict(k.group_by("dtype").agg(pl.col("bytes").sum()).iter_rows())
+
+    fp8, bf16 = gathered("fsdp2-fp8"), gathered("fsdp2")
+    assert set(fp8) == {"Byte", "BFloat16"} and set(bf16) == {"BFloat16"}
+    blocks_bf16 = bf16["BFloat16"] - fp8["BFloat16"]
+    assert 1.9 < blocks_bf16 / fp8["Byte"] <= 2.0
