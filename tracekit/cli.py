@@ -154,6 +154,37 @@ def breakdown(paths, step, rank, fmt):
     emit(render(per_step(load_traces(paths, rank), analysis, step), fmt))
 
 
+@main.command()
+@click.argument("a", type=click.Path(exists=True))
+@click.argument("b", type=click.Path(exists=True))
+@step_option
+@rank_option
+@click.option("--top", type=int, default=20, show_default=True, help="Items shown; the rest is one 'other' row.")
+@click.option("--by", type=click.Choice(["kernel", "fsdp"]), default="kernel", show_default=True,
+              help="Group by kernel identity (kind, name, op, phase) or by FSDP phase (kind, phase, FSDP label).")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
+              help="Also draw the waterfall to FILE.png or FILE.html.")
+@format_option
+def diff(a, b, step, rank, top, by, plot_path, fmt):
+    """Attribute B's step time minus A's to kernels, collectives and idle causes, exactly.
+
+    A and B are trace files or run directories of the same job in two variants."""
+    from tracekit.analyses.diff import diff_runs
+    from tracekit.render import render_diff
+
+    a_traces, b_traces = load_traces([a], rank), load_traces([b], rank)
+    per_rank, together, warnings = diff_runs(a_traces, b_traces, step, top, by)
+    for warning in warnings:
+        click.echo(f"tracekit: warning: {warning}", err=True)
+    shown = per_rank[0] if len(per_rank) == 1 else together
+    emit(render_diff(a, b, shown, per_rank, fmt))
+    if plot_path:
+        from tracekit.plot import waterfall
+
+        waterfall(shown, Path(a).name, Path(b).name, plot_path)
+        click.echo(f"tracekit: wrote {plot_path}", err=True)
+
+
 def variant_list(ctx, param, value: str) -> list[str]:
     from tracekit.runners.parallelize import check_variants
 
@@ -226,10 +257,17 @@ def report_command(out, fmt):
 
 
 def show_report(out, fmt: str) -> None:
-    from tracekit.analyses.variants import variant_table
+    """The variants side by side, then each one's exact diff against the first (top items)."""
+    from tracekit.analyses.variants import variant_diffs, variant_table
     from tracekit.loading import load_profile
+    from tracekit.render import render_diff
 
-    emit(render_frame(variant_table(*load_profile(out)), fmt))
+    manifest, runs = load_profile(out)
+    emit(render_frame(variant_table(manifest, runs), fmt))
+    if fmt in ("table", "md"):
+        for (a, b), diff in variant_diffs(runs, top=8).items():
+            click.echo("")
+            emit(render_diff(a, b, diff, [], fmt))
 
 
 @main.command()

@@ -48,22 +48,30 @@ def gpu_category(kind: pl.Expr, name: pl.Expr) -> pl.Expr:
     )
 
 
+# Generic launchers whose meaning is in the functor they run: kept as `family<functor>`.
+_WRAPPERS = ["elementwise_kernel", "vectorized_elementwise_kernel", "unrolled_elementwise_kernel",
+             "reduce_kernel", "multi_tensor_apply_kernel", "index_elementwise_kernel"]
+_FUNCTOR = r"([A-Za-z0-9_]+(?:_kernel_cuda|Functor|_functor))"
+
+
 def kernel_identity(name: pl.Expr) -> pl.Expr:
     """A kernel's name with launch-specific detail removed, so that one kernel matches itself
-    across variants: no `void `, template arguments `<…>`, argument lists `(…)`, lambda and
-    anonymous-namespace noise, trailing numbers of generated (triton/inductor) kernels, and
-    `nvjet_*` GEMM tile configurations folded to `nvjet gemm`."""
-    out = name.str.replace(r"^void ", "")
-    # Remove nested <...> and (...) by repeated innermost-first stripping.
-    for _ in range(6):
-        out = out.str.replace_all(r"<[^<>]*>", "").str.replace_all(r"\([^()]*\)", "")
+    across variants: no `void `, namespaces `at::native::`/anonymous, template and argument
+    lists; generic launchers keep their functor (`vectorized_elementwise_kernel<
+    bfloat16_copy_kernel_cuda>`, `multi_tensor_apply_kernel<CopyFunctor>`); generated
+    triton/inductor kernels lose their trailing numbers; `nvjet_*` GEMM tile configurations
+    fold to `nvjet gemm`, cuDNN's generated attention kernels to `cudnn sdpa fwd`/`bwd`; NCCL
+    kernels keep their collective (`ncclDevKernel_AllGather`)."""
+    clean = (name.str.replace(r"^void ", "").str.replace_all(r"\(anonymous namespace\)::", "")
+             .str.replace_all(r"\bat::native::", "").str.replace_all(r"\bat_cuda_detail::cub::detail::", "cub::"))
+    family = clean.str.extract(r"^([^<(]+)", 1).str.strip_chars()
+    functor = clean.str.extract(_FUNCTOR, 1)
     out = (
-        out.str.replace_all(r"\{lambda[^}]*\}(#\d+)?", "")
-        .str.replace_all(r"\(anonymous namespace\)::", "")
-        .str.replace_all(r"::+$", "")
-        .str.replace(r"^(triton_[a-z]+_[A-Za-z0-9_]*?)(_\d+)+$", "$1")
-        .str.replace(r"^nvjet_.*", "nvjet gemm")
-        .str.replace(r"^(ncclDevKernel_[A-Za-z]+)_.*$", "$1")
-        .str.strip_chars()
+        pl.when(family.is_in(_WRAPPERS) & functor.is_not_null()).then(family + "<" + functor + ">")
+        .when(family.str.contains(r"sdpa.*fprop")).then(pl.lit("cudnn sdpa fwd"))
+        .when(family.str.contains(r"sdpa.*bprop")).then(pl.lit("cudnn sdpa bwd"))
+        .when(family.str.starts_with("nvjet_")).then(pl.lit("nvjet gemm"))
+        .when(family.str.contains(r"^ncclDevKernel_[A-Za-z]+_")).then(family.str.extract(r"^(ncclDevKernel_[A-Za-z]+)", 1))
+        .otherwise(family.str.replace(r"^(triton_[a-z]+_[A-Za-z0-9_]*?)(_\d+)+$", "$1"))
     )
-    return pl.when(out == "").then(name).otherwise(out)
+    return pl.when(out.is_null() | (out == "")).then(name).otherwise(out)

@@ -1,0 +1,52 @@
+"""FSDP phases: where in the step each GPU activity was launched.
+
+For each activity, the annotations and ops enclosing its launching call (same thread,
+start ≤ call start, end ≥ call end) give:
+- `phase`: `optimizer` inside `Optimizer.step#…`/`Optimizer.zero_grad#…`; `backward` inside
+  an autograd engine function or an FSDP backward hook; else `forward`;
+- `fsdp`: the innermost FSDP label (FSDP1's `FullyShardedDataParallel.forward`, which wraps
+  the module's whole forward, is not one) — FSDP2 `FSDP::pre_forward (blocks.3)`,
+  `fsdp::all_gather_copy_in`, `FSDP::post_backward_reduce (…)`…, FSDP1
+  `FullyShardedDataParallel._pre_forward`, `.rate_limiter`, … — with its unit (the FQN in
+  parentheses) split off into `unit`;
+- `op`: the CPU op that launched it (same External id).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from tracekit.model import Trace
+
+FSDP_LABEL = r"^(FSDP::|fsdp::|FullyShardedDataParallel\.)"
+MODULE_FORWARD = "FullyShardedDataParallel.forward"
+MARKERS = FSDP_LABEL + r"|^Optimizer\.(step|zero_grad)#|^autograd::engine::evaluate_function"
+
+
+def launch_context(trace: Trace) -> pl.DataFrame:
+    """One row per GPU activity (row index into trace.gpu): phase, fsdp, unit, op."""
+    gpu = trace.gpu.with_row_index("row").select("row", "correlation", "ext_id")
+    calls = trace.calls.select("correlation", pl.col("tid").alias("c_tid"), pl.col("start").alias("c_start"),
+                               pl.col("end").alias("c_end")).unique("correlation")
+    launches = gpu.join(calls, on="correlation", how="left")
+    marks = trace.ops.filter(pl.col("name").str.contains(MARKERS)).select(
+        pl.col("tid").alias("m_tid"), pl.col("start").alias("m_start"), pl.col("end").alias("m_end"),
+        pl.col("name").alias("m_name"))
+    found = launches.filter(pl.col("c_start").is_not_null()).join_where(
+        marks, pl.col("m_tid") == pl.col("c_tid"), pl.col("m_start") <= pl.col("c_start"),
+        pl.col("m_end") >= pl.col("c_end"))
+    fsdp = (found.filter(pl.col("m_name").str.contains(FSDP_LABEL) & (pl.col("m_name") != MODULE_FORWARD))
+            .sort("row", "m_start", descending=[False, True])
+            .group_by("row", maintain_order=True).agg(label=pl.col("m_name").first()))
+    coarse = found.group_by("row").agg(
+        optimizer=pl.col("m_name").str.starts_with("Optimizer.").any(),
+        backward=(pl.col("m_name").str.starts_with("autograd::") | pl.col("m_name").str.contains("backward")).any())
+    launcher = trace.ops.filter(pl.col("cat") == "cpu_op").select("ext_id", op=pl.col("name")).unique("ext_id")
+    return (launches.select("row", "ext_id").join(fsdp, on="row", how="left").join(coarse, on="row", how="left")
+            .join(launcher, on="ext_id", how="left")
+            .with_columns(
+                phase=pl.when(pl.col("optimizer")).then(pl.lit("optimizer"))
+                .when(pl.col("backward")).then(pl.lit("backward")).otherwise(pl.lit("forward")),
+                fsdp=pl.col("label").str.replace(r" \(.*\)$", ""),
+                unit=pl.col("label").str.extract(r"\((.*)\)$", 1))
+            .select("row", "phase", "fsdp", "unit", "op").sort("row"))

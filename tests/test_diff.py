@@ -1,0 +1,96 @@
+"""`tracekit diff`: hand-computed waterfalls, and the exact-sum property on every real pair."""
+
+import itertools
+import json
+
+import pytest
+import synth
+from click.testing import CliRunner
+from conftest import DATA
+
+import tracekit
+from tracekit.analyses.diff import diff_runs, diff_traces
+from tracekit.analyses.summary import summary
+from tracekit.cli import main
+
+US = 1000
+
+
+def pair(tmp_path):
+    """A: k1 [0,100) and an all-gather [50,150) µs → span 150 = compute 100 + exposed comm 50.
+    B: k1 [0,100), the all-gather [100,130), a new kernel k2 [130,140) → span 140 =
+    compute 110 + comm 30. So B − A = −10 = k1 0 + all-gather −20 + k2 +10."""
+    a = [synth.step(1, 0.0, 500.0), *synth.launched("k1", 1.0, 0.0, 100.0, corr=1),
+         *synth.nccl("all_gather", 2.0, 50.0, 100.0, corr=2)]
+    b = [synth.step(1, 0.0, 500.0), *synth.launched("k1", 1.0, 0.0, 100.0, corr=1),
+         *synth.nccl("all_gather", 2.0, 100.0, 30.0, corr=2), *synth.launched("k2", 3.0, 130.0, 10.0, corr=3)]
+    return (tracekit.load(synth.write(tmp_path, "a.json", synth.doc(a))),
+            tracekit.load(synth.write(tmp_path, "b.json", synth.doc(b))))
+
+
+def test_hand_computed_waterfall(tmp_path):
+    a, b = pair(tmp_path)
+    d = diff_traces(a, b, 1, 1)
+    assert (d["a_step_ns"], d["b_step_ns"], d["step_delta_ns"]) == (150 * US, 140 * US, -10 * US)
+    items = {(r["kind"], r["name"]): (r["delta_ns"], r["change"]) for r in d["items"].to_dicts()}
+    assert items == {("comm", "all_gather Float"): (-20 * US, ""), ("compute", "k2"): (10 * US, "added"),
+                     ("compute", "k1"): (0, "")}
+    (coll,) = d["collectives"].to_dicts()
+    assert (coll["a_exposed_ns"], coll["b_exposed_ns"]) == (50 * US, 30 * US)
+
+
+def test_top_and_other_keep_the_sum(tmp_path):
+    a, b = pair(tmp_path)
+    d = diff_traces(a, b, 1, 1, top=1)
+    assert d["items"].height == 2 and d["items"]["kind"].to_list()[-1] == "other"
+    assert d["items"]["delta_ns"].sum() == d["step_delta_ns"]
+
+
+def test_no_common_step_and_world_size_mismatch_warn(tmp_path):
+    a = [synth.step(3, 0.0, 50.0), *synth.launched("k", 1.0, 2.0, 5.0, corr=1)]
+    b = [synth.step(7, 0.0, 50.0), *synth.launched("k", 1.0, 2.0, 6.0, corr=1)]
+    ta = tracekit.load(synth.write(tmp_path, "a.json", synth.doc(a, world_size=2)))
+    tb = tracekit.load(synth.write(tmp_path, "b.json", synth.doc(b, world_size=4)))
+    diffs, _, warnings = diff_runs([ta], [tb], None, 10, "kernel")
+    assert any("no common step" in w for w in warnings) and any("world size" in w for w in warnings)
+    assert diffs[0]["step_delta_ns"] == 1 * US
+
+
+VARIANTS = ["ddp", "fsdp1", "fsdp1_nolimit", "fsdp2", "fsdp2_root"]
+
+
+@pytest.mark.parametrize("a,b", list(itertools.permutations(VARIANTS, 2)))
+def test_exact_sum_on_every_pair_of_real_variants(a, b):
+    runs = [tracekit.load(DATA / "h200x2-small" / v) for v in (a, b)]
+    per_rank, together, _ = diff_runs(runs[0].traces, runs[1].traces, None, 10, "kernel")
+    for d, ta, tb in zip(per_rank, runs[0].traces, runs[1].traces):
+        assert d["all_items"]["delta_ns"].sum() == d["step_delta_ns"] == d["b_step_ns"] - d["a_step_ns"]
+        assert d["items"]["delta_ns"].sum() == d["step_delta_ns"]
+        assert d["a_step_ns"] == summary(ta)["gpu_span_ns"][0] and d["b_step_ns"] == summary(tb)["gpu_span_ns"][0]
+    assert together["all_items"]["delta_ns"].sum() == together["step_delta_ns"]
+
+
+def test_fsdp1_vs_fsdp2_names_what_changed():
+    result = CliRunner().invoke(main, ["diff", "--format", "json", "--top", "400", "--rank", "0",
+                                       str(DATA / "h200x2-small" / "fsdp1"), str(DATA / "h200x2-small" / "fsdp2")])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["rank"] == 0 and sum(i["delta_ns"] for i in doc["items"]) == doc["step_delta_ns"]
+    added = {i["name"] for i in doc["items"] if i["change"] == "added" and i["kind"] == "compute"}
+    removed = {i["name"] for i in doc["items"] if i["change"] == "removed" and i["kind"] == "compute"}
+    assert {"detail::chunk_cat_cuda_kernel", "detail::split_with_sizes_copy_out_contiguous_no_cast_kernel",
+            "multi_tensor_apply_kernel<CopyFunctor>"} <= added
+    assert {"CatArrayBatchedCopy_vectorized", "unrolled_elementwise_kernel<direct_copy_kernel_cuda>"} <= removed
+    syncs = {s["api"]: s for s in doc["syncs"]}
+    assert (syncs["cudaEventSynchronize"]["a_count"], syncs["cudaEventSynchronize"]["b_count"]) == (25, 0)
+
+
+def test_plot_and_fsdp_view(tmp_path):
+    out = tmp_path / "w.png"
+    result = CliRunner().invoke(main, ["diff", "--by", "fsdp", "--plot", str(out), "--format", "csv",
+                                       str(DATA / "h200x2-small" / "fsdp1"), str(DATA / "h200x2-small" / "fsdp2")])
+    assert result.exit_code == 0, result.output
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    header = result.stdout.splitlines()[0]
+    assert header == "kind,phase,fsdp,change,a_ns,b_ns,delta_ns,a_count,b_count"
+    assert "FSDP::post_backward_reduce" in result.stdout and "FullyShardedDataParallel._post_backward_hook" in result.stdout
