@@ -51,45 +51,51 @@ def _largest_remainder(shares: np.ndarray, total: int) -> np.ndarray:
     return base
 
 
-def step_partition(trace: Trace, step: int) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(parts, items) of one step. parts: category, cause, ns. items: row (index into
-    `trace.gpu`) or idle cause, category, cause, share_ns."""
-    gpu = trace.gpu.with_row_index("row")
-    own = gpu.filter(pl.col("step") == step)
+def step_segments(trace: Trace, step: int) -> pl.DataFrame:
+    """The step span's elementary segments: start, end, category, cause, and how many of the
+    step's activities of each category are active (n_compute, n_comm, n_memcpy, n_memset)."""
+    own = trace.gpu.filter(pl.col("step") == step)
     lo, hi = own["start"].min(), own["end"].max()
-    others = _clip(gpu.filter((pl.col("step") != step) | pl.col("step").is_null()), lo, hi)
+    others = _clip(trace.gpu.filter((pl.col("step") != step) | pl.col("step").is_null()), lo, hi)
     calls = _clip(trace.calls, lo, hi)
     syncs = calls.filter(pl.col("name").is_in(SYNC_APIS))
     launches = calls.filter(~pl.col("name").is_in(SYNC_APIS))
     ops = _clip(trace.ops.filter(~pl.col("name").str.starts_with("ProfilerStep#")), lo, hi)
     bounds = np.unique(np.concatenate([
         frame[col].to_numpy() for frame in (own, calls, others, ops) for col in ("start", "end")]))
-    seg_len = np.diff(bounds)
-    category = np.full(len(seg_len), "idle", dtype=object)
-    cause = np.full(len(seg_len), None, dtype=object)
+    category = np.full(len(bounds) - 1, "idle", dtype=object)
+    cause = np.full(len(bounds) - 1, None, dtype=object)
     counts = {}
     for cat in reversed(PRIORITY):
         part = own.filter(pl.col("category") == cat)
         counts[cat] = _active(bounds, part["start"].to_numpy(), part["end"].to_numpy())
-    for cat in reversed(PRIORITY):
         category[counts[cat] > 0] = cat
     idle = category == "idle"
-    seg = pl.DataFrame({"seg": np.arange(len(seg_len)), "start": bounds[:-1], "end": bounds[1:]})
+    seg = pl.DataFrame({"seg": np.arange(len(bounds) - 1), "start": bounds[:-1], "end": bounds[1:]})
     causes = _idle_causes(seg.filter(pl.Series(idle)), others, syncs, launches, ops)
     cause[idle] = "nothing recorded"
     cause[causes["seg"].to_numpy()] = causes["cause"].to_numpy()
     comm_kind = _winning_comm_kind(own, bounds, category)
     cause[category == "comm"] = comm_kind[category == "comm"]
+    return seg.drop("seg").with_columns(
+        category=pl.Series(category.tolist(), dtype=pl.String), cause=pl.Series(cause.tolist(), dtype=pl.String),
+        **{f"n_{cat}": pl.Series(counts[cat]) for cat in PRIORITY})
 
-    parts = (pl.DataFrame({"category": category.tolist(), "cause": cause.tolist(), "ns": seg_len},
-                          schema={"category": pl.String, "cause": pl.String, "ns": pl.Int64})
-             .group_by("category", "cause").agg(pl.col("ns").sum()))
+
+def step_partition(trace: Trace, step: int) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(parts, items) of one step. parts: category, cause, ns. items: row (index into
+    `trace.gpu`) or idle cause, category, cause, share_ns."""
+    segments = step_segments(trace, step).with_columns(ns=pl.col("end") - pl.col("start"))
+    parts = segments.group_by("category", "cause").agg(pl.col("ns").sum())
+    bounds = np.append(segments["start"].to_numpy(), segments["end"][-1])
+    seg_len, category = segments["ns"].to_numpy(), segments["category"].to_numpy()
+    own = trace.gpu.with_row_index("row").filter(pl.col("step") == step)
     items = [_idle_items(parts)]
     for cat in PRIORITY:
         part = own.filter(pl.col("category") == cat)
         if part.height == 0:
             continue
-        per_seg = np.where(category == cat, seg_len / np.maximum(counts[cat], 1), 0.0)
+        per_seg = np.where(category == cat, seg_len / np.maximum(segments[f"n_{cat}"].to_numpy(), 1), 0.0)
         prefix = np.concatenate([[0.0], np.cumsum(per_seg)])
         i0 = np.searchsorted(bounds, part["start"].to_numpy())
         i1 = np.searchsorted(bounds, part["end"].to_numpy())

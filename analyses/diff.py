@@ -33,8 +33,9 @@ CHANGE = (pl.when(pl.col("a_count") == 0).then(pl.lit("added"))
           .when(pl.col("b_count") == 0).then(pl.lit("removed")).otherwise(pl.lit("")))
 
 
-def step_items(trace: Trace, step: int) -> pl.DataFrame:
-    """The step's items with their identity: kind, name, op, phase, fsdp, unit, ns."""
+def step_items(trace: Trace, step: int, with_rows: bool = False) -> pl.DataFrame:
+    """The step's items with their identity: kind, name, op, phase, fsdp, unit, ns (and `row`,
+    the index into trace.gpu, with_rows)."""
     _, items = step_partition(trace, step)
     gpu = trace.gpu.with_row_index("row").select(
         "row", "name", "dtype", kind_detail=pl.col("category")).with_columns(identity=kernel_identity(pl.col("name")))
@@ -47,6 +48,7 @@ def step_items(trace: Trace, step: int) -> pl.DataFrame:
                                                                pl.col("dtype").fill_null("?")))
         .otherwise(pl.col("identity")),
         op=pl.col("op"), phase=pl.col("phase"), fsdp=pl.col("fsdp"), unit=pl.col("unit"), ns=pl.col("share_ns"),
+        *([pl.col("row")] if with_rows else []),
     ).with_columns(name=pl.when(pl.col("kind") == "idle").then(pl.col("name").str.replace(r" \(.*\)$", ""))
                    .otherwise(pl.col("name")))
 

@@ -185,6 +185,68 @@ def diff(a, b, step, rank, top, by, plot_path, fmt):
         click.echo(f"tracekit: wrote {plot_path}", err=True)
 
 
+@main.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="The .pftrace to write.")
+@click.option("--diff", "as_diff", is_flag=True, help="PATHS are A and B: both variants side by side, aligned at "
+              "their step start, with the top diff items marked.")
+@step_option
+@rank_option
+@click.option("--top", type=int, default=10, show_default=True, help="With --diff: diff items marked.")
+def export(paths, output, as_diff, step, rank, top):
+    """Write a Perfetto trace with the source tracks and what the analyses found."""
+    from tracekit.export import export_diff, export_traces
+
+    if not as_diff:
+        n = export_traces(list(paths), output)
+        click.echo(f"tracekit: wrote {output} ({n} rank trace(s)); view it with `tracekit open {output}`", err=True)
+        return
+    if len(paths) != 2:
+        raise click.UsageError("--diff takes exactly two PATHS: A and B")
+    from tracekit.analyses.diff import diff_runs
+
+    a_traces, b_traces = load_traces([paths[0]], rank), load_traces([paths[1]], rank)
+    _, together, warnings = diff_runs(a_traces, b_traces, step, top, "kernel")
+    for warning in warnings:
+        click.echo(f"tracekit: warning: {warning}", err=True)
+    export_diff(a_traces, b_traces, together, (Path(paths[0]).name, Path(paths[1]).name), output, top)
+    click.echo(f"tracekit: wrote {output}; view it with `tracekit open {output}`", err=True)
+
+
+@main.command("open")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@click.option("--port", type=int, default=9001, show_default=True)
+@click.option("--browser/--no-browser", default=True, help="Open the link in a browser when one exists.")
+def open_command(file, port, browser):
+    """Serve FILE to the Perfetto UI (ui.perfetto.dev) once, the way Perfetto's own
+    open_trace_in_ui does, and print the link. Exits after the UI fetched it, or on Ctrl-C."""
+    from tracekit.serve import serve_once
+
+    try:
+        serve_once(Path(file), port, browser, lambda line: click.echo(line, err=True))
+    except KeyboardInterrupt:
+        click.echo("tracekit: stopped", err=True)
+
+
+@main.group()
+def plot():
+    """Pictures of a trace (matplotlib)."""
+
+
+@plot.command()
+@click.argument("paths", nargs=-1, type=click.Path(exists=True))
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="FILE.png or FILE.html")
+@step_option
+@rank_option
+def timeline(paths, output, step, rank):
+    """One step per rank: GPU streams as lanes, comm vs compute, exposed comm and idle."""
+    from tracekit.plot import timeline as draw
+
+    traces = load_traces(paths, rank)
+    draw(traces, step, output)
+    click.echo(f"tracekit: wrote {output}", err=True)
+
+
 def variant_list(ctx, param, value: str) -> list[str]:
     from tracekit.runners.parallelize import check_variants
 

@@ -44,12 +44,18 @@ def load(path) -> Trace | Run:
     return load_trace(path)
 
 
+def trace_files(path: Path) -> list[Path]:
+    """`path` itself, or the `.json`/`.json.gz` files directly in the directory `path`."""
+    if not path.is_dir():
+        return [path]
+    return sorted(p for p in path.iterdir() if p.is_file() and p.name.endswith(TRACE_SUFFIXES))
+
+
 def load_run(path) -> Run:
     """Every trace file directly in `path`, one per rank. Non-trace JSON is skipped with a note."""
     path = Path(path)
-    files = sorted(p for p in path.iterdir() if p.is_file() and p.name.endswith(TRACE_SUFFIXES))
     traces, notes = [], []
-    for file in files:
+    for file in trace_files(path):
         try:
             traces.append(load_trace(file))
         except NotATrace:

@@ -57,3 +57,57 @@ def waterfall(diff: dict, a_label: str, b_label: str, path) -> None:
     ax.set_title(f"{b_label} − {a_label}: {diff['step_delta_ns'] / 1e6:+.3f} ms ({who})")
     save(fig, Path(path))
     plt.close(fig)
+
+
+COLOURS = {"compute": "#2e86c1", "comm": "#e67e22", "memcpy": "#7f8c8d", "memset": "#95a5a6"}
+
+
+def timeline(traces: list, step: int | None, path) -> None:
+    """One step per rank: each GPU stream a lane (compute blue, comm orange, memcpy/memset
+    grey), and a lane of the step partition: exposed comm red, idle light grey."""
+    import polars as pl
+
+    from tracekit.analyses.breakdown import step_segments
+
+    plt = _pyplot()
+    panels = []
+    for trace in traces:
+        steps = trace.gpu.filter(pl.col("step").is_not_null())["step"].unique().sort().to_list()
+        if not steps:
+            continue
+        chosen = step if step in steps else steps[-1]
+        own = trace.gpu.filter(pl.col("step") == chosen)
+        panels.append((trace, chosen, own, step_segments(trace, chosen)))
+    if not panels:
+        raise ValueError("no step with GPU work to draw")
+    lanes = sum(own["stream"].n_unique() + 1 for _, _, own, _ in panels)
+    fig, axes = plt.subplots(len(panels), 1, figsize=(14, 0.45 * lanes + 1.2 * len(panels)), squeeze=False)
+    for ax, (trace, chosen, own, segments) in zip(axes[:, 0], panels):
+        origin = own["start"].min()
+        labels = []
+        for lane, stream in enumerate(own["stream"].unique().sort().to_list()):
+            rows = own.filter(pl.col("stream") == stream)
+            for cat, colour in COLOURS.items():
+                part = rows.filter(pl.col("category") == cat)
+                ax.broken_barh(list(zip(((part["start"] - origin) / 1e6).to_list(),
+                                        ((part["end"] - part["start"]) / 1e6).to_list())),
+                               (lane - 0.4, 0.8), color=colour, linewidth=0)
+            labels.append(f"stream {stream}")
+        lane = len(labels)
+        for cat, colour in (("comm", "#c0392b"), ("idle", "#d5d8dc")):
+            part = segments.filter(pl.col("category") == cat)
+            ax.broken_barh(list(zip(((part["start"] - origin) / 1e6).to_list(),
+                                    ((part["end"] - part["start"]) / 1e6).to_list())),
+                           (lane - 0.4, 0.8), color=colour, linewidth=0)
+        labels.append("exposed comm / idle")
+        ax.set_yticks(range(len(labels)), labels, fontsize=8)
+        ax.invert_yaxis()
+        span = (own["end"].max() - origin) / 1e6
+        ax.set_xlim(0, span)
+        ax.set_title(f"rank {trace.rank}, step {chosen}: GPU span {span:.2f} ms — {Path(trace.path).name}", fontsize=9)
+    axes[-1, 0].set_xlabel("ms from the step's first GPU activity")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in (*COLOURS.values(), "#c0392b", "#d5d8dc")]
+    fig.legend(handles, [*COLOURS, "exposed comm", "idle"], loc="upper right", ncol=6, fontsize=8)
+    fig.tight_layout(rect=(0, 0, 1, 0.97))
+    save(fig, Path(path))
+    plt.close(fig)

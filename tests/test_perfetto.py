@@ -1,0 +1,153 @@
+"""Perfetto export decoded with the perfetto package's own protos; `open` against a real client."""
+
+import threading
+import urllib.error
+import urllib.request
+from collections import Counter
+
+import polars as pl
+import pytest
+from click.testing import CliRunner
+from conftest import DATA
+from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace as PerfettoTrace
+from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TrackEvent
+
+import tracekit
+from tracekit.cli import main
+from tracekit.serve import make_server, ui_link
+
+FSDP1 = DATA / "h200x2-small" / "fsdp1"
+
+
+def decode(path):
+    trace = PerfettoTrace.FromString(path.read_bytes())
+    tracks = {p.track_descriptor.uuid: p.track_descriptor for p in trace.packet if p.HasField("track_descriptor")}
+    events = [p for p in trace.packet if p.HasField("track_event")]
+    return tracks, events
+
+
+def track_name(track):
+    return track.process.process_name if track.HasField("process") else track.name
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    out = tmp_path_factory.mktemp("export") / "fsdp1.pftrace"
+    result = CliRunner().invoke(main, ["export", str(FSDP1), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    return decode(out)
+
+
+def test_one_slice_per_gpu_activity_and_the_tracks_exist(exported):
+    tracks, events = exported
+    names = Counter(track_name(t) for t in tracks.values())
+    run = tracekit.load(FSDP1)
+    assert sum(1 for n in names if n.startswith("rank ")) == 2
+    for derived in ("tracekit: exposed comm", "tracekit: overlapped comm", "tracekit: idle", "tracekit: host syncs",
+                    "tracekit: steps", "tracekit: GPU span", "tracekit: GPU activities running",
+                    "tracekit: collectives in flight"):
+        assert names[derived] == 2, derived
+    gpu_tracks = {u for u, t in tracks.items() if t.name.startswith("GPU ") and "stream" in t.name}
+    begins = sum(1 for e in events if e.track_event.track_uuid in gpu_tracks
+                 and e.track_event.type == TrackEvent.TYPE_SLICE_BEGIN)
+    assert begins == sum(t.gpu.height for t in run.traces)
+
+
+def test_a_known_kernel_round_trips(exported):
+    tracks, events = exported
+    trace = tracekit.load(FSDP1 / "rank0.trace.json.gz")
+    kernel = trace.gpu.filter(pl.col("name").str.starts_with("ncclDevKernel_AllGather")).sort("start").row(0, named=True)
+    start = trace.origin_us * 1000 + kernel["start"]
+    matches = [e for e in events if e.timestamp == start and e.track_event.name == kernel["name"]]
+    (begin,) = matches
+    end = next(e for e in events if e.track_event.track_uuid == begin.track_event.track_uuid
+               and e.track_event.type == TrackEvent.TYPE_SLICE_END and e.timestamp >= start)
+    assert end.timestamp - start == kernel["end"] - kernel["start"]
+    args = {a.name: a for a in begin.track_event.debug_annotations}
+    assert args["correlation"].int_value == kernel["correlation"] and args["collective"].string_value == "_allgather_base"
+
+
+def test_host_sync_track_counts_the_syncs(exported):
+    tracks, events = exported
+    sync_tracks = {u for u, t in tracks.items() if t.name == "tracekit: host syncs"}
+    syncs = Counter(e.track_event.name for e in events if e.track_event.track_uuid in sync_tracks
+                    and e.track_event.type == TrackEvent.TYPE_SLICE_BEGIN)
+    assert syncs["cudaEventSynchronize"] == 50  # 25 per rank, both ranks
+
+
+def test_diff_export_aligns_both_sides(tmp_path):
+    out = tmp_path / "diff.pftrace"
+    result = CliRunner().invoke(main, ["export", "--diff", str(FSDP1), str(DATA / "h200x2-small" / "fsdp2"),
+                                       "--rank", "0", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    tracks, events = decode(out)
+    processes = sorted(t.process.process_name for t in tracks.values() if t.HasField("process"))
+    assert processes == ["A fsdp1 · rank 0", "A rank 0 · top diff items", "B fsdp2 · rank 0", "B rank 0 · top diff items"]
+    span_tracks = {u for u, t in tracks.items() if t.name == "tracekit: GPU span"}
+    starts = {e.timestamp for e in events if e.track_event.track_uuid in span_tracks
+              and e.track_event.type == TrackEvent.TYPE_SLICE_BEGIN}
+    assert starts == {1_000_000_000}
+    item_tracks = [t.name for t in tracks.values() if "ms · " in t.name]
+    assert any("chunk_cat" in n for n in item_tracks)
+
+
+def test_bad_input_writes_nothing(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"traceEvents": [')
+    out = tmp_path / "out.pftrace"
+    result = CliRunner().invoke(main, ["export", str(bad), "-o", str(out)])
+    assert result.exit_code == 2 and "not valid JSON" in result.stderr and not out.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.json"]
+
+
+def test_open_serves_once_with_cors_and_404(tmp_path):
+    trace = tmp_path / "t.pftrace"
+    trace.write_bytes(b"perfetto bytes")
+    server = make_server(trace, 0)
+    port = server.server_address[1]
+    thread = threading.Thread(target=lambda: [server.handle_request() for _ in range(2)])
+    thread.start()
+    with pytest.raises(urllib.error.HTTPError) as missing:
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/other")
+    assert missing.value.code == 404
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/t.pftrace") as response:
+        assert response.read() == b"perfetto bytes"
+        assert response.headers["Access-Control-Allow-Origin"] == "https://ui.perfetto.dev"
+    thread.join(timeout=5)
+    assert server.fetched and not thread.is_alive()
+    server.server_close()
+    assert ui_link(port, "t.pftrace") == f"https://ui.perfetto.dev/#!/?url=http://127.0.0.1:{port}/t.pftrace"
+
+
+def test_open_command_exits_after_the_fetch_and_reports_a_taken_port(tmp_path):
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    trace = tmp_path / "t.pftrace"
+    trace.write_bytes(b"x" * 100)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        s.listen()
+        taken = CliRunner().invoke(main, ["open", "--no-browser", "--port", str(port), str(trace)])
+        assert taken.exit_code == 2 and f"127.0.0.1:{port}: port is taken" in taken.stderr
+    proc = subprocess.Popen([sys.executable, "-m", "tracekit", "open", "--no-browser", "--port", str(port), str(trace)],
+                            stderr=subprocess.PIPE, text=True)
+    for _ in range(100):
+        try:
+            body = urllib.request.urlopen(f"http://127.0.0.1:{port}/t.pftrace").read()
+            break
+        except OSError:
+            time.sleep(0.1)
+    assert body == b"x" * 100
+    assert proc.wait(timeout=10) == 0
+    assert "https://ui.perfetto.dev/#!/?url=" in proc.stderr.read()
+
+
+def test_timeline_png(tmp_path):
+    out = tmp_path / "step.png"
+    result = CliRunner().invoke(main, ["plot", "timeline", str(FSDP1), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
