@@ -17,7 +17,7 @@ part; idle parts are their own items. Sum of all shares == span.
 
 from __future__ import annotations
 
-import re
+from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
@@ -37,11 +37,6 @@ def _active(bounds: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndar
     return np.cumsum(delta)[: len(bounds) - 1]
 
 
-def _clip(frame: pl.DataFrame, lo: int, hi: int) -> pl.DataFrame:
-    return (frame.filter((pl.col("end") > lo) & (pl.col("start") < hi))
-            .with_columns(start=pl.col("start").clip(lo, hi), end=pl.col("end").clip(lo, hi)))
-
-
 def _largest_remainder(shares: np.ndarray, total: int) -> np.ndarray:
     """Integers with the same sum `total`, each the floor of its share or one more."""
     base = np.floor(shares).astype(np.int64)
@@ -51,18 +46,56 @@ def _largest_remainder(shares: np.ndarray, total: int) -> np.ndarray:
     return base
 
 
+@dataclass(frozen=True)
+class StepSlice:
+    """What the partition of one step looks at, clipped to the step's span: its own GPU
+    activities (`row` indexes trace.gpu), other steps' GPU activities, runtime/driver calls,
+    and CPU ops (`ProfilerStep#` left out)."""
+
+    own: pl.DataFrame
+    others: pl.DataFrame
+    calls: pl.DataFrame
+    ops: pl.DataFrame
+
+
+def step_slices(trace: Trace, steps: list[int] | None = None) -> dict[int, StepSlice]:
+    """StepSlice of every step with GPU work (or of `steps`), cut from the tables in one join
+    per table rather than one filter per step."""
+    gpu = trace.gpu.with_row_index("row")
+    assigned = gpu.filter(pl.col("step").is_not_null() & (pl.col("step").is_in(steps) if steps else True))
+    spans = assigned.group_by("step").agg(lo=pl.col("start").min(), hi=pl.col("end").max()).rename(
+        {"step": "span"})
+
+    def overlapping(frame: pl.DataFrame, exclude_own: bool = False) -> dict[int, pl.DataFrame]:
+        pairs = frame.join_where(spans, pl.col("start") < pl.col("hi"), pl.col("end") > pl.col("lo"))
+        if exclude_own:
+            pairs = pairs.filter(pl.col("step").is_null() | (pl.col("step") != pl.col("span")))
+        pairs = pairs.with_columns(start=pl.col("start").clip(pl.col("lo"), pl.col("hi")),
+                                   end=pl.col("end").clip(pl.col("lo"), pl.col("hi")))
+        return {key[0]: part.drop("lo", "hi") for key, part in pairs.partition_by("span", as_dict=True).items()}
+
+    own = {key[0]: part for key, part in assigned.partition_by("step", as_dict=True).items()}
+    others = overlapping(gpu, exclude_own=True)
+    calls = overlapping(trace.calls)
+    ops = overlapping(trace.ops.filter(~pl.col("name").str.starts_with("ProfilerStep#")))
+    empty = {"others": gpu.clear(), "calls": trace.calls.clear(), "ops": trace.ops.clear()}
+    return {step: StepSlice(own[step], others.get(step, empty["others"]), calls.get(step, empty["calls"]),
+                            ops.get(step, empty["ops"])) for step in sorted(own)}
+
+
 def step_segments(trace: Trace, step: int) -> pl.DataFrame:
+    """One step's segments (`slice_segments`)."""
+    return slice_segments(step_slices(trace, [step])[step])
+
+
+def slice_segments(piece: StepSlice) -> pl.DataFrame:
     """The step span's elementary segments: start, end, category, cause, and how many of the
     step's activities of each category are active (n_compute, n_comm, n_memcpy, n_memset)."""
-    own = trace.gpu.filter(pl.col("step") == step)
-    lo, hi = own["start"].min(), own["end"].max()
-    others = _clip(trace.gpu.filter((pl.col("step") != step) | pl.col("step").is_null()), lo, hi)
-    calls = _clip(trace.calls, lo, hi)
-    syncs = calls.filter(pl.col("name").is_in(SYNC_APIS))
-    launches = calls.filter(~pl.col("name").is_in(SYNC_APIS))
-    ops = _clip(trace.ops.filter(~pl.col("name").str.starts_with("ProfilerStep#")), lo, hi)
+    own, others, ops = piece.own, piece.others, piece.ops
+    syncs = piece.calls.filter(pl.col("name").is_in(SYNC_APIS))
+    launches = piece.calls.filter(~pl.col("name").is_in(SYNC_APIS))
     bounds = np.unique(np.concatenate([
-        frame[col].to_numpy() for frame in (own, calls, others, ops) for col in ("start", "end")]))
+        frame[col].to_numpy() for frame in (own, piece.calls, others, ops) for col in ("start", "end")]))
     category = np.full(len(bounds) - 1, "idle", dtype=object)
     cause = np.full(len(bounds) - 1, None, dtype=object)
     counts = {}
@@ -83,13 +116,18 @@ def step_segments(trace: Trace, step: int) -> pl.DataFrame:
 
 
 def step_partition(trace: Trace, step: int) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(parts, items) of one step (`slice_partition`)."""
+    return slice_partition(step_slices(trace, [step])[step])
+
+
+def slice_partition(piece: StepSlice) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(parts, items) of one step. parts: category, cause, ns. items: row (index into
     `trace.gpu`) or idle cause, category, cause, share_ns."""
-    segments = step_segments(trace, step).with_columns(ns=pl.col("end") - pl.col("start"))
+    segments = slice_segments(piece).with_columns(ns=pl.col("end") - pl.col("start"))
     parts = segments.group_by("category", "cause").agg(pl.col("ns").sum())
     bounds = np.append(segments["start"].to_numpy(), segments["end"][-1])
     seg_len, category = segments["ns"].to_numpy(), segments["category"].to_numpy()
-    own = trace.gpu.with_row_index("row").filter(pl.col("step") == step)
+    own = piece.own
     items = [_idle_items(parts)]
     for cat in PRIORITY:
         part = own.filter(pl.col("category") == cat)
@@ -124,30 +162,47 @@ def _winning_comm_kind(own: pl.DataFrame, bounds: np.ndarray, category: np.ndarr
 
 
 def _idle_causes(segments: pl.DataFrame, others, syncs, launches, ops) -> pl.DataFrame:
-    """(seg, cause) for idle segments covered by something: the covering host event of highest
-    priority (other step's GPU work > sync > launch/runtime call > CPU op), the outermost
-    (earliest-starting) one among equals."""
-    name = pl.col("name")
-    host = pl.concat([
-        others.select("start", "end", cause=pl.lit("other step's GPU work"), rank=pl.lit(4)),
-        syncs.select("start", "end", cause=pl.lit("sync: ") + name, rank=pl.lit(3)),
-        launches.select("start", "end", rank=pl.lit(2), cause=pl.when(name.str.contains(LAUNCH))
-                        .then(pl.lit("launch: ") + name).otherwise(pl.lit("runtime: ") + name)),
-        ops.select("start", "end", cause=pl.lit("cpu_op: ") + name, rank=pl.lit(1)),
-    ], how="diagonal").rename({"start": "h_start", "end": "h_end"})
-    if segments.height == 0 or host.height == 0:
+    """(seg, cause) for idle segments covered by something, highest priority first: other
+    step's GPU work > the outermost runtime/driver call (sync, launch, other) > the outermost
+    CPU op. Segments are elementary (cut at every host event's ends), so an outermost event
+    either covers a segment or misses it."""
+    if segments.height == 0:
         return pl.DataFrame(schema={"seg": pl.Int64, "cause": pl.String})
-    pairs = segments.join_where(host, pl.col("h_start") <= pl.col("start"), pl.col("h_end") >= pl.col("end"))
-    return (pairs.sort("seg", "rank", "h_start", "cause", descending=[False, True, False, False])
-            .group_by("seg", maintain_order=True).agg(pl.col("cause").first()))
+    name = pl.col("h_name")
+    calls = _outermost_covering(segments, pl.concat([syncs, launches]))
+    op = _outermost_covering(segments, ops).select("seg", cause=pl.lit("cpu_op: ") + name)
+    call = calls.select("seg", cause=pl.when(name.is_in(SYNC_APIS)).then(pl.lit("sync: ") + name)
+                        .when(name.str.contains(LAUNCH)).then(pl.lit("launch: ") + name)
+                        .otherwise(pl.lit("runtime: ") + name))
+    bounds = segments["start"].to_numpy()
+    busy = _active(np.append(bounds, segments["end"][-1]), others["start"].to_numpy(), others["end"].to_numpy()) > 0
+    other = segments.filter(pl.Series(busy)).select("seg", cause=pl.lit("other step's GPU work"))
+    ranked = pl.concat([other.with_columns(rank=3), call.with_columns(rank=2), op.with_columns(rank=1)])
+    return ranked.sort("seg", "rank", descending=[False, True]).unique("seg", keep="first", maintain_order=True).drop("rank")
+
+
+def _outermost_covering(segments: pl.DataFrame, intervals: pl.DataFrame) -> pl.DataFrame:
+    """(seg, h_name, h_start): per segment, the earliest-starting of the outermost intervals
+    (those not inside another on the same thread) covering it."""
+    if intervals.height == 0:
+        return pl.DataFrame(schema={"seg": pl.Int64, "h_name": pl.String, "h_start": pl.Int64})
+    reach = pl.col("h_end").cum_max().shift(1).over("tid")
+    outer = (intervals.select("tid", h_start="start", h_end="end", h_name="name")
+             .sort("tid", "h_start", pl.col("h_end"), descending=[False, False, True])
+             .filter(reach.is_null() | (pl.col("h_start") >= reach))
+             .sort("h_start"))
+    left = segments.join(outer.select("tid").unique(), how="cross").sort("start")
+    hit = left.join_asof(outer, left_on="start", right_on="h_start", by="tid", strategy="backward",
+                         check_sortedness=False)
+    return (hit.filter(pl.col("h_end") >= pl.col("end")).sort("seg", "h_start")
+            .unique("seg", keep="first", maintain_order=True).select("seg", "h_name", "h_start"))
 
 
 def breakdown(trace: Trace) -> pl.DataFrame:
     """One row per step: span_ns and parts [{category, cause, ns}] with sum(ns) == span_ns."""
-    steps = trace.gpu.filter(pl.col("step").is_not_null())["step"].unique().sort().to_list()
     rows = []
-    for step in steps:
-        parts, _ = step_partition(trace, step)
+    for step, piece in step_slices(trace).items():
+        parts, _ = slice_partition(piece)
         rows.append({"step": step, "span_ns": int(parts["ns"].sum()), "parts": parts.to_dicts()})
     schema = {"step": pl.Int64, "span_ns": pl.Int64,
               "parts": pl.List(pl.Struct({"category": pl.String, "cause": pl.String, "ns": pl.Int64}))}

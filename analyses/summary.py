@@ -5,8 +5,8 @@
 - gpu_busy_ns: length of the union of those activities (any stream, any kind).
 - kernels: number of kernel activities the step launched.
 - syncs: host-blocking runtime calls in the step's CPU window, by API.
-- overlap_pct, exposed_comm_ns: as `tracekit overlap`; idle_ns: the idle parts of
-  `tracekit breakdown`.
+- overlap_pct, exposed_comm_ns: as `tracekit overlap`; idle_ns = gpu_span_ns − gpu_busy_ns,
+  which is the sum of the idle parts of `tracekit breakdown` (idle = no activity of the step).
 - collectives: by kind; counted from collective kernels on GPU traces, from the collective
   ops on CPU-only traces (`record_param_comms`, else the `c10d::` dispatcher ops).
 """
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import polars as pl
 
-from tracekit.analyses.breakdown import breakdown
 from tracekit.analyses.overlap import overlap
 from tracekit.analyses.syncs import SYNC_APIS
 from tracekit.intervals import union_ns
@@ -76,11 +75,8 @@ def summary(trace: Trace) -> pl.DataFrame:
     table = _with_counts(table, syncs.rename({"api": "key"}), "syncs", apis)
     counts = collective_counts(trace).with_columns(key=pl.col("coll_kind").fill_null("other"))
     table = _with_counts(table, counts.select("step", "key", "n"), "collectives", kinds)
-    idle = breakdown(trace).select("step", idle_ns=pl.col("parts").list.eval(
-        pl.element().filter(pl.element().struct.field("category") == "idle").struct.field("ns")).list.sum())
     return (table.join(overlap(trace).select("step", "overlap_pct", "exposed_comm_ns"), on="step", how="left")
-            .join(idle, on="step", how="left")
-            .with_columns(idle_ns=pl.when(pl.col("gpu_span_ns").is_not_null()).then(pl.col("idle_ns"))))
+            .with_columns(idle_ns=pl.col("gpu_span_ns") - pl.col("gpu_busy_ns")))
 
 
 def _with_counts(table: pl.DataFrame, counts: pl.DataFrame, prefix: str, keys: list[str]) -> pl.DataFrame:

@@ -25,10 +25,14 @@ SOURCE = Path(__file__).resolve().parents[1] / "tracekit" / "data" / "fsdp1_rank
 
 # name: (imports, timed statements); PATH is the trace file.
 READERS = {
-    "tracekit summary": ("import tracekit\nfrom tracekit.analyses.summary import summary",
+    "tracekit summary": ("import tracekit.loading as tracekit\nfrom tracekit.analyses.summary import summary",
                          "summary(tracekit.load(PATH))"),
-    "tracekit load": ("import tracekit", "tracekit.load(PATH)"),
-    "msgspec typed decode": ("from tracekit.kineto import DECODER", "DECODER.decode(open(PATH, 'rb').read())"),
+    "tracekit load": ("import tracekit.loading as tracekit", "tracekit.load(PATH)"),
+    # The JSON floor: every event decoded into tracekit's own typed structs, in one call.
+    "msgspec typed decode": (
+        "import msgspec\nfrom tracekit.kineto import Event\n"
+        "class Document(msgspec.Struct):\n    traceEvents: list[Event]",
+        "msgspec.json.decode(open(PATH, 'rb').read(), type=Document)"),
     "orjson.loads": ("import orjson", "orjson.loads(open(PATH, 'rb').read())"),
     "json.loads": ("import json", "json.loads(open(PATH, 'rb').read())"),
     "HTA TraceAnalysis": (

@@ -66,7 +66,8 @@ def test_partition_adds_up_on_external(path):
 
 
 def check_partition(trace):
-    table = breakdown(trace).join(summary(trace).select("step", "gpu_span_ns"), on="step")
+    table = breakdown(trace).join(summary(trace).select("step", "gpu_span_ns", "idle_ns"), on="step")
     for row in table.filter(pl.col("span_ns").is_not_null()).to_dicts():
         assert sum(p["ns"] for p in row["parts"]) == row["span_ns"] == row["gpu_span_ns"]
         assert all(p["ns"] > 0 for p in row["parts"])
+        assert sum(p["ns"] for p in row["parts"] if p["category"] == "idle") == row["idle_ns"]

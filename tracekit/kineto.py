@@ -1,7 +1,10 @@
 """Typed decoding of Chrome/Kineto trace JSON: only the fields tracekit uses.
 
-msgspec decodes the file straight into these structs (no dict per event); unknown fields
-are skipped by the decoder. A field of the wrong type makes the whole file bad input.
+msgspec decodes straight into these structs (no dict per event); unknown fields are skipped
+by the decoder. A field of the wrong type makes the whole file bad input. The top level is
+decoded first with each event left as raw JSON (`msgspec.Raw`, a view into the file's
+bytes), then the events are decoded in chunks (`EVENTS`), so that only one chunk of event
+structs exists at a time.
 """
 
 from __future__ import annotations
@@ -67,9 +70,9 @@ class DistributedInfo(msgspec.Struct):
 
 
 class TraceFile(msgspec.Struct):
-    """The top level of a Kineto trace file."""
+    """The top level of a Kineto trace file; events still raw JSON."""
 
-    traceEvents: list[Event]
+    traceEvents: list[msgspec.Raw]
     schemaVersion: int | None = None
     distributedInfo: DistributedInfo | None = None
     deviceProperties: list[dict] | None = None
@@ -78,3 +81,4 @@ class TraceFile(msgspec.Struct):
 
 
 DECODER = msgspec.json.Decoder(TraceFile)
+EVENTS = msgspec.json.Decoder(list[Event])

@@ -18,7 +18,7 @@ import numpy as np
 import polars as pl
 
 from .errors import TraceError
-from .kineto import DECODER
+from .kineto import DECODER, EVENTS
 from .model import Run, Trace
 from .names import collective_kind, gpu_category
 from .steps import assign_steps, steps_table, whole_trace_step
@@ -91,6 +91,9 @@ def read_bytes(path: Path) -> bytes:
     return raw
 
 
+CHUNK = 50_000  # events decoded at a time
+
+
 def load_trace(path) -> Trace:
     """One Kineto trace file → `Trace` with steps assigned."""
     path = Path(path)
@@ -103,33 +106,30 @@ def load_trace(path) -> Trace:
         raise TraceError(path, f"not a Kineto trace: {e}") from None
     except msgspec.DecodeError as e:
         raise TraceError(path, f"not valid JSON ({e})") from None
-    del raw
-    events = [e for e in doc.traceEvents if e.ph == "X"]
-    if not events:
+    if not doc.traceEvents:
         raise TraceError(path, "no complete ('X') events in the trace")
-    table = _event_table(path, events)
-    origin_us = int(math.floor(table["ts"].min()))
-    table = _with_ns(table, origin_us)
-
+    parts = [_chunk_tables(path, doc.traceEvents, first) for first in range(0, len(doc.traceEvents), CHUNK)]
+    doc.traceEvents = []  # the raw views; with them goes the file's text
+    del raw
     rank, rank_note = _rank(path, doc)
     info = doc.distributedInfo
-    world_size = info.world_size if info else None
-    def pick(cats):
-        return table.filter(pl.col("cat").is_in(cats))
-
-    gpu = _gpu_table(events, pick(GPU_CATS))
-    calls = _with_args(events, pick(CALL_CATS), {"correlation": pl.Int64, "ext_id": pl.Int64})
-    ops = _with_args(events, pick(OP_CATS), {"ext_id": pl.Int64, **_COMM_ARGS})
-    marks = _with_args(events, pick(MARK_CATS), {
-        "ext_id": pl.Int64, "correlation": pl.Int64, "device": pl.Int64, "sync_kind": pl.String,
-        "stream": pl.Int64,
-    })
-    flows = _flows(doc.traceEvents, origin_us)
+    tables = {name: pl.concat([p[name] for p in parts], how="diagonal_relaxed").drop("idx", strict=False)
+              for name in TABLES}
+    del parts
+    complete = pl.concat([tables[t].select("ts", "dur") for t in ("gpu", "calls", "ops", "marks", "other")])
+    if complete.height == 0:
+        raise TraceError(path, "no complete ('X') events in the trace")
+    origin_us = int(math.floor(complete["ts"].min()))
+    gpu, calls, ops, marks = (_with_ns(tables[t], origin_us) for t in ("gpu", "calls", "ops", "marks"))
+    gpu = _classified(gpu)
+    flows = tables["flows"].with_columns(ts=((pl.col("ts") - origin_us) * 1000).round().cast(pl.Int64))
     steps = steps_table(ops)
     whole_trace = steps.height == 0
     if whole_trace:
-        steps = whole_trace_step(table["start"].min(), table["end"].max())
+        ends = _with_ns(complete, origin_us)
+        steps = whole_trace_step(ends["start"].min(), ends["end"].max())
     gpu, calls, ops = assign_steps(steps, gpu, calls, ops, whole_trace)
+    world_size = info.world_size if info else None
     meta = {
         "rank": rank,
         "world_size": world_size,
@@ -144,6 +144,38 @@ def load_trace(path) -> Trace:
     notes = [rank_note] if rank_note else []
     return Trace(path=str(path), rank=rank, world_size=world_size, gpu=gpu, calls=calls, ops=ops,
                  marks=marks, flows=flows, steps=steps, meta=meta, origin_us=origin_us, notes=notes)
+
+
+TABLES = ("gpu", "calls", "ops", "marks", "other", "flows")
+_AT_EVENT = re.compile(r"`\$\[(\d+)\]")
+
+
+def _chunk_tables(path: Path, raws: list, first: int) -> dict[str, pl.DataFrame]:
+    """Decode events [first, first + CHUNK) and return their rows of each table (ts/dur
+    still in µs): the structs are freed when this returns."""
+    try:
+        chunk = EVENTS.decode(b"[" + b",".join(raws[first:first + CHUNK]) + b"]")
+    except msgspec.ValidationError as e:  # name the event by its index in the file
+        message = _AT_EVENT.sub(lambda m: f"`$.traceEvents[{first + int(m.group(1))}]", str(e))
+        raise TraceError(path, f"not a Kineto trace: {message}") from None
+    phase = pl.Series(list(map(attrgetter("ph"), chunk)), dtype=pl.String)
+    events = gather(chunk, (phase == "X").arg_true())
+    table = _event_table(path, events)
+
+    def pick(cats):
+        return table.filter(pl.col("cat").is_in(cats))
+
+    known = GPU_CATS + CALL_CATS + OP_CATS + MARK_CATS
+    return {
+        "gpu": _gpu_table(events, pick(GPU_CATS)),
+        "calls": _with_args(events, pick(CALL_CATS), {"correlation": pl.Int64, "ext_id": pl.Int64}),
+        "ops": _ops_table(events, pick(OP_CATS)),
+        "marks": _with_args(events, pick(MARK_CATS), {
+            "ext_id": pl.Int64, "correlation": pl.Int64, "device": pl.Int64, "sync_kind": pl.String,
+            "stream": pl.Int64}),
+        "other": table.filter(~pl.col("cat").is_in(known)).select("ts", "dur"),
+        "flows": _flows(gather(chunk, phase.is_in(["s", "f"]).arg_true())),
+    }
 
 
 def _is_not_a_trace(message: str) -> bool:
@@ -162,11 +194,11 @@ def _rank(path: Path, doc) -> tuple[int, str | None]:
 
 
 def _event_table(path: Path, events: list) -> pl.DataFrame:
-    """Columns common to every complete event; validates ts/dur."""
+    """Columns common to every complete event (idx: position in `events`); validates ts/dur."""
     table = pl.DataFrame({
         "idx": np.arange(len(events), dtype=np.int64),
-        "cat": list(map(attrgetter("cat"), events)),
-        "name": list(map(attrgetter("name"), events)),
+        "cat": pl.Series(list(map(attrgetter("cat"), events)), dtype=pl.String),
+        "name": pl.Series(list(map(attrgetter("name"), events)), dtype=pl.String),
         "ts": pl.Series(list(map(attrgetter("ts"), events)), dtype=pl.Float64),
         "dur": pl.Series(list(map(attrgetter("dur"), events)), dtype=pl.Float64),
     })
@@ -186,25 +218,28 @@ def _with_ns(table: pl.DataFrame, origin_us: int) -> pl.DataFrame:
     return table.with_columns(start=start, end=start + dur).drop("ts", "dur")
 
 
-def _args_columns(events: list, idx: list[int], schema: dict) -> dict:
-    chosen = itemgetter(*idx)(events) if len(idx) > 1 else tuple(events[i] for i in idx)
-    args = [e.args for e in chosen]
-    return {
-        name: pl.Series(name, list(map(attrgetter(name if name != "ext_id" else "external_id"), args)), dtype=dtype)
-        for name, dtype in schema.items()
-    }, chosen
+ARG_FIELDS = {"ext_id": "external_id"}  # table column → kineto.Args field, where they differ
 
 
 def _with_args(events: list, table: pl.DataFrame, schema: dict) -> pl.DataFrame:
-    """`table` (rows of `events`) with the named args as columns, plus pid/tid."""
-    idx = table["idx"].to_list()
-    cols, chosen = _args_columns(events, idx, {k: v for k, v in schema.items() if k != "stream"})
-    if "stream" in schema:
-        cols["stream"] = ints([e.args.stream for e in chosen])
-    cols["pid"] = ints(list(map(attrgetter("pid"), chosen)))
-    cols["tid"] = ints(list(map(attrgetter("tid"), chosen)))
-    return table.with_columns(**cols) if table.height else table.with_columns(
-        **{k: pl.Series(k, [], dtype=v.dtype) for k, v in cols.items()})
+    """`table` (rows of `events`, by idx) with pid, tid and the named args as columns.
+    Integer columns convert non-strictly: a value of another type becomes null."""
+    chosen = gather(events, table["idx"])
+    args = list(map(attrgetter("args"), chosen))
+    columns = {"pid": ints(list(map(attrgetter("pid"), chosen))), "tid": ints(list(map(attrgetter("tid"), chosen)))}
+    for name, dtype in schema.items():
+        values = list(map(attrgetter(ARG_FIELDS.get(name, name)), args))
+        columns[name] = ints(values) if dtype == pl.Int64 else pl.Series(values, dtype=dtype)
+    return table.with_columns(**columns)
+
+
+def _ops_table(events: list, table: pl.DataFrame) -> pl.DataFrame:
+    """CPU ops; the collective args are read only for `record_param_comms` ops."""
+    ops = _with_args(events, table, {"ext_id": pl.Int64})
+    records = ops.filter(pl.col("name") == "record_param_comms").select("idx")
+    comm = _with_args(events, records, _COMM_ARGS).drop("pid", "tid") if records.height else \
+        pl.DataFrame(schema={"idx": pl.Int64, **_COMM_ARGS})
+    return ops.join(comm, on="idx", how="left", maintain_order="left")
 
 
 def _gpu_table(events: list, table: pl.DataFrame) -> pl.DataFrame:
@@ -212,30 +247,36 @@ def _gpu_table(events: list, table: pl.DataFrame) -> pl.DataFrame:
         "device": pl.Int64, "stream": pl.Int64, "correlation": pl.Int64, "ext_id": pl.Int64,
         "bytes": pl.Int64, **_COMM_ARGS,
     })
-    chosen = [events[i] for i in gpu["idx"].to_list()]
+    args = list(map(attrgetter("args"), gather(events, gpu["idx"])))
     gpu = gpu.with_columns(
-        grid=pl.Series([_dims(e.args.grid) for e in chosen], dtype=pl.String),
-        block=pl.Series([_dims(e.args.block) for e in chosen], dtype=pl.String),
+        grid=pl.Series(list(map(_dims, map(attrgetter("grid"), args))), dtype=pl.String),
+        block=pl.Series(list(map(_dims, map(attrgetter("block"), args))), dtype=pl.String),
     )
-    gpu = gpu.rename({"cat": "kind"}).with_columns(
-        category=gpu_category(pl.col("kind"), pl.col("name")),
-    )
+    return gpu.rename({"cat": "kind"})
+
+
+def _classified(gpu: pl.DataFrame) -> pl.DataFrame:
+    """GPU activities with `category` and, for collectives, `coll_kind`."""
+    gpu = gpu.with_columns(category=gpu_category(pl.col("kind"), pl.col("name")))
     return gpu.with_columns(
-        coll_kind=pl.when(pl.col("category") == "comm")
-        .then(collective_kind(pl.coalesce("collective", "name")))
-    )
+        coll_kind=pl.when(pl.col("category") == "comm").then(collective_kind(pl.coalesce("collective", "name"))))
 
 
-def _flows(all_events: list, origin_us: int) -> pl.DataFrame:
-    flows = [e for e in all_events if e.ph in ("s", "f") and e.ts is not None]
+def gather(events: list, idx: pl.Series) -> list:
+    """events[i] for i in idx, in one C-level call."""
+    if idx.len() < 2:
+        return [events[i] for i in idx.to_list()]
+    return list(itemgetter(*idx.to_list())(events))
+
+
+def _flows(flows: list) -> pl.DataFrame:
+    """Flow start/finish events (ts still in µs)."""
+    column = lambda name: list(map(attrgetter(name), flows))  # noqa: E731
     return pl.DataFrame({
-        "ph": [e.ph for e in flows],
-        "cat": [e.cat for e in flows],
-        "id": ints([e.id for e in flows]),
-        "pid": ints([e.pid for e in flows]),
-        "tid": ints([e.tid for e in flows]),
-        "ts": pl.Series([e.ts for e in flows], dtype=pl.Float64),
-    }).with_columns(ts=((pl.col("ts") - origin_us) * 1000).round().cast(pl.Int64))
+        "ph": pl.Series(column("ph"), dtype=pl.String), "cat": pl.Series(column("cat"), dtype=pl.String),
+        "id": ints(column("id")), "pid": ints(column("pid")), "tid": ints(column("tid")),
+        "ts": pl.Series(column("ts"), dtype=pl.Float64),
+    }).filter(pl.col("ts").is_not_null())
 
 
 def ints(values: list) -> pl.Series:

@@ -10,32 +10,20 @@ import polars as pl
 # NCCL (ncclDevKernel_*, older ncclKernel_*, symmetric-memory ncclSymk*) and RCCL kernels.
 COLLECTIVE_KERNEL = r"nccl(Dev)?Kernel|ncclSymk|rccl"
 
-# Ordered: the first pattern found in the squashed (lower case, no '_') name wins.
-_KINDS = [
-    ("allgather", "all_gather"),
-    ("reducescatter", "reduce_scatter"),
-    ("allreduce", "all_reduce"),
-    ("alltoall", "all_to_all"),
-    ("sendrecv", "send_recv"),
-    ("send", "send_recv"),
-    ("recv", "send_recv"),
-    ("broadcast", "broadcast"),
-    ("reduce", "reduce"),
-    ("gather", "gather"),
-    ("scatter", "scatter"),
-    ("barrier", "barrier"),
-]
-
-COLLECTIVE_KINDS = [kind for _, kind in _KINDS if kind != "send_recv"] + ["send_recv"]
+# Alternatives in priority order: the regex takes the leftmost match, and at one position
+# the first alternative, so "reducescatter" wins over "reduce" and "allgather" over "gather".
+_KINDS = {
+    "allgather": "all_gather", "reducescatter": "reduce_scatter", "allreduce": "all_reduce",
+    "alltoall": "all_to_all", "sendrecv": "send_recv", "send": "send_recv", "recv": "send_recv",
+    "broadcast": "broadcast", "reduce": "reduce", "gather": "gather", "scatter": "scatter", "barrier": "barrier",
+}
+_KIND_PATTERN = "(" + "|".join(_KINDS) + ")"
 
 
 def collective_kind(text: pl.Expr) -> pl.Expr:
     """snake_case collective kind from a `Collective name` arg or an NCCL kernel name."""
     squashed = text.str.to_lowercase().str.replace_all("_", "", literal=True)
-    expr = pl.lit(None, dtype=pl.String)
-    for pattern, kind in reversed(_KINDS):
-        expr = pl.when(squashed.str.contains(pattern, literal=True)).then(pl.lit(kind)).otherwise(expr)
-    return expr
+    return squashed.str.extract(_KIND_PATTERN, 1).replace_strict(_KINDS, default=None, return_dtype=pl.String)
 
 
 def gpu_category(kind: pl.Expr, name: pl.Expr) -> pl.Expr:
