@@ -7,9 +7,13 @@ Over the GPU activities a step launched (ns):
 - exposed_comm_ns = |C \\ O| = |C ∪ O| − |O|, O = union of everything else the step ran on the
   GPU (kernels and memcpy/memset).
 
-`scope="trace"` reproduces HTA's `get_comm_comp_overlap` over the whole trace (every step and
-none): comm = kernels whose name starts with `nccl…Kernel`, compute = the other kernels,
-overlap_pct = |C ∩ K| / |C| × 100.
+`overlap_trace_scope` computes HTA's `get_comm_comp_overlap` over the whole trace (every step
+and none): comm = kernels whose name starts with `nccl…Kernel`, compute = the other kernels,
+overlap_pct = |C ∩ K| / |C| × 100, at ns resolution. With `hta_rounding` it computes exactly
+what HTA 0.5 does: every row is first shrunk to whole µs (start rounded up, end rounded down;
+rows left empty vanish), and the rows HTA takes from the GPU timeline include CUPTI's
+`cuda_sync` records that carry a stream, which HTA's name rules class as computation
+("Stream Wait Event") or as neither (names containing "Sync").
 """
 
 from __future__ import annotations
@@ -58,11 +62,23 @@ def overlap(trace: Trace) -> pl.DataFrame:
                               ("comm_ns", "compute_ns", "overlap_ns", "overlap_pct", "exposed_comm_ns")})
 
 
-def overlap_trace_scope(trace: Trace) -> pl.DataFrame:
+HTA_COMM = r"^nccl.*Kernel"
+HTA_NOT_COMPUTE = r"^nccl.*Kernel|Memcpy|^Memset|Sync"  # HTA's NCCL_COMPUTE_KERNEL_RE, as it matches
+
+
+def overlap_trace_scope(trace: Trace, hta_rounding: bool = False) -> pl.DataFrame:
     """HTA's definition over the whole trace: one row, step null."""
-    kernels = trace.gpu.filter(pl.col("kind") == "kernel").with_columns(
-        category=pl.when(pl.col("name").str.contains(r"^nccl.*Kernel")).then(pl.lit("comm")).otherwise(pl.lit("compute")),
+    rows = trace.gpu.filter(pl.col("kind") == "kernel").select("name", "start", "end")
+    if hta_rounding:
+        marks = trace.marks.filter((pl.col("cat") == "cuda_sync") & (pl.col("stream") >= 0))
+        rows = pl.concat([rows, marks.select("name", "start", "end")]).with_columns(
+            start=(pl.col("start") + 999) // 1000 * 1000, end=pl.col("end") // 1000 * 1000,
+        ).filter(pl.col("end") > pl.col("start"))
+    name = pl.col("name")
+    rows = rows.with_columns(
+        category=pl.when(name.str.contains(HTA_COMM)).then(pl.lit("comm"))
+        .when(~name.str.contains(HTA_NOT_COMPUTE)).then(pl.lit("compute")).otherwise(pl.lit("other")),
         scope=pl.lit(0))
-    table = _figures(_unions(kernels, ["scope"], PARTS)) if kernels.height else pl.DataFrame(
+    table = _figures(_unions(rows, ["scope"], PARTS)) if rows.height else pl.DataFrame(
         {c: [None] for c in ("comm_ns", "compute_ns", "overlap_ns", "overlap_pct", "exposed_comm_ns")})
     return table.select(pl.lit(None, pl.Int64).alias("step"), pl.all())

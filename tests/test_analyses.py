@@ -116,3 +116,21 @@ def test_collective_waiting_for_a_late_peer(tmp_path):
     assert (r1["transfer_ns"], r1["wait_ns"]) == (50 * US, 0)
     assert r1["bytes"] == 2048 * 4 and r1["algbw_gbps"] == round(8192 / 50_000, 3)
     assert r1["busbw_gbps"] == pytest.approx(r1["algbw_gbps"] / 2)
+
+
+def test_trace_scope_at_ns_and_as_hta_rounds(tmp_path):
+    """comm [10.4, 20.6) µs; compute [15.2, 15.8) and [18.5, 25); a CUPTI 'Stream Wait Event'
+    with a stream at [12, 13). At ns: overlap = 0.6 + 2.1 of 10.2 → 26.47 %. As HTA: rows
+    shrink to whole µs — comm [11, 20), [15.2, 15.8) vanishes, [19, 25) — and the cuda_sync row
+    counts as compute [12, 13): overlap 1 + 1 of 9 → 22.22 %."""
+    from tracekit.analyses.overlap import overlap_trace_scope
+
+    events = [synth.step(1, 0.0, 100.0), *synth.nccl("all_gather", 1.0, 10.4, 10.2, corr=1),
+              *synth.launched("k1", 2.0, 15.2, 0.6, corr=2), *synth.launched("k2", 3.0, 18.5, 6.5, corr=3),
+              {"ph": "X", "cat": "cuda_sync", "name": "Stream Wait Event", "pid": 0, "tid": 7, "ts": 12.0,
+               "dur": 1.0, "args": {"correlation": 9, "stream": 7, "cuda_sync_kind": "Stream Wait Event"}}]
+    trace = tracekit.load(synth.write(tmp_path, "t.json", synth.doc(events)))
+    ns = overlap_trace_scope(trace).row(0, named=True)
+    assert (ns["step"], ns["comm_ns"], ns["overlap_ns"], ns["overlap_pct"]) == (None, 10_200, 2_700, 26.47)
+    hta = overlap_trace_scope(trace, hta_rounding=True).row(0, named=True)
+    assert (hta["comm_ns"], hta["overlap_ns"], hta["overlap_pct"]) == (9_000, 2_000, 22.22)

@@ -134,14 +134,18 @@ def comms(paths, step, rank, fmt):
 
 
 @verb
-@click.option("--scope", type=click.Choice(["step", "trace"]), default="step", show_default=True,
-              help="per step, or HTA's get_comm_comp_overlap over the whole trace (step null).")
+@click.option("--scope", type=click.Choice(["step", "trace", "hta"]), default="step", show_default=True,
+              help="per step; HTA's get_comm_comp_overlap over the whole trace at ns (trace); or exactly as "
+                   "HTA 0.5 computes it, whole-µs rounding included (hta). Whole-trace scopes report step null.")
 def overlap(paths, step, rank, fmt, scope):
     """Compute/communication overlap: comm, compute, overlapped and exposed comm time."""
+    from functools import partial
+
     from tracekit.analyses.overlap import overlap as per_step_overlap
     from tracekit.analyses.overlap import overlap_trace_scope
 
-    analysis = per_step_overlap if scope == "step" else overlap_trace_scope
+    analysis = {"step": per_step_overlap, "trace": overlap_trace_scope,
+                "hta": partial(overlap_trace_scope, hta_rounding=True)}[scope]
     emit(render(per_step(load_traces(paths, rank), analysis, step if scope == "step" else None), fmt))
 
 
