@@ -77,3 +77,35 @@ def test_unknown_variant_is_rejected(tmp_path):
     result = tracekit_cli("profile", "--device", "cpu", "--variants", "ddp,fsdp3", "--out", tmp_path / "x")
     assert result.returncode == 2 and "unknown variant(s) fsdp3" in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "x").exists()
+
+
+def test_a_failing_variant_is_recorded_and_the_others_still_run(tmp_path, monkeypatch):
+    """One real worker (world size 1, gloo) where fsdp1 raises and fsdp2 runs out of memory."""
+    import socket
+
+    import torch
+
+    from tracekit.runners import worker
+
+    real = worker.run_variant
+
+    def flaky(variant, *args):
+        if variant == "fsdp1":
+            raise RuntimeError("boom")
+        if variant == "fsdp2":
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return real(variant, *args)
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for key, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+                       "MASTER_PORT": str(port)}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr(worker, "run_variant", flaky)
+    cfg = {"out": str(tmp_path), "variants": ["fsdp1", "fsdp2", "ddp"], "preset": "tiny", "overrides": {},
+           "device": "cpu", "nproc": 1, "precision": "fp32", "seed": 0, "warmup": 1, "steps": 1, "with_stack": False}
+    results = worker.worker_main(cfg)
+    assert results["fsdp1"]["status"] == "error" and results["fsdp1"]["message"] == "RuntimeError: boom"
+    assert results["fsdp2"]["status"] == "oom" and "out of memory" in results["fsdp2"]["message"]
+    assert results["ddp"]["status"] == "ok" and (tmp_path / "ddp" / "rank0.pt.trace.json.gz").exists()
