@@ -22,6 +22,7 @@ import polars as pl
 from tracekit.analyses.breakdown import step_partition
 from tracekit.analyses.phases import launch_context
 from tracekit.analyses.syncs import host_syncs
+from tracekit.errors import TraceError
 from tracekit.model import Trace
 from tracekit.names import kernel_identity
 
@@ -123,10 +124,11 @@ def common_step(a: Trace, b: Trace, step: int | None) -> tuple[int, int, str | N
     sa, sb = gpu_steps(a), gpu_steps(b)
     if step is not None:
         if step not in sa or step not in sb:
-            raise ValueError(f"step {step} has no GPU work in both traces (A: {sorted(sa)}, B: {sorted(sb)})")
+            raise TraceError(f"{a.path} / {b.path}",
+                             f"step {step} has no GPU work in both traces (A: {sorted(sa)}, B: {sorted(sb)})")
         return step, step, None
     if not sa or not sb:
-        raise ValueError("a trace has no GPU work to compare")
+        raise TraceError(a.path if not sa else b.path, "no GPU work to compare")
     shared = sa & sb
     if shared:
         return max(shared), max(shared), None
@@ -142,7 +144,8 @@ def diff_runs(a_traces: list[Trace], b_traces: list[Trace], step: int | None, to
                         f"{len(b_ranks)} (world size {b_traces[0].world_size}): comparing the ranks both have")
     common = sorted(set(a_ranks) & set(b_ranks))
     if not common:
-        raise ValueError(f"no rank in common (A: {sorted(a_ranks)}, B: {sorted(b_ranks)})")
+        raise TraceError(f"{a_traces[0].path} / {b_traces[0].path}",
+                         f"no rank in common (A: {sorted(a_ranks)}, B: {sorted(b_ranks)})")
     diffs = []
     for rank in common:
         a_step, b_step, note = common_step(a_ranks[rank], b_ranks[rank], step)

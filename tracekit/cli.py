@@ -14,8 +14,6 @@ from .errors import TraceError
 # Analysis modules (polars) are imported inside the commands: the runners need only torch.
 FORMATS = ("table", "json", "csv", "md")
 
-SAMPLE = "sample: the embedded FSDP1 rank-0 trace (2x H200)"
-
 
 class Group(click.Group):
     """Bad input → one line on stderr, exit 2, no traceback."""
@@ -25,7 +23,7 @@ class Group(click.Group):
 
         try:
             return super().invoke(ctx)
-        except (TraceError, ProfileError, ValueError) as e:
+        except (TraceError, ProfileError) as e:
             click.echo(f"tracekit: {e}", err=True)
             ctx.exit(2)
 
@@ -50,11 +48,9 @@ def load_traces(paths, rank: int | None) -> list:
     for path in paths or [sample_trace_path()]:
         loaded = load(path)
         found = loaded.traces if isinstance(loaded, Run) else [loaded]
-        for note in getattr(loaded, "notes", []):
+        notes = (loaded.notes if isinstance(loaded, Run) else []) + [n for t in found for n in t.notes]
+        for note in notes:
             click.echo(f"tracekit: note: {note}", err=True)
-        for t in found:
-            for note in t.notes:
-                click.echo(f"tracekit: note: {note}", err=True)
         traces.extend(t for t in found if rank is None or t.rank == rank)
     if not traces:
         raise TraceError(", ".join(map(str, paths)), f"no trace of rank {rank}")
@@ -298,7 +294,10 @@ def profile(out, variants, preset, blocks, hidden, heads, seq, batch, device, np
     if device == "cuda" and not torch.cuda.is_available():
         raise click.BadParameter("no CUDA device here; use --device cpu", param_hint="--device")
     overrides = {"blocks": blocks, "hidden": hidden, "heads": heads, "seq": seq, "batch": batch}
-    model_config(preset, **overrides)  # reject bad shapes before starting workers
+    try:
+        model_config(preset, **overrides)  # reject bad shapes before starting workers
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
     if warmup < 1 or steps < 1:
         raise click.BadParameter("--warmup and --steps must be at least 1")
     cfg = {"out": str(out), "variants": variants, "preset": preset, "overrides": overrides, "device": device,

@@ -6,6 +6,8 @@ import base64
 import io
 from pathlib import Path
 
+from .errors import TraceError
+
 
 def _pyplot():
     import matplotlib
@@ -79,7 +81,7 @@ def timeline(traces: list, step: int | None, path) -> None:
         own = trace.gpu.filter(pl.col("step") == chosen)
         panels.append((trace, chosen, own, step_segments(trace, chosen)))
     if not panels:
-        raise ValueError("no step with GPU work to draw")
+        raise TraceError(", ".join(t.path for t in traces), "no step with GPU work to draw")
     lanes = sum(own["stream"].n_unique() + 1 for _, _, own, _ in panels)
     fig, axes = plt.subplots(len(panels), 1, figsize=(14, 0.45 * lanes + 1.2 * len(panels)), squeeze=False)
     for ax, (trace, chosen, own, segments) in zip(axes[:, 0], panels):
