@@ -82,3 +82,12 @@ def test_cpu_only_trace_has_null_gpu_figures(tmp_path):
     row = summary(tracekit.load(synth.write(tmp_path, "t.json", synth.doc(events)))).row(0, named=True)
     assert row["gpu_span_ns"] is None and row["gpu_busy_ns"] is None and row["kernels"] is None
     assert row["cpu_ns"] == 50_000
+
+
+def test_flows_are_read_on_first_use(tmp_path):
+    events = [synth.step(1, 10.0, 100.0), *synth.launched("k", 11.0, 20.0, 5.0, corr=7),
+              {"ph": "s", "id": 7, "pid": 100, "tid": 100, "ts": 11.0, "cat": "ac2g", "name": "ac2g"},
+              {"ph": "f", "id": 7, "pid": 0, "tid": 7, "ts": 20.0, "cat": "ac2g", "name": "ac2g", "bp": "e"}]
+    trace = tracekit.load(synth.write(tmp_path, "t.json", synth.doc(events)))
+    assert "flows" not in trace.__dict__
+    assert trace.flows.select("ph", "id", "ts").rows() == [("s", 7, 1_000), ("f", 7, 10_000)]

@@ -80,5 +80,19 @@ class TraceFile(msgspec.Struct):
     traceName: str | None = None
 
 
+class FlowEvent(msgspec.Struct, gc=False):
+    ph: str = ""
+    cat: str = ""
+    pid: int | str = 0
+    tid: int | str = 0
+    ts: float | None = None
+    id: int | str | None = None
+
+
+class FlowFile(msgspec.Struct):
+    traceEvents: list[FlowEvent]
+
+
 DECODER = msgspec.json.Decoder(TraceFile)
+FLOWS = msgspec.json.Decoder(FlowFile)
 EVENTS = msgspec.json.Decoder(list[Event])

@@ -1,7 +1,7 @@
 """Loading Kineto trace files into `Trace` tables, and directories into a `Run`.
 
-Events are decoded by msgspec into typed structs (`kineto.py`) and moved column by column
-into polars; no dict is built per event.
+Events are decoded by msgspec into typed structs (`kineto.py`), a chunk at a time, and moved
+column by column into polars; no dict is built per event (`docs/trace-model.md`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import numpy as np
 import polars as pl
 
 from .errors import TraceError
-from .kineto import DECODER, EVENTS
+from .kineto import DECODER, EVENTS, FLOWS
 from .model import Run, Trace
 from .names import collective_kind, gpu_category
 from .steps import assign_steps, steps_table, whole_trace_step
@@ -122,7 +122,6 @@ def load_trace(path) -> Trace:
     origin_us = int(math.floor(complete["ts"].min()))
     gpu, calls, ops, marks = (_with_ns(tables[t], origin_us) for t in ("gpu", "calls", "ops", "marks"))
     gpu = _classified(gpu)
-    flows = tables["flows"].with_columns(ts=((pl.col("ts") - origin_us) * 1000).round().cast(pl.Int64))
     steps = steps_table(ops)
     whole_trace = steps.height == 0
     if whole_trace:
@@ -143,10 +142,10 @@ def load_trace(path) -> Trace:
     }
     notes = [rank_note] if rank_note else []
     return Trace(path=str(path), rank=rank, world_size=world_size, gpu=gpu, calls=calls, ops=ops,
-                 marks=marks, flows=flows, steps=steps, meta=meta, origin_us=origin_us, notes=notes)
+                 marks=marks, steps=steps, meta=meta, origin_us=origin_us, notes=notes)
 
 
-TABLES = ("gpu", "calls", "ops", "marks", "other", "flows")
+TABLES = ("gpu", "calls", "ops", "marks", "other")
 _AT_EVENT = re.compile(r"`\$\[(\d+)\]")
 
 
@@ -158,8 +157,7 @@ def _chunk_tables(path: Path, raws: list, first: int) -> dict[str, pl.DataFrame]
     except msgspec.ValidationError as e:  # name the event by its index in the file
         message = _AT_EVENT.sub(lambda m: f"`$.traceEvents[{first + int(m.group(1))}]", str(e))
         raise TraceError(path, f"not a Kineto trace: {message}") from None
-    phase = pl.Series(list(map(attrgetter("ph"), chunk)), dtype=pl.String)
-    events = gather(chunk, (phase == "X").arg_true())
+    events = [e for e in chunk if e.ph == "X"]
     table = _event_table(path, events)
 
     def pick(cats):
@@ -174,7 +172,6 @@ def _chunk_tables(path: Path, raws: list, first: int) -> dict[str, pl.DataFrame]
             "ext_id": pl.Int64, "correlation": pl.Int64, "device": pl.Int64, "sync_kind": pl.String,
             "stream": pl.Int64}),
         "other": table.filter(~pl.col("cat").is_in(known)).select("ts", "dur"),
-        "flows": _flows(gather(chunk, phase.is_in(["s", "f"]).arg_true())),
     }
 
 
@@ -269,14 +266,15 @@ def gather(events: list, idx: pl.Series) -> list:
     return list(itemgetter(*idx.to_list())(events))
 
 
-def _flows(flows: list) -> pl.DataFrame:
-    """Flow start/finish events (ts still in µs)."""
+def load_flows(path: Path, origin_us: int) -> pl.DataFrame:
+    """The flow start/finish events of a trace file: ph, cat, id, pid, tid, ts (ns from origin)."""
+    flows = [e for e in FLOWS.decode(read_bytes(path)).traceEvents if (e.ph == "s" or e.ph == "f") and e.ts is not None]
     column = lambda name: list(map(attrgetter(name), flows))  # noqa: E731
     return pl.DataFrame({
         "ph": pl.Series(column("ph"), dtype=pl.String), "cat": pl.Series(column("cat"), dtype=pl.String),
         "id": ints(column("id")), "pid": ints(column("pid")), "tid": ints(column("tid")),
         "ts": pl.Series(column("ts"), dtype=pl.Float64),
-    }).filter(pl.col("ts").is_not_null())
+    }).with_columns(ts=((pl.col("ts") - origin_us) * 1000).round().cast(pl.Int64))
 
 
 def ints(values: list) -> pl.Series:

@@ -7,6 +7,8 @@ All times are Int64 nanoseconds from the trace's origin (`Trace.origin_us`: the 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
 
 import polars as pl
 
@@ -23,7 +25,7 @@ class Trace:
       ext_id, collective args, step).
     - `marks`: cuda_sync and gpu_user_annotation events (name, cat, device, stream, start,
       end, ext_id, correlation, sync_kind).
-    - `flows`: flow start/finish events (ph, cat, id, pid, tid, ts).
+    - `flows` (read on first use): flow start/finish events (ph, cat, id, pid, tid, ts).
     - `steps`: one row per step (step, cpu_start, cpu_end).
     """
 
@@ -34,11 +36,18 @@ class Trace:
     calls: pl.DataFrame
     ops: pl.DataFrame
     marks: pl.DataFrame
-    flows: pl.DataFrame
     steps: pl.DataFrame
     meta: dict
     origin_us: int
     notes: list[str] = field(default_factory=list)
+
+    @cached_property
+    def flows(self) -> pl.DataFrame:
+        """Flow start/finish events, read from the file on first use: no analysis needs them
+        (correlation ids already link launches to GPU work), so loading skips them."""
+        from .loading import load_flows
+
+        return load_flows(Path(self.path), self.origin_us)
 
     @property
     def has_gpu(self) -> bool:
