@@ -7,6 +7,9 @@
 - kernel_ns: the kernel's duration. algbw = bytes / kernel_ns (GB/s = bytes/ns);
   busbw = algbw × (n−1)/n for all-gather and reduce-scatter, × 2(n−1)/n for all-reduce,
   × 1 otherwise (n = group size).
+- On CPU-only traces (gloo) the collectives are the CPU ops (`record_param_comms`, else the
+  `c10d::` ops), their duration standing in for kernel time; bytes only where the op has the
+  element counts.
 - Across the ranks of a run the i-th collective of a process group (launch order: correlation
   id) on each rank is the same collective: transfer_ns = its minimum kernel duration over the
   ranks, wait_ns = kernel_ns − transfer_ns (time spent waiting for peers).
@@ -28,12 +31,19 @@ _ARGS = ["collective", "in_nelems", "out_nelems", "group_size", "dtype", "pg_nam
 
 def collective_kernels(trace: Trace) -> pl.DataFrame:
     """One row per collective kernel: step, pg, coll_kind, dtype, group_size, bytes, stream,
-    start, end, kernel_ns, algbw_gbps, busbw_gbps, seq (launch order within the pg)."""
-    kernels = trace.gpu.filter(pl.col("category") == "comm")
-    ops = trace.ops.filter(pl.col("name") == "record_param_comms").select(
-        "ext_id", *[pl.col(c).alias(f"{c}_op") for c in _ARGS]).unique("ext_id")
-    kernels = kernels.join(ops, on="ext_id", how="left").with_columns(
-        pl.coalesce(c, f"{c}_op").alias(c) for c in _ARGS)
+    start, end, kernel_ns, algbw_gbps, busbw_gbps, seq (launch order within the pg). On a
+    CPU-only trace (gloo) the collective's CPU op stands in for the kernel (stream null)."""
+    if trace.has_gpu:
+        kernels = trace.gpu.filter(pl.col("category") == "comm")
+        ops = trace.ops.filter(pl.col("name") == "record_param_comms").select(
+            "ext_id", *[pl.col(c).alias(f"{c}_op") for c in _ARGS]).unique("ext_id")
+        kernels = kernels.join(ops, on="ext_id", how="left").with_columns(
+            pl.coalesce(c, f"{c}_op").alias(c) for c in _ARGS)
+    else:
+        from tracekit.analyses.summary import collective_ops
+
+        kernels = collective_ops(trace).with_columns(stream=pl.lit(None, pl.Int64),
+                                                      correlation=pl.col("start"))
     n = pl.col("group_size").cast(pl.Float64)
     factor = (pl.when(pl.col("coll_kind").is_in(["all_gather", "reduce_scatter"])).then((n - 1) / n)
               .when(pl.col("coll_kind") == "all_reduce").then(2 * (n - 1) / n).otherwise(1.0))
@@ -61,6 +71,11 @@ def matched_across_ranks(per_rank: list[pl.DataFrame]) -> list[pl.DataFrame]:
             for f in per_rank]
 
 
+def known_sum(column: str) -> pl.Expr:
+    """The sum, or null when no value is known (rather than polars' 0)."""
+    return pl.when(pl.col(column).count() > 0).then(pl.col(column).sum())
+
+
 def census(kernels: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     """One row per step: `collectives` = [{pg, kind, dtype, count, bytes, kernel_ns, stream,
     algbw_gbps, busbw_gbps, transfer_ns, wait_ns}] (bandwidths from summed bytes and time)."""
@@ -68,9 +83,9 @@ def census(kernels: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
         kernels = kernels.with_columns(transfer_ns=pl.lit(None, pl.Int64), wait_ns=pl.lit(None, pl.Int64))
     rows = (kernels.filter(pl.col("step").is_not_null())
             .group_by("step", "pg", pl.col("coll_kind").alias("kind"), "dtype", "stream")
-            .agg(count=pl.len().cast(pl.Int64), bytes=pl.col("bytes").sum(), kernel_ns=pl.col("kernel_ns").sum(),
+            .agg(count=pl.len().cast(pl.Int64), bytes=known_sum("bytes"), kernel_ns=pl.col("kernel_ns").sum(),
                  busbw_factor=(pl.col("busbw_gbps") / pl.col("algbw_gbps")).first(),
-                 transfer_ns=pl.col("transfer_ns").sum(), wait_ns=pl.col("wait_ns").sum())
+                 transfer_ns=known_sum("transfer_ns"), wait_ns=known_sum("wait_ns"))
             .with_columns(algbw_gbps=(pl.col("bytes") / pl.col("kernel_ns")).round(3))
             .with_columns(busbw_gbps=(pl.col("algbw_gbps") * pl.col("busbw_factor")).round(3))
             .drop("busbw_factor")

@@ -134,3 +134,12 @@ def test_trace_scope_at_ns_and_as_hta_rounds(tmp_path):
     assert (ns["step"], ns["comm_ns"], ns["overlap_ns"], ns["overlap_pct"]) == (None, 10_200, 2_700, 26.47)
     hta = overlap_trace_scope(trace, hta_rounding=True).row(0, named=True)
     assert (hta["comm_ns"], hta["overlap_ns"], hta["overlap_pct"]) == (9_000, 2_000, 22.22)
+
+
+def test_comms_of_a_single_trace_have_no_peer_figures(tmp_path):
+    """Without the other ranks there is no transfer/wait split: null, not 0."""
+    events = [synth.step(1, 0.0, 100.0), *synth.nccl("all_reduce", 1.0, 10.0, 20.0, corr=1, nelems=256)]
+    (row,) = comms([tracekit.load(synth.write(tmp_path, "t.json", synth.doc(events)))])[0]["collectives"][0]
+    assert (row["kind"], row["bytes"], row["kernel_ns"]) == ("all_reduce", 256 * 4, 20 * US)
+    assert row["transfer_ns"] is None and row["wait_ns"] is None
+    assert row["busbw_gbps"] == pytest.approx(row["algbw_gbps"] * 2 * (2 - 1) / 2)
