@@ -304,7 +304,7 @@ def profile(out, variants, preset, blocks, hidden, heads, seq, batch, device, np
            "nproc": nproc or (torch.cuda.device_count() if device == "cuda" else 2),
            "precision": precision or ("bf16" if device == "cuda" else "fp32"), "seed": seed, "warmup": warmup,
            "steps": steps, "with_stack": with_stack}
-    if "RANK" not in os.environ:  # under torchrun every rank would race on this check
+    if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 checks before the others can start
         prepare_out(Path(out), overwrite)
     if run_profile(cfg) is None:
         return
