@@ -21,6 +21,8 @@ VARIANTS = {
     "fsdp2-noreshard": {"wrap": "fsdp2", "reshard_after_forward": False},
     "fsdp2-compile": {"wrap": "fsdp2", "compile": True},
     "fsdp2-fp8": {"wrap": "fsdp2", "float8": True},
+    # torchao's float8 casts are separate eager kernels unless compiled: this is how it is meant to run.
+    "fsdp2-compile-fp8": {"wrap": "fsdp2", "float8": True, "compile": True},
 }
 
 

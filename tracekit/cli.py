@@ -261,7 +261,7 @@ def variant_list(ctx, param, value: str) -> list[str]:
               help="Output directory: manifest.json and <variant>/rank<r>.pt.trace.json.gz.")
 @click.option("--variants", callback=variant_list, default="ddp,fsdp1,fsdp2", show_default=True,
               help="Comma-separated: ddp, fsdp1, fsdp1-nolimit, fsdp2, fsdp2-root, fsdp2-noreshard, "
-                   "fsdp2-compile, fsdp2-fp8.")
+                   "fsdp2-compile, fsdp2-fp8, fsdp2-compile-fp8.")
 @click.option("--preset", type=click.Choice(["tiny", "small", "medium", "large"]), default="tiny", show_default=True)
 @click.option("--blocks", type=int)
 @click.option("--hidden", type=int)
