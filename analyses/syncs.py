@@ -77,15 +77,25 @@ def cuda_sync_events(trace: Trace) -> pl.DataFrame:
 
 
 def sync_ledger(trace: Trace) -> pl.DataFrame:
-    """One row per step: `calls` = [{api, count, blocked_ns, gpu_idle_ns, blame}] grouped by
-    (api, blame chain), biggest blocked time first; `cuda_sync_events.<name>` counts."""
-    syncs = host_syncs(trace).filter(pl.col("step").is_not_null())
-    groups = (syncs.group_by("step", "api", "blame")
+    """One row per step: `calls` = [{api, count, blocked_ns, gpu_idle_ns, blame, chains}], one
+    entry per (api, innermost blame), biggest blocked time first; `blame` is the group's most
+    frequent chain and `chains` = [{blame, count, blocked_ns}] every distinct chain in it (the
+    FSDP1 rate limiter inside `_pre_forward` in the forward and inside the backward prefetch
+    in the backward); `cuda_sync_events.<name>` counts."""
+    syncs = host_syncs(trace).filter(pl.col("step").is_not_null()).with_columns(
+        innermost=pl.col("blame").list.first())
+    chains = (syncs.group_by("step", "api", "innermost", "blame")
+              .agg(count=pl.len().cast(pl.Int64), blocked_ns=pl.col("blocked_ns").sum())
+              .sort("count", "blocked_ns", descending=True))
+    groups = (syncs.group_by("step", "api", "innermost")
               .agg(count=pl.len().cast(pl.Int64), blocked_ns=pl.col("blocked_ns").sum(),
                    gpu_idle_ns=pl.col("gpu_idle_ns").sum())
+              .join(chains.group_by("step", "api", "innermost", maintain_order=True).agg(
+                  blame=pl.col("blame").first(), chains=pl.struct("blame", "count", "blocked_ns")),
+                  on=["step", "api", "innermost"], nulls_equal=True)
               .sort("step", "blocked_ns", descending=[False, True]))
     per_step = groups.group_by("step", maintain_order=True).agg(
-        calls=pl.struct("api", "count", "blocked_ns", "gpu_idle_ns", "blame"))
+        calls=pl.struct("api", "count", "blocked_ns", "gpu_idle_ns", "blame", "chains"))
     table = trace.steps.select("step").join(per_step, on="step", how="left").with_columns(
         pl.col("calls").fill_null(pl.lit([], dtype=per_step.schema["calls"])))
     events = cuda_sync_events(trace)

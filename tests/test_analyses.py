@@ -77,9 +77,10 @@ def test_overlapping_kernels_share_equally_and_round_exactly(tmp_path):
 def test_sync_ledger_blame_and_gpu_idle(tmp_path):
     row = sync_ledger(fsdp_like(tmp_path)).row(0, named=True)
     calls = {c["api"]: c for c in row["calls"]}
+    chain = ["FullyShardedDataParallel.rate_limiter", "FullyShardedDataParallel._pre_forward"]
     assert calls["cudaEventSynchronize"] == {
         "api": "cudaEventSynchronize", "count": 1, "blocked_ns": 50 * US, "gpu_idle_ns": 50 * US,
-        "blame": ["FullyShardedDataParallel.rate_limiter", "FullyShardedDataParallel._pre_forward"]}
+        "blame": chain, "chains": [{"blame": chain, "count": 1, "blocked_ns": 50 * US}]}
     assert calls["cudaStreamSynchronize"]["blame"] == ["aten::item"]
     assert calls["cudaStreamSynchronize"]["gpu_idle_ns"] == 20 * US
     assert row["cuda_sync_events.Event Sync"] == 1

@@ -22,11 +22,12 @@ def run(variant):
 @pytest.mark.parametrize("rank", [0, 1])
 def test_fsdp1_event_syncs_are_all_the_rate_limiter(rank):
     calls = sync_ledger(run("fsdp1").traces[rank])["calls"][0]
-    event_syncs = [c for c in calls if c["api"] == "cudaEventSynchronize"]
-    assert sum(c["count"] for c in event_syncs) == 25
-    assert all(c["blame"][0] == "FullyShardedDataParallel.rate_limiter" for c in event_syncs)
+    (event_syncs,) = [c for c in calls if c["api"] == "cudaEventSynchronize"]
+    assert event_syncs["count"] == 25 and event_syncs["blame"][0] == "FullyShardedDataParallel.rate_limiter"
+    assert sum(chain["count"] for chain in event_syncs["chains"]) == 25
+    assert sum(chain["blocked_ns"] for chain in event_syncs["chains"]) == event_syncs["blocked_ns"]
     # The rate limiter runs inside _pre_forward in the forward, the backward prefetch/hook in the backward.
-    callers = {c["blame"][1] for c in event_syncs}
+    callers = {chain["blame"][1] for chain in event_syncs["chains"]}
     assert callers <= {"FullyShardedDataParallel._pre_forward", "FullyShardedDataParallel._pre_backward_prefetch",
                        "FullyShardedDataParallel._pre_backward_hook"}
     assert "FullyShardedDataParallel._pre_forward" in callers

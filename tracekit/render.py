@@ -34,7 +34,8 @@ def json_doc(report) -> dict:
 
 def flat_table(report) -> pl.DataFrame:
     """All traces' rows in one frame, path and rank in front. A list-of-records column (a
-    ledger) becomes one row per record; a list of names is joined with " < " (innermost first)."""
+    ledger) becomes one row per record; a list of names is joined with " < " (innermost first);
+    what is still nested is written as JSON text."""
     frames = []
     for t, frame in report:
         for col, dtype in frame.schema.items():
@@ -42,6 +43,10 @@ def flat_table(report) -> pl.DataFrame:
                 frame = frame.explode(col).unnest(col, separator=".")
         frame = frame.with_columns(pl.col(c).list.join(" < ") for c, dt in frame.schema.items()
                                    if isinstance(dt, pl.List) and dt.inner == pl.String)
+        frame = frame.with_columns(  # anything still nested, as JSON text
+            pl.col(c).map_elements(lambda v: json.dumps(v.to_list() if isinstance(v, pl.Series) else v),
+                                   return_dtype=pl.String)
+            for c, dt in frame.schema.items() if isinstance(dt, (pl.List, pl.Struct)))
         frames.append(frame.select(pl.lit(t.path).alias("path"), pl.lit(t.rank).alias("rank"), pl.all()))
     return pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame()
 
