@@ -75,6 +75,17 @@ def variant_diffs(runs: dict[str, Run], top: int) -> dict[tuple[str, str], dict]
             for other in names[1:]}
 
 
+MODEL_KEYS = ("preset", "overrides", "seed")
+
+
+def config_mismatch(a: dict | None, b: dict | None) -> list[str]:
+    """Warnings when two profile runs' manifests say they trained different models or data."""
+    if not a or not b:
+        return []
+    return [f"A and B ran different {key}: {a['config'].get(key)} vs {b['config'].get(key)}"
+            for key in MODEL_KEYS if a["config"].get(key) != b["config"].get(key)]
+
+
 def count_check(manifest: dict, runs: dict[str, Run]) -> pl.DataFrame:
     """One row per (variant, rank, counted thing): runtime, trace, match."""
     rows = []

@@ -94,3 +94,22 @@ def test_plot_and_fsdp_view(tmp_path):
     header = result.stdout.splitlines()[0]
     assert header == "kind,phase,fsdp,change,a_ns,b_ns,delta_ns,a_count,b_count"
     assert "FSDP::post_backward_reduce" in result.stdout and "FullyShardedDataParallel._post_backward_hook" in result.stdout
+
+
+def test_different_models_are_warned_about(tmp_path):
+    """Two profile outputs whose manifests name different model shapes: a warning, still a diff."""
+    import shutil
+
+    for name, blocks in (("a", 4), ("b", 6)):
+        out = tmp_path / name
+        shutil.copytree(DATA / "h200x2-blocks4", out)
+        manifest = json.loads((out / "manifest.json").read_text())
+        manifest["config"]["overrides"]["blocks"] = blocks
+        (out / "manifest.json").write_text(json.dumps(manifest))
+    result = CliRunner().invoke(main, ["diff", "--format", "csv", str(tmp_path / "a" / "fsdp1"),
+                                       str(tmp_path / "b" / "fsdp2")])
+    assert result.exit_code == 0
+    assert "warning: A and B ran different overrides" in result.stderr
+    same = CliRunner().invoke(main, ["diff", "--format", "csv", str(DATA / "h200x2-blocks4" / "fsdp1"),
+                                     str(DATA / "h200x2-blocks4" / "fsdp2")])
+    assert same.exit_code == 0 and "warning" not in same.stderr

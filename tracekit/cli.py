@@ -172,8 +172,12 @@ def diff(a, b, step, rank, top, by, plot_path, fmt):
     from tracekit.analyses.diff import diff_runs
     from tracekit.render import render_diff
 
+    from tracekit.analyses.variants import config_mismatch
+    from tracekit.loading import manifest_near
+
     a_traces, b_traces = load_traces([a], rank), load_traces([b], rank)
     per_rank, together, warnings = diff_runs(a_traces, b_traces, step, top, by)
+    warnings += config_mismatch(manifest_near(a), manifest_near(b))
     for warning in warnings:
         click.echo(f"tracekit: warning: {warning}", err=True)
     shown = per_rank[0] if len(per_rank) == 1 else together

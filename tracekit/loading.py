@@ -288,6 +288,21 @@ def _dims(value) -> str | None:
     return value
 
 
+def manifest_near(path) -> dict | None:
+    """The manifest of the `tracekit profile` output a trace or variant directory belongs to
+    (OUT/manifest.json for OUT/<variant>[/rank<r>…]), if there is one."""
+    path = Path(path).resolve()
+    for folder in (path.parent, path.parent.parent) if path.is_file() else (path, path.parent):
+        candidate = folder / "manifest.json"
+        if candidate.is_file():
+            try:
+                document = msgspec.json.decode(candidate.read_bytes())
+            except msgspec.DecodeError:
+                return None
+            return document if isinstance(document, dict) and "config" in document else None
+    return None
+
+
 def load_profile(out) -> tuple[dict, dict[str, Run]]:
     """A `tracekit profile` output: (manifest, {variant: Run}) for the variants that ran."""
     out = Path(out)
