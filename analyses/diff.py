@@ -38,20 +38,17 @@ def step_items(trace: Trace, step: int, with_rows: bool = False) -> pl.DataFrame
     """The step's items with their identity: kind, name, op, phase, fsdp, unit, ns (and `row`,
     the index into trace.gpu, with_rows)."""
     _, items = step_partition(trace, step)
-    gpu = trace.gpu.with_row_index("row").select(
-        "row", "name", "dtype", kind_detail=pl.col("category")).with_columns(identity=kernel_identity(pl.col("name")))
-    context = launch_context(trace)
-    joined = items.join(gpu, on="row", how="left").join(context, on="row", how="left")
-    return joined.select(
-        kind=pl.col("category").replace({"memset": "memcpy"}),
-        name=pl.when(pl.col("category") == "idle").then(pl.col("cause"))
+    gpu = trace.gpu.with_row_index("row").select("row", "dtype", identity=kernel_identity(pl.col("name")))
+    joined = items.join(gpu, on="row", how="left").join(launch_context(trace), on="row", how="left")
+    columns = [
+        pl.col("category").replace({"memset": "memcpy"}).alias("kind"),
+        pl.when(pl.col("category") == "idle").then(pl.col("cause").str.replace(r" \(.*\)$", ""))
         .when(pl.col("category") == "comm").then(pl.concat_str(pl.col("cause").fill_null("comm"), pl.lit(" "),
                                                                pl.col("dtype").fill_null("?")))
-        .otherwise(pl.col("identity")),
-        op=pl.col("op"), phase=pl.col("phase"), fsdp=pl.col("fsdp"), unit=pl.col("unit"), ns=pl.col("share_ns"),
-        *([pl.col("row")] if with_rows else []),
-    ).with_columns(name=pl.when(pl.col("kind") == "idle").then(pl.col("name").str.replace(r" \(.*\)$", ""))
-                   .otherwise(pl.col("name")))
+        .otherwise(pl.col("identity")).alias("name"),
+        "op", "phase", "fsdp", "unit", pl.col("share_ns").alias("ns"),
+    ]
+    return joined.select(columns + (["row"] if with_rows else []))
 
 
 def diff_items(a: pl.DataFrame, b: pl.DataFrame, by: str = "kernel") -> pl.DataFrame:
