@@ -32,9 +32,9 @@ def launch_context(trace: Trace) -> pl.DataFrame:
     marks = trace.ops.filter(pl.col("name").str.contains(MARKERS)).select(
         pl.col("tid").alias("m_tid"), pl.col("start").alias("m_start"), pl.col("end").alias("m_end"),
         pl.col("name").alias("m_name"))
-    found = launches.filter(pl.col("c_start").is_not_null()).join_where(
-        marks, pl.col("m_tid") == pl.col("c_tid"), pl.col("m_start") <= pl.col("c_start"),
-        pl.col("m_end") >= pl.col("c_end"))
+    found = launches.filter(pl.col("c_start").is_not_null()).join_where(  # an interval join; thread after
+        marks, pl.col("m_start") <= pl.col("c_start"), pl.col("m_end") >= pl.col("c_end"),
+    ).filter(pl.col("m_tid") == pl.col("c_tid"))
     fsdp = (found.filter(pl.col("m_name").str.contains(FSDP_LABEL) & (pl.col("m_name") != MODULE_FORWARD))
             .sort("row", "m_start", descending=[False, True])
             .group_by("row", maintain_order=True).agg(label=pl.col("m_name").first()))

@@ -61,9 +61,11 @@ def blame_chains(intervals: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
         pl.col("name").alias("o_name"))
     if intervals.height == 0 or enclosing.height == 0:
         return pl.DataFrame(schema={"call": pl.UInt32, "blame": pl.List(pl.String)})
+    # Two inequalities only, so polars runs an interval (IE) join; the thread is matched after:
+    # with the equality inside, the join would pair every call with every op of its thread.
     pairs = intervals.select("call", "tid", "start", "end").join_where(
-        enclosing, pl.col("o_tid") == pl.col("tid"), pl.col("o_start") <= pl.col("start"),
-        pl.col("o_end") >= pl.col("end"))
+        enclosing, pl.col("o_start") <= pl.col("start"), pl.col("o_end") >= pl.col("end"),
+    ).filter(pl.col("o_tid") == pl.col("tid"))
     return (pairs.sort(["call", "o_start", "o_end"], descending=[False, True, False])
             .group_by("call", maintain_order=True).agg(blame=pl.col("o_name")))
 

@@ -28,6 +28,16 @@ READERS = {
     "tracekit summary": ("import tracekit.loading as tracekit\nfrom tracekit.analyses.summary import summary",
                          "summary(tracekit.load(PATH))"),
     "tracekit load": ("import tracekit.loading as tracekit", "tracekit.load(PATH)"),
+    # The other verbs on the same trace, to catch an analysis that grows faster than the trace.
+    "tracekit syncs": ("import tracekit.loading as tracekit\nfrom tracekit.analyses.syncs import sync_ledger",
+                       "sync_ledger(tracekit.load(PATH))"),
+    "tracekit breakdown": ("import tracekit.loading as tracekit\nfrom tracekit.analyses.breakdown import breakdown",
+                           "breakdown(tracekit.load(PATH))"),
+    "tracekit diff (self)": (
+        "import tracekit.loading as tracekit\nfrom tracekit.analyses.diff import diff_runs",
+        "trace = tracekit.load(PATH)\ndiff_runs([trace], [trace], None, 20, 'kernel')"),
+    "tracekit export": ("import os, tempfile\nfrom tracekit.export import export_traces",
+                        "export_traces([PATH], os.path.join(tempfile.mkdtemp(), 'x.pftrace'))"),
     # The JSON floor: every event decoded into tracekit's own typed structs, in one call.
     "msgspec typed decode": (
         "import msgspec\nfrom tracekit.kineto import Event\n"
