@@ -79,9 +79,9 @@ def top_with_other(items: pl.DataFrame, top: int) -> pl.DataFrame:
 
 def sync_diff(a: Trace, a_step: int, b: Trace, b_step: int) -> pl.DataFrame:
     def side(t, step, name):
-        s = host_syncs(t).filter(pl.col("step") == step).group_by("api").agg(
+        return host_syncs(t).filter(pl.col("step") == step).group_by("api").agg(
             pl.len().cast(pl.Int64).alias(f"{name}_count"), pl.col("blocked_ns").sum().alias(f"{name}_blocked_ns"))
-        return s
+
     return (side(a, a_step, "a").join(side(b, b_step, "b"), on="api", how="full", coalesce=True)
             .with_columns(pl.exclude("api").fill_null(0)).sort("api"))
 

@@ -52,7 +52,7 @@ def apply_float8(model: nn.Module) -> None:
     from torchao.float8 import Float8LinearConfig, convert_to_float8_training
 
     config = Float8LinearConfig(enable_fsdp_float8_all_gather=True)
-    convert_to_float8_training(model, config=config, module_filter_fn=lambda mod, fqn: fqn.startswith("blocks."))
+    convert_to_float8_training(model, config=config, module_filter_fn=lambda _module, fqn: fqn.startswith("blocks."))
 
 
 def apply_compile(model: nn.Module) -> None:

@@ -67,7 +67,7 @@ def profiler(device: torch.device, with_stack: bool, path: Path):
                    record_shapes=True, with_stack=with_stack, **kwargs)
 
 
-def run_variant(variant: str, cfg: dict, rank: int, world: int, device: torch.device, out: Path) -> dict:
+def run_variant(variant: str, cfg: dict, rank: int, device: torch.device, out: Path) -> dict:
     """Measure and record one variant on this rank; returns its measurements."""
     from .parallelize import VARIANTS
 
@@ -161,7 +161,7 @@ def worker_main(cfg: dict) -> dict:
             log(rank, f"[{i}/{len(cfg['variants'])}] {variant}: building, {cfg['warmup']} warm-up + "
                       f"{cfg['steps']} timed steps, then 1 profiled step")
             try:
-                results[variant] = {"status": "ok", "message": "", "ranks": [run_variant(variant, cfg, rank, world, device, out)]}
+                results[variant] = {"status": "ok", "message": "", "ranks": [run_variant(variant, cfg, rank, device, out)]}
             except torch.OutOfMemoryError as e:
                 results[variant] = {"status": "oom", "message": str(e).splitlines()[0]}
             except Exception as e:  # recorded; the other variants still run

@@ -18,13 +18,12 @@ PROFILER_STEP = r"^ProfilerStep#(\d+)$"
 def steps_table(ops: pl.DataFrame) -> pl.DataFrame:
     """One row per step: step, cpu_start, cpu_end (ns)."""
     marks = ops.filter(pl.col("cat").is_in(["user_annotation", "cpu_op"]))
-    steps = (
+    return (
         marks.with_columns(step=pl.col("name").str.extract(PROFILER_STEP, 1).cast(pl.Int64))
         .filter(pl.col("step").is_not_null())
         .group_by("step").agg(cpu_start=pl.col("start").min(), cpu_end=pl.col("end").max())
         .sort("cpu_start")
     )
-    return steps
 
 
 def whole_trace_step(start: int, end: int) -> pl.DataFrame:
