@@ -8,6 +8,7 @@ exactly one step recorded with torch.profiler, with the runtime's own counts of 
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import statistics
 import sys
@@ -33,6 +34,15 @@ def log(rank: int, message: str) -> None:
 def synchronize(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def release_memory(device: torch.device) -> None:
+    """Collect the previous variant's modules (they sit in reference cycles through hooks, so
+    only the cycle collector frees them) and return cached blocks to the device."""
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
 
 
 def memory(device: torch.device, kind: str) -> int | None:
@@ -74,6 +84,7 @@ def run_variant(variant: str, cfg: dict, rank: int, device: torch.device, out: P
     mixed = cfg["precision"] == "bf16"
     wrap = VARIANTS[variant]["wrap"]
     model_cfg = model_config(cfg["preset"], **cfg["overrides"])
+    release_memory(device)  # what earlier variants left must not count in this one's figures
     torch.manual_seed(cfg["seed"])
     t0 = time.perf_counter()
     model = Transformer(model_cfg).to(device)
@@ -167,8 +178,7 @@ def worker_main(cfg: dict) -> dict:
             except Exception as e:  # recorded; the other variants still run
                 results[variant] = {"status": "error", "message": f"{type(e).__name__}: {e}".splitlines()[0],
                                     "traceback": traceback.format_exc()}
-            if device.type == "cuda":
-                torch.cuda.empty_cache()
+            release_memory(device)
             gathered = [None] * world
             dist.all_gather_object(gathered, results[variant])
             results[variant] = merge_ranks(gathered)
