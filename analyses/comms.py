@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from tracekit.analyses.summary import collective_ops
+from tracekit.loading import COMM_ARGS
 from tracekit.model import Trace
 
 DTYPE_BYTES = {
@@ -26,7 +28,6 @@ DTYPE_BYTES = {
     "Char": 1, "Byte": 1, "Bool": 1, "Float8_e4m3fn": 1, "Float8_e5m2": 1, "Float8_e4m3fnuz": 1,
     "Float8_e5m2fnuz": 1, "ComplexFloat": 8, "ComplexDouble": 16,
 }
-_ARGS = ["collective", "in_nelems", "out_nelems", "group_size", "dtype", "pg_name", "pg_desc"]
 
 
 def collective_kernels(trace: Trace) -> pl.DataFrame:
@@ -36,12 +37,10 @@ def collective_kernels(trace: Trace) -> pl.DataFrame:
     if trace.has_gpu:
         kernels = trace.gpu.filter(pl.col("category") == "comm")
         ops = trace.ops.filter(pl.col("name") == "record_param_comms").select(
-            "ext_id", *[pl.col(c).alias(f"{c}_op") for c in _ARGS]).unique("ext_id")
+            "ext_id", *[pl.col(c).alias(f"{c}_op") for c in COMM_ARGS]).unique("ext_id")
         kernels = kernels.join(ops, on="ext_id", how="left").with_columns(
-            pl.coalesce(c, f"{c}_op").alias(c) for c in _ARGS)
+            pl.coalesce(c, f"{c}_op").alias(c) for c in COMM_ARGS)
     else:
-        from tracekit.analyses.summary import collective_ops
-
         kernels = collective_ops(trace).with_columns(stream=pl.lit(None, pl.Int64),
                                                       correlation=pl.col("start"))
     n = pl.col("group_size").cast(pl.Float64)

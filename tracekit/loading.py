@@ -30,11 +30,6 @@ MARK_CATS = ("cuda_sync", "gpu_user_annotation")
 TRACE_SUFFIXES = (".json", ".json.gz")
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 
-_COMM_ARGS = {
-    "collective": pl.String, "in_nelems": pl.Int64, "out_nelems": pl.Int64,
-    "group_size": pl.Int64, "dtype": pl.String, "pg_name": pl.String, "pg_desc": pl.String,
-}
-
 
 def load(path) -> Trace | Run:
     """A trace file → `Trace`; a directory of per-rank traces → `Run`."""
@@ -166,11 +161,10 @@ def _chunk_tables(path: Path, raws: list, first: int) -> dict[str, pl.DataFrame]
     known = GPU_CATS + CALL_CATS + OP_CATS + MARK_CATS
     return {
         "gpu": _gpu_table(events, pick(GPU_CATS)),
-        "calls": _with_args(events, pick(CALL_CATS), {"correlation": pl.Int64, "ext_id": pl.Int64}),
+        "calls": _with_args(events, pick(CALL_CATS), {"correlation": ints, "ext_id": ints}),
         "ops": _ops_table(events, pick(OP_CATS)),
         "marks": _with_args(events, pick(MARK_CATS), {
-            "ext_id": pl.Int64, "correlation": pl.Int64, "device": pl.Int64, "sync_kind": pl.String,
-            "stream": pl.Int64}),
+            "ext_id": ints, "correlation": ints, "device": ints, "sync_kind": strings, "stream": ints}),
         "other": table.filter(~pl.col("cat").is_in(known)).select("ts", "dur"),
     }
 
@@ -207,48 +201,65 @@ def _event_table(path: Path, events: list) -> pl.DataFrame:
     return table
 
 
+def ns_from_origin(ts_us: pl.Expr, origin_us: int) -> pl.Expr:
+    """Kineto µs → integer ns from the origin. `ts - origin` is exact in float64, so rounding
+    recovers Kineto's 3-decimal microseconds exactly."""
+    return ((ts_us - origin_us) * 1000).round().cast(pl.Int64)
+
+
 def _with_ns(table: pl.DataFrame, origin_us: int) -> pl.DataFrame:
-    """start/end in integer ns from the origin. `ts - origin` is exact in float64, so rounding
-    recovers Kineto's 3-decimal microseconds exactly; end = start + round(dur)."""
-    start = ((pl.col("ts") - origin_us) * 1000).round().cast(pl.Int64)
-    dur = (pl.col("dur").clip(lower_bound=0) * 1000).round().cast(pl.Int64)
-    return table.with_columns(start=start, end=start + dur).drop("ts", "dur")
+    """start/end in integer ns from the origin; end = start + round(dur)."""
+    start = ns_from_origin(pl.col("ts"), origin_us)
+    return table.with_columns(start=start, end=start + ns_from_origin(pl.col("dur").clip(lower_bound=0), 0)
+                              ).drop("ts", "dur")
 
 
 ARG_FIELDS = {"ext_id": "external_id"}  # table column → kineto.Args field, where they differ
 
 
-def _with_args(events: list, table: pl.DataFrame, schema: dict) -> pl.DataFrame:
-    """`table` (rows of `events`, by idx) with pid, tid and the named args as columns.
-    Integer columns convert non-strictly: a value of another type becomes null."""
+def ints(values: list) -> pl.Series:
+    """Int64 column from ints, numeric strings or anything else (→ null); converted in polars."""
+    return pl.Series(values, dtype=pl.Int64, strict=False)
+
+
+def strings(values: list) -> pl.Series:
+    return pl.Series(values, dtype=pl.String)
+
+
+def dims(values: list) -> pl.Series:
+    """Grid/block sizes as `x`-joined text ([24017, 1, 1] → "24017x1x1")."""
+    return strings(["x".join(map(str, v)) if isinstance(v, list) else v for v in values])
+
+
+# The collective args Kineto writes on record_param_comms ops and NCCL kernels.
+COMM_ARGS = {"collective": strings, "in_nelems": ints, "out_nelems": ints, "group_size": ints,
+             "dtype": strings, "pg_name": strings, "pg_desc": strings}
+
+
+def _with_args(events: list, table: pl.DataFrame, columns: dict) -> pl.DataFrame:
+    """`table` (rows of `events`, by idx) with pid, tid and the named args, each column made
+    by its converter (`ints`: a value of another type becomes null)."""
     chosen = gather(events, table["idx"])
     args = list(map(attrgetter("args"), chosen))
-    columns = {"pid": ints(list(map(attrgetter("pid"), chosen))), "tid": ints(list(map(attrgetter("tid"), chosen)))}
-    for name, dtype in schema.items():
-        values = list(map(attrgetter(ARG_FIELDS.get(name, name)), args))
-        columns[name] = ints(values) if dtype == pl.Int64 else pl.Series(values, dtype=dtype)
-    return table.with_columns(**columns)
+    made = {"pid": ints(list(map(attrgetter("pid"), chosen))), "tid": ints(list(map(attrgetter("tid"), chosen)))}
+    for name, convert in columns.items():
+        made[name] = convert(list(map(attrgetter(ARG_FIELDS.get(name, name)), args)))
+    return table.with_columns(**made)
 
 
 def _ops_table(events: list, table: pl.DataFrame) -> pl.DataFrame:
     """CPU ops; the collective args are read only for `record_param_comms` ops."""
-    ops = _with_args(events, table, {"ext_id": pl.Int64})
+    ops = _with_args(events, table, {"ext_id": ints})
     records = ops.filter(pl.col("name") == "record_param_comms").select("idx")
-    comm = _with_args(events, records, _COMM_ARGS).drop("pid", "tid") if records.height else \
-        pl.DataFrame(schema={"idx": pl.Int64, **_COMM_ARGS})
+    comm = _with_args(events, records, COMM_ARGS).drop("pid", "tid")
     return ops.join(comm, on="idx", how="left", maintain_order="left")
 
 
 def _gpu_table(events: list, table: pl.DataFrame) -> pl.DataFrame:
     gpu = _with_args(events, table, {
-        "device": pl.Int64, "stream": pl.Int64, "correlation": pl.Int64, "ext_id": pl.Int64,
-        "bytes": pl.Int64, **_COMM_ARGS,
+        "device": ints, "stream": ints, "correlation": ints, "ext_id": ints, "bytes": ints,
+        "grid": dims, "block": dims, **COMM_ARGS,
     })
-    args = list(map(attrgetter("args"), gather(events, gpu["idx"])))
-    gpu = gpu.with_columns(
-        grid=pl.Series(list(map(_dims, map(attrgetter("grid"), args))), dtype=pl.String),
-        block=pl.Series(list(map(_dims, map(attrgetter("block"), args))), dtype=pl.String),
-    )
     return gpu.rename({"cat": "kind"})
 
 
@@ -271,50 +282,42 @@ def load_flows(path: Path, origin_us: int) -> pl.DataFrame:
     flows = [e for e in FLOWS.decode(read_bytes(path)).traceEvents if (e.ph == "s" or e.ph == "f") and e.ts is not None]
     column = lambda name: list(map(attrgetter(name), flows))  # noqa: E731
     return pl.DataFrame({
-        "ph": pl.Series(column("ph"), dtype=pl.String), "cat": pl.Series(column("cat"), dtype=pl.String),
+        "ph": strings(column("ph")), "cat": strings(column("cat")),
         "id": ints(column("id")), "pid": ints(column("pid")), "tid": ints(column("tid")),
         "ts": pl.Series(column("ts"), dtype=pl.Float64),
-    }).with_columns(ts=((pl.col("ts") - origin_us) * 1000).round().cast(pl.Int64))
+    }).with_columns(ts=ns_from_origin(pl.col("ts"), origin_us))
 
 
-def ints(values: list) -> pl.Series:
-    """Int64 column from ints, numeric strings or anything else (→ null); converted in polars."""
-    return pl.Series(values, dtype=pl.Int64, strict=False)
-
-
-def _dims(value) -> str | None:
-    if isinstance(value, list):
-        return "x".join(map(str, value))
-    return value
-
-
-def manifest_near(path) -> dict | None:
-    """The manifest of the `tracekit profile` output a trace or variant directory belongs to
-    (OUT/manifest.json for OUT/<variant>[/rank<r>…]), if there is one."""
-    path = Path(path).resolve()
-    for folder in (path.parent, path.parent.parent) if path.is_file() else (path, path.parent):
-        candidate = folder / "manifest.json"
-        if candidate.is_file():
-            try:
-                document = msgspec.json.decode(candidate.read_bytes())
-            except msgspec.DecodeError:
-                return None
-            return document if isinstance(document, dict) and "config" in document else None
-    return None
-
-
-def load_profile(out) -> tuple[dict, dict[str, Run]]:
-    """A `tracekit profile` output: (manifest, {variant: Run}) for the variants that ran."""
-    out = Path(out)
-    path = out / "manifest.json"
+def read_manifest(path: Path) -> dict:
+    """A `tracekit profile` manifest.json; bad input raises TraceError."""
     if not path.is_file():
-        raise TraceError(out, "no manifest.json: not a tracekit profile output")
+        raise TraceError(path.parent, "no manifest.json: not a tracekit profile output")
     try:
         manifest = msgspec.json.decode(read_bytes(path))
     except msgspec.DecodeError as e:
         raise TraceError(path, f"not valid JSON ({e})") from None
     if not isinstance(manifest, dict) or not isinstance(manifest.get("variants"), dict):
         raise TraceError(path, "not a tracekit manifest (no variants)")
+    return manifest
+
+
+def manifest_near(path) -> dict | None:
+    """The manifest of the `tracekit profile` output a trace or variant directory belongs to
+    (OUT/manifest.json for OUT/<variant>[/rank<r>…]), if there is a valid one."""
+    path = Path(path).resolve()
+    for folder in (path.parent, path.parent.parent) if path.is_file() else (path, path.parent):
+        if (folder / "manifest.json").is_file():
+            try:
+                return read_manifest(folder / "manifest.json")
+            except TraceError:
+                return None
+    return None
+
+
+def load_profile(out) -> tuple[dict, dict[str, Run]]:
+    """A `tracekit profile` output: (manifest, {variant: Run}) for the variants that ran."""
+    out = Path(out)
+    manifest = read_manifest(out / "manifest.json")
     runs = {}
     for variant, entry in manifest["variants"].items():
         if entry.get("status") != "ok":
