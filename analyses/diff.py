@@ -20,6 +20,7 @@ from __future__ import annotations
 import polars as pl
 
 from tracekit.analyses.breakdown import step_partition
+from tracekit.analyses.comms import collective_kernels
 from tracekit.analyses.phases import launch_context
 from tracekit.analyses.syncs import host_syncs
 from tracekit.errors import TraceError
@@ -34,9 +35,9 @@ CHANGE = (pl.when(pl.col("a_count") == 0).then(pl.lit("added"))
           .when(pl.col("b_count") == 0).then(pl.lit("removed")).otherwise(pl.lit("")))
 
 
-def step_items(trace: Trace, step: int, with_rows: bool = False) -> pl.DataFrame:
-    """The step's items with their identity: kind, name, op, phase, fsdp, unit, ns (and `row`,
-    the index into trace.gpu, with_rows)."""
+def step_items(trace: Trace, step: int) -> pl.DataFrame:
+    """The step's items with their identity: kind, name, op, phase, fsdp, unit, ns, and `row`
+    (the index into trace.gpu; null for idle items)."""
     _, items = step_partition(trace, step)
     gpu = trace.gpu.with_row_index("row").select("row", "dtype", identity=kernel_identity(pl.col("name")))
     joined = items.join(gpu, on="row", how="left").join(launch_context(trace), on="row", how="left")
@@ -46,9 +47,9 @@ def step_items(trace: Trace, step: int, with_rows: bool = False) -> pl.DataFrame
         .when(pl.col("category") == "comm").then(pl.concat_str(pl.col("cause").fill_null("comm"), pl.lit(" "),
                                                                pl.col("dtype").fill_null("?")))
         .otherwise(pl.col("identity")).alias("name"),
-        "op", "phase", "fsdp", "unit", pl.col("share_ns").alias("ns"),
+        "op", "phase", "fsdp", "unit", pl.col("share_ns").alias("ns"), "row",
     ]
-    return joined.select(columns + (["row"] if with_rows else []))
+    return joined.select(columns)
 
 
 def diff_items(a: pl.DataFrame, b: pl.DataFrame, by: str = "kernel") -> pl.DataFrame:
@@ -60,8 +61,13 @@ def diff_items(a: pl.DataFrame, b: pl.DataFrame, by: str = "kernel") -> pl.DataF
         return items.group_by(key).agg(pl.col("ns").sum().alias(f"{side}_ns"), pl.len().cast(pl.Int64).alias(f"{side}_count"))
 
     both = grouped(a, "a").join(grouped(b, "b"), on=key, how="full", coalesce=True, nulls_equal=True)
-    return (both.with_columns(pl.col("a_ns", "b_ns", "a_count", "b_count").fill_null(0))
-            .with_columns(delta_ns=pl.col("b_ns") - pl.col("a_ns"), change=CHANGE)
+    return _by_delta(both.with_columns(pl.col("a_ns", "b_ns", "a_count", "b_count").fill_null(0))
+                     .with_columns(delta_ns=pl.col("b_ns") - pl.col("a_ns")), key)
+
+
+def _by_delta(items: pl.DataFrame, key: list[str]) -> pl.DataFrame:
+    """Items with `change`, largest |delta| first (then by key), in the documented column order."""
+    return (items.with_columns(change=CHANGE)
             .sort(pl.col("delta_ns").abs(), *key, descending=[True] + [False] * len(key), nulls_last=True)
             .select(*key, "change", "a_ns", "b_ns", "delta_ns", "a_count", "b_count"))
 
@@ -88,8 +94,6 @@ def sync_diff(a: Trace, a_step: int, b: Trace, b_step: int) -> pl.DataFrame:
 
 def collective_diff(a_items: pl.DataFrame, a: Trace, a_step: int, b_items: pl.DataFrame, b: Trace, b_step: int):
     """Per collective kind: count, bytes and exposed time (its comm parts) on each side."""
-    from tracekit.analyses.comms import collective_kernels
-
     def side(items, t, step, name):
         k = collective_kernels(t).filter(pl.col("step") == step).group_by(pl.col("coll_kind").alias("kind")).agg(
             pl.len().cast(pl.Int64).alias(f"{name}_count"), pl.col("bytes").sum().alias(f"{name}_bytes"))
@@ -108,7 +112,7 @@ def diff_traces(a: Trace, b: Trace, a_step: int, b_step: int, top: int = 20, by:
     return {
         "rank": a.rank, "a_step": a_step, "b_step": b_step, "a_step_ns": a_ns, "b_step_ns": b_ns,
         "step_delta_ns": b_ns - a_ns, "items": top_with_other(items, top),
-        "all_items": items,
+        "all_items": items, "a_items": a_items, "b_items": b_items,
         "syncs": sync_diff(a, a_step, b, b_step),
         "collectives": collective_diff(a_items, a, a_step, b_items, b, b_step),
     }
@@ -156,10 +160,7 @@ def aggregate(diffs: list[dict], top: int) -> dict:
     """All ranks together: step times and item times summed over ranks."""
     items = pl.concat([d["all_items"] for d in diffs])
     key = [c for c in items.columns if c not in ("change", "a_ns", "b_ns", "delta_ns", "a_count", "b_count")]
-    summed = (items.group_by(key).agg(pl.col("a_ns", "b_ns", "delta_ns", "a_count", "b_count").sum())
-              .with_columns(change=CHANGE)
-              .sort(pl.col("delta_ns").abs(), *key, descending=[True] + [False] * len(key), nulls_last=True)
-              .select(items.columns))
+    summed = _by_delta(items.group_by(key).agg(pl.col("a_ns", "b_ns", "delta_ns", "a_count", "b_count").sum()), key)
     a_ns, b_ns = sum(d["a_step_ns"] for d in diffs), sum(d["b_step_ns"] for d in diffs)
     return {"rank": None, "a_step": diffs[0]["a_step"], "b_step": diffs[0]["b_step"], "a_step_ns": a_ns,
             "b_step_ns": b_ns, "step_delta_ns": b_ns - a_ns, "items": top_with_other(summed, top), "all_items": summed,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from tracekit.analyses.diff import diff_runs
 from tracekit.analyses.summary import summary
 from tracekit.model import Run
 
@@ -68,8 +69,6 @@ def variant_table(manifest: dict, runs: dict[str, Run]) -> pl.DataFrame:
 def variant_diffs(runs: dict[str, Run], top: int) -> dict[tuple[str, str], dict]:
     """Each variant against the first one that ran, all ranks together (`diff.diff_runs`);
     CPU-only runs have no GPU span to attribute and give none."""
-    from tracekit.analyses.diff import diff_runs
-
     names = [n for n, run in runs.items() if run.traces[0].has_gpu]
     return {(names[0], other): diff_runs(runs[names[0]].traces, runs[other].traces, None, top, "kernel")[1]
             for other in names[1:]}

@@ -154,6 +154,20 @@ def breakdown(paths, step, rank, fmt):
     emit(render(per_step(load_traces(paths, rank), analysis, step), fmt))
 
 
+def diffed(a, b, step, rank, top: int, by: str):
+    """(A's traces, B's traces, per-rank diffs, aggregate) with every warning printed: world
+    sizes, steps, and the models named by the profile manifests when both have one."""
+    from tracekit.analyses.diff import diff_runs
+    from tracekit.analyses.variants import config_mismatch
+    from tracekit.loading import manifest_near
+
+    a_traces, b_traces = load_traces([a], rank), load_traces([b], rank)
+    per_rank, together, warnings = diff_runs(a_traces, b_traces, step, top, by)
+    for warning in warnings + config_mismatch(manifest_near(a), manifest_near(b)):
+        click.echo(f"tracekit: warning: {warning}", err=True)
+    return a_traces, b_traces, per_rank, together
+
+
 @main.command()
 @click.argument("a", type=click.Path(exists=True))
 @click.argument("b", type=click.Path(exists=True))
@@ -169,17 +183,9 @@ def diff(a, b, step, rank, top, by, plot_path, fmt):
     """Attribute B's step time minus A's to kernels, collectives and idle causes, exactly.
 
     A and B are trace files or run directories of the same job in two variants."""
-    from tracekit.analyses.diff import diff_runs
     from tracekit.render import render_diff
 
-    from tracekit.analyses.variants import config_mismatch
-    from tracekit.loading import manifest_near
-
-    a_traces, b_traces = load_traces([a], rank), load_traces([b], rank)
-    per_rank, together, warnings = diff_runs(a_traces, b_traces, step, top, by)
-    warnings += config_mismatch(manifest_near(a), manifest_near(b))
-    for warning in warnings:
-        click.echo(f"tracekit: warning: {warning}", err=True)
+    _, _, per_rank, together = diffed(a, b, step, rank, top, by)
     shown = per_rank[0] if len(per_rank) == 1 else together
     emit(render_diff(a, b, shown, per_rank, fmt))
     if plot_path:
@@ -207,13 +213,8 @@ def export(paths, output, as_diff, step, rank, top):
         return
     if len(paths) != 2:
         raise click.UsageError("--diff takes exactly two PATHS: A and B")
-    from tracekit.analyses.diff import diff_runs
-
-    a_traces, b_traces = load_traces([paths[0]], rank), load_traces([paths[1]], rank)
-    _, together, warnings = diff_runs(a_traces, b_traces, step, top, "kernel")
-    for warning in warnings:
-        click.echo(f"tracekit: warning: {warning}", err=True)
-    export_diff(a_traces, b_traces, together, (Path(paths[0]).name, Path(paths[1]).name), output, top)
+    a_traces, b_traces, per_rank, together = diffed(paths[0], paths[1], step, rank, top, "kernel")
+    export_diff(a_traces, b_traces, per_rank, together, (Path(paths[0]).name, Path(paths[1]).name), output, top)
     click.echo(f"tracekit: wrote {output}; view it with `tracekit open {output}`", err=True)
 
 

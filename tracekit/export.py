@@ -24,7 +24,9 @@ import polars as pl
 from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TrackDescriptor, TrackEvent, TracePacket
 from perfetto.trace_builder.proto_builder import StreamingTraceProtoBuilder
 
-from tracekit.analyses.breakdown import step_segments
+from tracekit.analyses.breakdown import slice_segments, step_slices
+from tracekit.analyses.diff import VIEWS
+from tracekit.analyses.summary import gpu_step_table
 from tracekit.analyses.syncs import host_syncs
 from tracekit.model import Trace
 
@@ -159,11 +161,12 @@ def write_trace(writer: PerfettoWriter, trace: Trace, label: str, shift: int) ->
     writer.slices(track("tracekit: steps"), trace.steps.select(
         pl.col("cpu_start").alias("start"), pl.col("cpu_end").alias("end"),
         pl.format("ProfilerStep#{}", "step").alias("name")), shift)
-    steps = trace.gpu.filter(pl.col("step").is_not_null())["step"].unique().sort().to_list()
-    segments = pl.concat([step_segments(trace, s) for s in steps]) if steps else None
-    if segments is not None:
-        spans = trace.gpu.filter(pl.col("step").is_not_null()).group_by("step").agg(
-            pl.col("start").min(), pl.col("end").max()).select("start", "end", pl.format("GPU span, step {}", "step").alias("name"))
+    pieces = step_slices(trace)
+    if pieces:
+        segments = pl.concat([slice_segments(piece) for piece in pieces.values()])
+        spans = gpu_step_table(trace).select(
+            pl.col("gpu_start").alias("start"), pl.col("gpu_end").alias("end"),
+            pl.format("GPU span, step {}", "step").alias("name"))
         writer.slices(track("tracekit: GPU span"), spans, shift)
         for title, keep, name in (
             ("tracekit: exposed comm", pl.col("category") == "comm", pl.format("exposed {}", "cause")),
@@ -215,36 +218,36 @@ def export_traces(paths: list, out) -> int:
     return written
 
 
-def export_diff(a_traces: list[Trace], b_traces: list[Trace], diff: dict, labels: tuple[str, str], out,
-                top: int) -> None:
+def export_diff(a_traces: list[Trace], b_traces: list[Trace], per_rank: list[dict], together: dict,
+                labels: tuple[str, str], out, top: int) -> None:
     """A and B as two groups of processes, each rank's step span starting at the same time,
-    with a track per top GPU diff item (largest |delta|, idle left out) marking where its
-    activities ran on each side."""
+    with a track per top GPU diff item (largest |delta| over all ranks, idle left out) marking
+    where its activities ran on each side. The diffs (`diff.diff_runs`) carry each side's items."""
     base = 1_000_000_000  # both sides' step spans start at 1 s
+    by_rank = {d["rank"]: d for d in per_rank}
+    top_items = together["all_items"].filter(pl.col("kind") != "idle").head(top)
 
     def write(writer):
         for side, traces, label in (("a", a_traces, labels[0]), ("b", b_traces, labels[1])):
             for trace in traces:
-                step = diff[f"{side}_step"]
-                span_start = trace.gpu.filter(pl.col("step") == step)["start"].min()
-                shift = base - span_start - trace.origin_us * 1000
-                write_trace(writer, trace, f"{side.upper()} {label} · rank {trace.rank}", shift)
-                _item_tracks(writer, trace, step, diff, top, side, shift + trace.origin_us * 1000)
+                diff = by_rank.get(trace.rank, together)
+                span_start = trace.gpu.filter(pl.col("step") == diff[f"{side}_step"])["start"].min()
+                shift = base - span_start  # on the trace's own times
+                write_trace(writer, trace, f"{side.upper()} {label} · rank {trace.rank}",
+                            shift - trace.origin_us * 1000)
+                if trace.rank in by_rank:
+                    _item_tracks(writer, trace, diff[f"{side}_items"], top_items, side, shift)
     write_atomically(out, write)
 
 
-def _item_tracks(writer, trace, step, diff, n, side, shift) -> None:
+def _item_tracks(writer, trace, items: pl.DataFrame, top_items: pl.DataFrame, side: str, shift: int) -> None:
     """Under a process of its own: for each top item, a track with its activities' slices."""
-    from tracekit.analyses.diff import VIEWS, step_items
-
-    top = diff["all_items"].filter(pl.col("kind") != "idle").head(n)
-    if top.height == 0:
+    if top_items.height == 0:
         return
-    items = step_items(trace, step, with_rows=True)
     process = writer.process(f"{side.upper()} rank {trace.rank} · top diff items")
     key = VIEWS["kernel"]
     gpu = trace.gpu.with_row_index("row")
-    for order, item in enumerate(top.iter_rows(named=True), 1):
+    for order, item in enumerate(top_items.iter_rows(named=True), 1):
         rows = items.join(pl.DataFrame([{k: item[k] for k in key}], schema={k: pl.String for k in key}),
                           on=key, nulls_equal=True)
         title = f"{item['delta_ns'] / 1e6:+.3f} ms · {item['kind']}: {item['name']} ({item['phase']})"
