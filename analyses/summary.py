@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from tracekit.analyses.counts import count_columns
 from tracekit.analyses.overlap import overlap
 from tracekit.analyses.syncs import SYNC_APIS
 from tracekit.intervals import union_ns
@@ -69,19 +70,11 @@ def summary(trace: Trace) -> pl.DataFrame:
     table = table.select("step", "cpu_ns", "gpu_span_ns", "gpu_busy_ns", "kernels")
     if not trace.has_gpu:
         table = table.with_columns(kernels=pl.lit(None, dtype=pl.Int64))
-    syncs = sync_counts(trace)
-    apis = list(ALWAYS_REPORTED_SYNCS) + sorted(set(syncs["api"]) - set(ALWAYS_REPORTED_SYNCS))
-    kinds = sorted(set(collective_counts(trace)["coll_kind"].fill_null("other")))
-    table = _with_counts(table, syncs.rename({"api": "key"}), "syncs", apis)
-    counts = collective_counts(trace).with_columns(key=pl.col("coll_kind").fill_null("other"))
-    table = _with_counts(table, counts.select("step", "key", "n"), "collectives", kinds)
+    syncs = sync_counts(trace).rename({"api": "key"})
+    apis = list(ALWAYS_REPORTED_SYNCS) + sorted(set(syncs["key"]) - set(ALWAYS_REPORTED_SYNCS))
+    colls = collective_counts(trace).select("step", pl.col("coll_kind").fill_null("other").alias("key"), "n")
+    table = count_columns(table, syncs, "syncs", apis)
+    table = count_columns(table, colls, "collectives", sorted(set(colls["key"])))
     return (table.join(overlap(trace).select("step", "overlap_pct", "exposed_comm_ns"), on="step", how="left")
             .with_columns(idle_ns=pl.col("gpu_span_ns") - pl.col("gpu_busy_ns")))
 
-
-def _with_counts(table: pl.DataFrame, counts: pl.DataFrame, prefix: str, keys: list[str]) -> pl.DataFrame:
-    """Add one `prefix.key` count column per key (0 where the step has none)."""
-    for key in keys:
-        col = counts.filter(pl.col("key") == key).select("step", pl.col("n").cast(pl.Int64).alias(f"{prefix}.{key}"))
-        table = table.join(col, on="step", how="left").with_columns(pl.col(f"{prefix}.{key}").fill_null(0))
-    return table

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from tracekit.analyses.counts import count_columns
 from tracekit.intervals import merged
 from tracekit.model import Trace
 
@@ -100,8 +101,5 @@ def sync_ledger(trace: Trace) -> pl.DataFrame:
         calls=pl.struct("api", "count", "blocked_ns", "gpu_idle_ns", "blame", "chains"))
     table = trace.steps.select("step").join(per_step, on="step", how="left").with_columns(
         pl.col("calls").fill_null(pl.lit([], dtype=per_step.schema["calls"])))
-    events = cuda_sync_events(trace)
-    for name in sorted(set(events["name"])):
-        col = events.filter(pl.col("name") == name).select("step", pl.col("n").cast(pl.Int64).alias(f"cuda_sync_events.{name}"))
-        table = table.join(col, on="step", how="left").with_columns(pl.col(f"cuda_sync_events.{name}").fill_null(0))
-    return table.sort("step")
+    events = cuda_sync_events(trace).rename({"name": "key"})
+    return count_columns(table, events, "cuda_sync_events", sorted(set(events["key"]))).sort("step")
