@@ -178,7 +178,6 @@ def worker_main(cfg: dict) -> dict:
             except Exception as e:  # recorded; the other variants still run
                 results[variant] = {"status": "error", "message": f"{type(e).__name__}: {e}".splitlines()[0],
                                     "traceback": traceback.format_exc()}
-            release_memory(device)
             gathered = [None] * world
             dist.all_gather_object(gathered, results[variant])
             results[variant] = merge_ranks(gathered)
@@ -195,5 +194,5 @@ def merge_ranks(per_rank: list[dict]) -> dict:
     """One variant's entry from every rank's: ok only if every rank is ok."""
     bad = [r for r in per_rank if r["status"] != "ok"]
     if bad:
-        return {k: v for k, v in bad[0].items()}
+        return dict(bad[0])
     return {"status": "ok", "message": "", "ranks": [r["ranks"][0] for r in per_rank]}
