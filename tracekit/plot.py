@@ -61,6 +61,14 @@ def waterfall(diff: dict, a_label: str, b_label: str, path) -> None:
 
 
 COLOURS = {"compute": "#2e86c1", "comm": "#e67e22", "memcpy": "#7f8c8d", "memset": "#95a5a6"}
+PARTITION_COLOURS = {"comm": "#c0392b", "idle": "#d5d8dc"}  # exposed comm, idle
+
+
+def _bars(ax, intervals, origin: int, lane: int, colour: str) -> None:
+    """The intervals (ns) as bars on `lane`, in ms from `origin`."""
+    ax.broken_barh(list(zip(((intervals["start"] - origin) / 1e6).to_list(),
+                            ((intervals["end"] - intervals["start"]) / 1e6).to_list(), strict=True)),
+                   (lane - 0.4, 0.8), color=colour, linewidth=0)
 
 
 def timeline(traces: list, step: int | None, path) -> None:
@@ -89,17 +97,11 @@ def timeline(traces: list, step: int | None, path) -> None:
         for lane, stream in enumerate(own["stream"].unique().sort().to_list()):
             rows = own.filter(pl.col("stream") == stream)
             for cat, colour in COLOURS.items():
-                part = rows.filter(pl.col("category") == cat)
-                ax.broken_barh(list(zip(((part["start"] - origin) / 1e6).to_list(),
-                                        ((part["end"] - part["start"]) / 1e6).to_list())),
-                               (lane - 0.4, 0.8), color=colour, linewidth=0)
+                _bars(ax, rows.filter(pl.col("category") == cat), origin, lane, colour)
             labels.append(f"stream {stream}")
         lane = len(labels)
-        for cat, colour in (("comm", "#c0392b"), ("idle", "#d5d8dc")):
-            part = segments.filter(pl.col("category") == cat)
-            ax.broken_barh(list(zip(((part["start"] - origin) / 1e6).to_list(),
-                                    ((part["end"] - part["start"]) / 1e6).to_list())),
-                           (lane - 0.4, 0.8), color=colour, linewidth=0)
+        for cat, colour in PARTITION_COLOURS.items():
+            _bars(ax, segments.filter(pl.col("category") == cat), origin, lane, colour)
         labels.append("exposed comm / idle")
         ax.set_yticks(range(len(labels)), labels, fontsize=8)
         ax.invert_yaxis()
@@ -107,7 +109,7 @@ def timeline(traces: list, step: int | None, path) -> None:
         ax.set_xlim(0, span)
         ax.set_title(f"rank {trace.rank}, step {chosen}: GPU span {span:.2f} ms — {Path(trace.path).name}", fontsize=9)
     axes[-1, 0].set_xlabel("ms from the step's first GPU activity")
-    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in (*COLOURS.values(), "#c0392b", "#d5d8dc")]
+    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in (*COLOURS.values(), *PARTITION_COLOURS.values())]
     fig.legend(handles, [*COLOURS, "exposed comm", "idle"], loc="upper right", ncol=6, fontsize=8)
     fig.tight_layout(rect=(0, 0, 1, 0.97))
     save(fig, Path(path))
