@@ -6,7 +6,8 @@ goes to the highest-priority category active in it: compute (non-collective kern
 comm (collective kernels) > memcpy > memset > idle. Comm is split by collective kind. An idle
 segment is split by what the host was doing meanwhile, in this order: GPU work of another
 step running, blocked in a host sync (which API), inside a launch call (`launch:` for
-kernel launches, copies and memsets; `runtime:` for other runtime/driver calls), inside a CPU op (the outermost one, `ProfilerStep#` excluded), or nothing recorded.
+kernel launches, copies and memsets; `runtime:` for other runtime/driver calls), inside a
+CPU op (the outermost one, `ProfilerStep#` excluded), or nothing recorded.
 Parts are integer ns and add up exactly to the span.
 
 Item shares: within a segment every activity of the winning category gets len / n_active of
