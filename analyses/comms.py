@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from tracekit.analyses.counts import known_sum
 from tracekit.analyses.summary import collective_ops
 from tracekit.loading import COMM_ARGS
 from tracekit.model import Trace
@@ -68,11 +69,6 @@ def matched_across_ranks(per_rank: list[pl.DataFrame]) -> list[pl.DataFrame]:
                 transfer_ns=pl.when(pl.col("ranks") == complete).then(pl.col("transfer_ns")))
             .with_columns(wait_ns=pl.col("kernel_ns") - pl.col("transfer_ns")).drop("ranks")
             for f in per_rank]
-
-
-def known_sum(column: str) -> pl.Expr:
-    """The sum, or null when no value is known (rather than polars' 0)."""
-    return pl.when(pl.col(column).count() > 0).then(pl.col(column).sum())
 
 
 def census(kernels: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:

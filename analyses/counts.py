@@ -12,3 +12,8 @@ def count_columns(table: pl.DataFrame, counts: pl.DataFrame, prefix: str, keys: 
         col = counts.filter(pl.col("key") == key).select("step", pl.col("n").cast(pl.Int64).alias(f"{prefix}.{key}"))
         table = table.join(col, on="step", how="left").with_columns(pl.col(f"{prefix}.{key}").fill_null(0))
     return table
+
+
+def known_sum(column: str) -> pl.Expr:
+    """The sum, or null when no value is known (rather than polars' 0)."""
+    return pl.when(pl.col(column).count() > 0).then(pl.col(column).sum())

@@ -6,7 +6,8 @@
   `hipMemcpy`, `hipMemcpyWithStream`). A device-to-host copy from `.item()`/`.cpu()` is a
   `cudaMemcpyAsync` followed by a `cudaStreamSynchronize`: it is counted as that sync.
 - blocked_ns: the call's duration.
-- gpu_idle_ns: the part of the call during which no GPU activity of any step ran.
+- gpu_idle_ns: the part of the call during which no GPU activity of any step ran; null when
+  the trace has no device activity records at all (nothing to say about the GPU).
 - blame: the CPU ops/annotations on the same thread that enclose the call (start ≤ call start,
   end ≥ call end), innermost first; `ProfilerStep#N` is left out.
 - CUPTI's `cuda_sync` events ("Event Sync", "Stream Wait Event", "Stream Sync", "Context Sync")
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from tracekit.analyses.counts import count_columns
+from tracekit.analyses.counts import count_columns, known_sum
 from tracekit.intervals import merged
 from tracekit.model import Trace
 
@@ -35,8 +36,9 @@ def host_syncs(trace: Trace) -> pl.DataFrame:
              .select("step", pl.col("name").alias("api"), "tid", "start", "end")
              .with_row_index("call")
              .with_columns(blocked_ns=pl.col("end") - pl.col("start")))
+    idle = pl.col("blocked_ns") - pl.col("busy").fill_null(0)
     return calls.join(gpu_busy_during(calls, trace), on="call", how="left").with_columns(
-        gpu_idle_ns=pl.col("blocked_ns") - pl.col("busy").fill_null(0),
+        gpu_idle_ns=idle if trace.has_gpu else pl.lit(None, pl.Int64),
     ).drop("busy").join(blame_chains(calls, trace.ops), on="call", how="left").with_columns(
         blame=pl.col("blame").fill_null(pl.lit([], dtype=pl.List(pl.String))),
     ).sort("start")
@@ -92,7 +94,7 @@ def sync_ledger(trace: Trace) -> pl.DataFrame:
               .sort("count", "blocked_ns", descending=True))
     groups = (syncs.group_by("step", "api", "innermost")
               .agg(count=pl.len().cast(pl.Int64), blocked_ns=pl.col("blocked_ns").sum(),
-                   gpu_idle_ns=pl.col("gpu_idle_ns").sum())
+                   gpu_idle_ns=known_sum("gpu_idle_ns"))
               .join(chains.group_by("step", "api", "innermost", maintain_order=True).agg(
                   blame=pl.col("blame").first(), chains=pl.struct("blame", "count", "blocked_ns")),
                   on=["step", "api", "innermost"], nulls_equal=True)

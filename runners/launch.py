@@ -13,12 +13,14 @@ import socket
 import uuid
 from pathlib import Path
 
+from tracekit.errors import TracekitError
+
 # NVLink multicast off: NCCL NVLS, PyTorch symmetric memory, NVSHMEM (shared machines).
 MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 MANIFEST = "manifest.json"
 
 
-class ProfileError(Exception):
+class ProfileError(TracekitError):
     """A profile run that cannot start (bad options, OUT exists)."""
 
 

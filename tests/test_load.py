@@ -58,7 +58,7 @@ def test_rank_from_distributed_info_then_file_name_then_zero(tmp_path):
     no_info = {"traceEvents": events}
     assert tracekit.load(synth.write(tmp_path, "worker_rank-7.pt.trace.json", no_info)).rank == 7
     t = tracekit.load(synth.write(tmp_path, "plain.json", no_info))
-    assert t.rank == 0 and "taken as rank 0" in t.notes[0]
+    assert t.rank == 0 and t.facts["rank_from"] == "default"
 
 
 def test_run_directory_skips_non_trace_json_and_orders_ranks(tmp_path):
@@ -67,14 +67,20 @@ def test_run_directory_skips_non_trace_json_and_orders_ranks(tmp_path):
     (tmp_path / "manifest.json").write_text('{"variant": "x"}')
     run = tracekit.load(tmp_path)
     assert [t.rank for t in run.traces] == [0, 1]
-    assert any("manifest.json: skipped" in n for n in run.notes)
+    assert run.facts["skipped"] == [str(tmp_path / "manifest.json")]
 
 
-def test_duplicate_ranks_are_an_error(tmp_path):
-    for name in ("a.json", "b.json"):
-        synth.write(tmp_path, name, synth.doc([synth.step(1, 0.0, 10.0)], rank=0))
-    with pytest.raises(tracekit.TraceError, match="rank 0 twice"):
-        tracekit.load(tmp_path)
+def test_several_files_of_one_rank_are_cycles_in_time_order(tmp_path):
+    """Two traces of rank 0 that start at different times: the later is the last cycle."""
+    for name, start in (("b.json", 0.0), ("a.json", 500.0)):
+        synth.write(tmp_path, name, synth.doc([synth.step(1, start, 10.0)], rank=0))
+    later, earlier = str(tmp_path / "a.json"), str(tmp_path / "b.json")
+    run = tracekit.load(tmp_path)
+    assert [t.path for t in run.traces] == [later] and run.facts["other_cycles"] == {later: [earlier]}
+    assert [t.path for t in tracekit.load(tmp_path, cycle="first").traces] == [earlier]
+    assert [t.path for t in tracekit.load(tmp_path, cycle="2").traces] == [later]
+    with pytest.raises(tracekit.TraceError, match="--cycle 3: there are 2 profiling cycle"):
+        tracekit.load(tmp_path, cycle="3")
 
 
 def test_cpu_only_trace_has_null_gpu_figures(tmp_path):
@@ -82,12 +88,3 @@ def test_cpu_only_trace_has_null_gpu_figures(tmp_path):
     row = summary(tracekit.load(synth.write(tmp_path, "t.json", synth.doc(events)))).row(0, named=True)
     assert row["gpu_span_ns"] is None and row["gpu_busy_ns"] is None and row["kernels"] is None
     assert row["cpu_ns"] == 50_000
-
-
-def test_flows_are_read_on_first_use(tmp_path):
-    events = [synth.step(1, 10.0, 100.0), *synth.launched("k", 11.0, 20.0, 5.0, corr=7),
-              {"ph": "s", "id": 7, "pid": 100, "tid": 100, "ts": 11.0, "cat": "ac2g", "name": "ac2g"},
-              {"ph": "f", "id": 7, "pid": 0, "tid": 7, "ts": 20.0, "cat": "ac2g", "name": "ac2g", "bp": "e"}]
-    trace = tracekit.load(synth.write(tmp_path, "t.json", synth.doc(events)))
-    assert "flows" not in trace.__dict__
-    assert trace.flows.select("ph", "id", "ts").rows() == [("s", 7, 1_000), ("f", 7, 10_000)]

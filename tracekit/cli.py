@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from importlib.resources import files
@@ -9,21 +10,19 @@ from pathlib import Path
 
 import click
 
-from .errors import TraceError
+from .errors import TraceError, TracekitError
 
 # Analysis modules (polars) are imported inside the commands: the runners need only torch.
 FORMATS = ("table", "json", "csv", "md")
 
 
 class Group(click.Group):
-    """Bad input → one line on stderr, exit 2, no traceback."""
+    """Bad input or options → one line on stderr, exit 2, no traceback."""
 
     def invoke(self, ctx):
-        from tracekit.runners.launch import ProfileError
-
         try:
             return super().invoke(ctx)
-        except (TraceError, ProfileError) as e:
+        except TracekitError as e:
             click.echo(f"tracekit: {e}", err=True)
             ctx.exit(2)
 
@@ -39,19 +38,21 @@ def sample_trace_path() -> str:
     return str(files("tracekit") / "data" / "fsdp1_rank0.trace.json.gz")
 
 
-def load_traces(paths, rank: int | None) -> list:
-    """Every rank's trace under `paths` (files or run directories), optionally one rank."""
-    from .loading import load
-    from .model import Run
+def load_runs(paths, options: dict) -> list:
+    """The runs under `paths` (default: the embedded sample trace), with the lint findings of
+    each printed as notes on stderr, one line per kind."""
+    from tracekit.analyses.lint import lint, notes
+    from tracekit.loading import load_runs as load
 
-    traces = []
-    for path in paths or [sample_trace_path()]:
-        loaded = load(path)
-        found = loaded.traces if isinstance(loaded, Run) else [loaded]
-        notes = (loaded.notes if isinstance(loaded, Run) else []) + [n for t in found for n in t.notes]
-        for note in notes:
-            click.echo(f"tracekit: note: {note}", err=True)
-        traces.extend(t for t in found if rank is None or t.rank == rank)
+    runs = load(paths or [sample_trace_path()], **options)
+    for note in notes(*lint(runs)):
+        click.echo(f"tracekit: {note}", err=True)
+    return runs
+
+
+def load_traces(paths, rank: int | None, options: dict) -> list:
+    """Every rank's trace under `paths` (files or run directories), optionally one rank."""
+    traces = [t for run in load_runs(paths, options) for t in run.traces if rank is None or t.rank == rank]
     if not traces:
         raise TraceError(", ".join(map(str, paths)), f"no trace of rank {rank}")
     return traces
@@ -91,40 +92,66 @@ format_option = click.option("--format", "fmt", type=click.Choice(FORMATS), defa
                              show_default=True)
 
 
+def cycle_choice(ctx, param, value: str) -> str:
+    if value not in ("last", "first") and not (value.isdigit() and int(value) > 0):
+        raise click.BadParameter("last, first or a cycle number (1 = the earliest)")
+    return value
+
+
+def comm_patterns(ctx, param, value) -> tuple[str, ...]:
+    from tracekit.classify import check_patterns
+
+    return check_patterns(value)
+
+
+def load_options(function):
+    """--comm-kernel and --cycle, passed on as `options` (the loader's keyword arguments)."""
+    @functools.wraps(function)
+    def with_options(*args, comm_kernels, cycle, **kwargs):
+        return function(*args, options={"comm_kernels": comm_kernels, "cycle": cycle}, **kwargs)
+
+    with_options = click.option("--cycle", default="last", show_default=True, callback=cycle_choice,
+                                help="With several profiling cycles of a rank in a directory: last, first or N "
+                                     "(1 = the earliest, as TensorBoard numbers them).")(with_options)
+    return click.option("--comm-kernel", "comm_kernels", multiple=True, callback=comm_patterns, metavar="REGEX",
+                        help="Also count device kernels whose name matches REGEX as communication "
+                             "(repeatable; docs/trace-model.md lists the built-in patterns).")(with_options)
+
+
 def verb(function):
-    """A per-rank, per-step report command: PATHS, --step, --rank, --format."""
-    for decorate in (format_option, rank_option, step_option, paths_argument):
+    """A per-rank, per-step report command: PATHS, --step, --rank, --format, load options."""
+    for decorate in (load_options, format_option, rank_option, step_option, paths_argument):
         function = decorate(function)
     return main.command()(function)
 
 
 @verb
-def summary(paths, step, rank, fmt):
+def summary(paths, step, rank, fmt, options):
     """Per rank and step: CPU time, GPU span and busy time, kernels, host syncs, collectives.
 
     PATHS are trace files or run directories (default: the embedded sample trace).
     """
     from tracekit.analyses.summary import summary as analysis
 
-    emit(render(per_step(load_traces(paths, rank), analysis, step), fmt))
+    emit(render(per_step(load_traces(paths, rank, options), analysis, step), fmt))
 
 
 @verb
-def syncs(paths, step, rank, fmt):
+def syncs(paths, step, rank, fmt, options):
     """Host-blocking calls (cudaEventSynchronize & co.) with blocked time, GPU idle time and
     blame: the enclosing CPU ops, innermost first. CUPTI cuda_sync records are counted apart."""
     from tracekit.analyses.syncs import sync_ledger
 
-    emit(render(per_step(load_traces(paths, rank), sync_ledger, step), fmt))
+    emit(render(per_step(load_traces(paths, rank, options), sync_ledger, step), fmt))
 
 
 @verb
-def comms(paths, step, rank, fmt):
+def comms(paths, step, rank, fmt, options):
     """Collectives per process group: count, dtype, bytes, kernel time, algbw/busbw, and across
     the ranks of a run, transfer time vs waiting for peers."""
     from tracekit.analyses.comms import comms as analysis
 
-    traces = load_traces(paths, None)
+    traces = load_traces(paths, None, options)
     report = [(t, f) for t, f in zip(traces, analysis(traces)) if rank is None or t.rank == rank]
     emit(render(only_step(report, step), fmt))
 
@@ -133,7 +160,7 @@ def comms(paths, step, rank, fmt):
 @click.option("--scope", type=click.Choice(["step", "trace", "hta"]), default="step", show_default=True,
               help="per step; HTA's get_comm_comp_overlap over the whole trace at ns (trace); or exactly as "
                    "HTA 0.5 computes it, whole-µs rounding included (hta). Whole-trace scopes report step null.")
-def overlap(paths, step, rank, fmt, scope):
+def overlap(paths, step, rank, fmt, options, scope):
     """Compute/communication overlap: comm, compute, overlapped and exposed comm time."""
     from functools import partial
 
@@ -142,26 +169,49 @@ def overlap(paths, step, rank, fmt, scope):
 
     analysis = {"step": per_step_overlap, "trace": overlap_trace_scope,
                 "hta": partial(overlap_trace_scope, hta_rounding=True)}[scope]
-    emit(render(per_step(load_traces(paths, rank), analysis, step if scope == "step" else None), fmt))
+    emit(render(per_step(load_traces(paths, rank, options), analysis, step if scope == "step" else None), fmt))
 
 
 @verb
-def breakdown(paths, step, rank, fmt):
+def breakdown(paths, step, rank, fmt, options):
     """The step's GPU span split exactly into compute, exposed comm, exposed memcpy/memset and
     idle by host cause (parts add up to span_ns)."""
     from tracekit.analyses.breakdown import breakdown as analysis
 
-    emit(render(per_step(load_traces(paths, rank), analysis, step), fmt))
+    emit(render(per_step(load_traces(paths, rank, options), analysis, step), fmt))
 
 
-def diffed(a, b, step, rank, top: int, by: str):
+@main.command()
+@paths_argument
+@rank_option
+@format_option
+@load_options
+@click.option("--strict", is_flag=True, help="Exit 1 when any finding is an error.")
+def lint(paths, rank, fmt, options, strict):
+    """What is odd or lost in each trace and across the ranks of a run: unknown categories,
+    dropped events, device work outside every step, lag across step boundaries, same-stream
+    overlap, lost launch links, a truncated last step, missing ranks, mixed versions, clock
+    skew. Exits 0 with findings (1 with --strict and an error)."""
+    from tracekit.analyses.lint import lint as analysis
+    from tracekit.loading import load_runs as load
+    from tracekit.render import render_lint
+
+    per_trace, per_run = analysis(load(paths or [sample_trace_path()], **options))
+    per_trace = [(t, f) for t, f in per_trace if rank is None or t.rank == rank]
+    emit(render_lint(per_trace, per_run, fmt))
+    errors = sum(int((f["severity"] == "error").sum()) for _, f in per_trace + per_run)
+    if strict and errors:
+        sys.exit(1)
+
+
+def diffed(a, b, step, rank, top: int, by: str, options: dict):
     """(A's traces, B's traces, per-rank diffs, aggregate) with every warning printed: world
     sizes, steps, and the models named by the profile manifests when both have one."""
     from tracekit.analyses.diff import diff_runs
     from tracekit.analyses.variants import config_mismatch
     from tracekit.loading import manifest_near
 
-    a_traces, b_traces = load_traces([a], rank), load_traces([b], rank)
+    a_traces, b_traces = load_traces([a], rank, options), load_traces([b], rank, options)
     per_rank, together, warnings = diff_runs(a_traces, b_traces, step, top, by)
     for warning in warnings + config_mismatch(manifest_near(a), manifest_near(b)):
         click.echo(f"tracekit: warning: {warning}", err=True)
@@ -171,21 +221,23 @@ def diffed(a, b, step, rank, top: int, by: str):
 @main.command()
 @click.argument("a", type=click.Path(exists=True))
 @click.argument("b", type=click.Path(exists=True))
-@step_option
+@click.option("--step", type=int, default=None,
+              help="The step to compare (default: the last step both traces have).")
 @rank_option
+@load_options
 @click.option("--top", type=int, default=20, show_default=True, help="Items shown; the rest is one 'other' row.")
 @click.option("--by", type=click.Choice(["kernel", "fsdp"]), default="kernel", show_default=True,
               help="Group by kernel identity (kind, name, op, phase) or by FSDP phase (kind, phase, FSDP label).")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
               help="Also draw the waterfall to FILE.png or FILE.html.")
 @format_option
-def diff(a, b, step, rank, top, by, plot_path, fmt):
+def diff(a, b, step, rank, options, top, by, plot_path, fmt):
     """Attribute B's step time minus A's to kernels, collectives and idle causes, exactly.
 
     A and B are trace files or run directories of the same job in two variants."""
     from tracekit.render import render_diff
 
-    _, _, per_rank, together = diffed(a, b, step, rank, top, by)
+    _, _, per_rank, together = diffed(a, b, step, rank, top, by, options)
     shown = per_rank[0] if len(per_rank) == 1 else together
     emit(render_diff(a, b, shown, per_rank, fmt))
     if plot_path:
@@ -202,18 +254,19 @@ def diff(a, b, step, rank, top, by, plot_path, fmt):
               "their step start, with the top diff items marked.")
 @step_option
 @rank_option
+@load_options
 @click.option("--top", type=int, default=10, show_default=True, help="With --diff: diff items marked.")
-def export(paths, output, as_diff, step, rank, top):
+def export(paths, output, as_diff, step, rank, options, top):
     """Write a Perfetto trace with the source tracks and what the analyses found."""
     from tracekit.export import export_diff, export_traces
 
     if not as_diff:
-        n = export_traces(list(paths), output)
+        n = export_traces(list(paths), output, options)
         click.echo(f"tracekit: wrote {output} ({n} rank trace(s)); view it with `tracekit open {output}`", err=True)
         return
     if len(paths) != 2:
         raise click.UsageError("--diff takes exactly two PATHS: A and B")
-    a_traces, b_traces, per_rank, together = diffed(paths[0], paths[1], step, rank, top, "kernel")
+    a_traces, b_traces, per_rank, together = diffed(paths[0], paths[1], step, rank, top, "kernel", options)
     export_diff(a_traces, b_traces, per_rank, together, (Path(paths[0]).name, Path(paths[1]).name), output, top)
     click.echo(f"tracekit: wrote {output}; view it with `tracekit open {output}`", err=True)
 
@@ -243,11 +296,12 @@ def plot():
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="FILE.png or FILE.html")
 @step_option
 @rank_option
-def timeline(paths, output, step, rank):
+@load_options
+def timeline(paths, output, step, rank, options):
     """One step per rank: GPU streams as lanes, comm vs compute, exposed comm and idle."""
     from tracekit.plot import timeline as draw
 
-    traces = load_traces(paths, rank)
+    traces = load_traces(paths, rank, options)
     draw(traces, step, output)
     click.echo(f"tracekit: wrote {output}", err=True)
 

@@ -199,7 +199,7 @@ def write_atomically(path, write) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def export_traces(paths: list, out) -> int:
+def export_traces(paths: list, out, options: dict) -> int:
     """Every trace file under `paths`, one process per rank, loaded one at a time."""
     from tracekit.loading import NotATrace, load_trace, trace_files
 
@@ -209,7 +209,7 @@ def export_traces(paths: list, out) -> int:
         nonlocal written
         for file in (f for p in paths for f in trace_files(Path(p))):
             try:
-                trace = load_trace(file)
+                trace = load_trace(file, comm_kernels=options["comm_kernels"])
             except NotATrace:
                 continue
             write_trace(writer, trace, f"rank {trace.rank} · {file.parent.name}/{file.name}", 0)

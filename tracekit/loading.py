@@ -1,15 +1,17 @@
 """Loading Kineto trace files into `Trace` tables, and directories into a `Run`.
 
 Events are decoded by msgspec into typed structs (`kineto.py`), a chunk at a time, and moved
-column by column into polars; no dict is built per event (`docs/trace-model.md`).
+column by column into polars; no dict is built per event (`docs/trace-model.md`). What the
+loader cannot use is counted in `Trace.facts` (unknown categories, dropped events, fields
+read leniently), never dropped silently: `tracekit lint` reports it.
 """
 
 from __future__ import annotations
 
 import gzip
-import math
 import re
 import zlib
+from collections import Counter
 from operator import attrgetter, itemgetter
 from pathlib import Path
 
@@ -17,26 +19,36 @@ import msgspec
 import numpy as np
 import polars as pl
 
+from .classify import classified
 from .errors import TraceError
-from .kineto import DECODER, EVENTS, FLOWS
+from .kineto import CATEGORIES, DECODER, EVENTS, LOOSE_DECODER, LOOSE_EVENTS, NO_LOOSE_ARGS, LooseArgs
 from .model import Run, Trace
-from .names import collective_kind, gpu_category
 from .steps import assign_steps, steps_table, whole_trace_step
 
-GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
-CALL_CATS = ("cuda_runtime", "cuda_driver")
-OP_CATS = ("cpu_op", "user_annotation", "python_function")
-MARK_CATS = ("cuda_sync", "gpu_user_annotation")
 TRACE_SUFFIXES = (".json", ".json.gz")
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
+# tensorboard_trace_handler names each profiling cycle `<worker>.<epoch ms>.pt.trace.json[.gz]`.
+_CYCLE_NAME = re.compile(r"^(?P<worker>.+)\.(?P<stamp>\d{10,})\.pt\.trace\.json(\.gz)?$")
+EXACT_LIMIT_US = 2.0 ** 43  # below this a float64 µs timestamp still rounds to the exact ns
 
 
-def load(path) -> Trace | Run:
-    """A trace file → `Trace`; a directory of per-rank traces → `Run`."""
+def load(path, *, comm_kernels: tuple[str, ...] = (), cycle: str = "last") -> Trace | Run:
+    """A trace file → `Trace`; a directory of per-rank traces → `Run`. `comm_kernels`: extra
+    regexes of communication kernels (`classify.py`); `cycle`: which profiling cycle of each
+    rank a directory gives (`load_run`)."""
     path = Path(path)
     if path.is_dir():
-        return load_run(path)
-    return load_trace(path)
+        return load_run(path, comm_kernels=comm_kernels, cycle=cycle)
+    return load_trace(path, comm_kernels=comm_kernels)
+
+
+def load_runs(paths, *, comm_kernels: tuple[str, ...] = (), cycle: str = "last") -> list[Run]:
+    """Each path as a `Run`: a directory's traces, or one trace file as a run of one."""
+    runs = []
+    for path in paths:
+        loaded = load(path, comm_kernels=comm_kernels, cycle=cycle)
+        runs.append(loaded if isinstance(loaded, Run) else Run(path=str(path), traces=[loaded]))
+    return runs
 
 
 def trace_files(path: Path) -> list[Path]:
@@ -46,24 +58,72 @@ def trace_files(path: Path) -> list[Path]:
     return sorted(p for p in path.iterdir() if p.is_file() and p.name.endswith(TRACE_SUFFIXES))
 
 
-def load_run(path) -> Run:
-    """Every trace file directly in `path`, one per rank. Non-trace JSON is skipped with a note."""
+def load_run(path, *, comm_kernels: tuple[str, ...] = (), cycle: str = "last") -> Run:
+    """Every trace file directly in `path`, one per rank. Non-trace JSON is skipped. A rank
+    with several profiling cycles (files `<worker>.<ms>.pt.trace.json` of one worker, or
+    several files of one rank) gives the one `cycle` names — `last`, `first`, or the N-th in
+    time order (1-based, as TensorBoard numbers them); the others are listed in `facts`."""
     path = Path(path)
-    traces, notes = [], []
-    for file in trace_files(path):
+    chosen, others = _cycles_by_name(trace_files(path), cycle)
+    traces, skipped = [], []
+    for file in chosen:
         try:
-            traces.append(load_trace(file))
+            traces.append(load_trace(file, comm_kernels=comm_kernels))
         except NotATrace:
-            notes.append(f"{file}: skipped, not a trace")
+            skipped.append(str(file))
     if not traces:
         raise TraceError(path, "no trace files in this directory")
-    by_rank: dict[int, str] = {}
-    for t in traces:
-        if t.rank in by_rank:
-            raise TraceError(path, f"rank {t.rank} twice: {by_rank[t.rank]} and {t.path}")
-        by_rank[t.rank] = t.path
+    traces, more_others = _cycles_by_rank(traces, cycle)
+    others.update(more_others)
     traces.sort(key=lambda t: t.rank)
-    return Run(path=str(path), traces=traces, notes=notes)
+    return Run(path=str(path), traces=traces, facts={"directory": True, "skipped": skipped, "other_cycles": others})
+
+
+def _pick(items: list, cycle: str, where) -> int:
+    """The index into `items` (in time order) that `cycle` names."""
+    if cycle == "last":
+        return len(items) - 1
+    if cycle == "first":
+        return 0
+    n = int(cycle)
+    if not 1 <= n <= len(items):
+        raise TraceError(where, f"--cycle {n}: there are {len(items)} profiling cycle(s)")
+    return n - 1
+
+
+def _cycles_by_name(files: list[Path], cycle: str) -> tuple[list[Path], dict[str, list[str]]]:
+    """The files to load, one cycle per worker where names carry the cycle's time stamp."""
+    by_worker: dict[str, list[tuple[int, Path]]] = {}
+    plain = []
+    for f in files:
+        m = _CYCLE_NAME.match(f.name)
+        if m:
+            by_worker.setdefault(m["worker"], []).append((int(m["stamp"]), f))
+        else:
+            plain.append(f)
+    chosen, others = list(plain), {}
+    for worker, cycles in by_worker.items():
+        cycles.sort()
+        i = _pick(cycles, cycle, cycles[0][1].parent)
+        chosen.append(cycles[i][1])
+        if len(cycles) > 1:
+            others[str(cycles[i][1])] = [str(f) for j, (_, f) in enumerate(cycles) if j != i]
+    return sorted(chosen), others
+
+
+def _cycles_by_rank(traces: list[Trace], cycle: str) -> tuple[list[Trace], dict[str, list[str]]]:
+    """One trace per rank: several of one rank are cycles, in order of their first event."""
+    by_rank: dict[int, list[Trace]] = {}
+    for t in traces:
+        by_rank.setdefault(t.rank, []).append(t)
+    kept, others = [], {}
+    for rank, group in by_rank.items():
+        group.sort(key=lambda t: (t.meta["base_time_ns"] or 0, t.origin_us, t.path))
+        i = _pick(group, cycle, Path(group[0].path).parent)
+        kept.append(group[i])
+        if len(group) > 1:
+            others[group[i].path] = [t.path for j, t in enumerate(group) if j != i]
+    return kept, others
 
 
 class NotATrace(TraceError):
@@ -87,42 +147,39 @@ def read_bytes(path: Path) -> bytes:
 
 
 CHUNK = 50_000  # events decoded at a time
+TABLES = ("gpu", "calls", "ops", "marks")
 
 
-def load_trace(path) -> Trace:
+def load_trace(path, *, comm_kernels: tuple[str, ...] = ()) -> Trace:
     """One Kineto trace file → `Trace` with steps assigned."""
     path = Path(path)
     raw = read_bytes(path)
-    try:
-        doc = DECODER.decode(raw)
-    except msgspec.ValidationError as e:
-        if _is_not_a_trace(str(e)):
-            raise NotATrace(path, "not a Kineto trace (no traceEvents)") from None
-        raise TraceError(path, f"not a Kineto trace: {e}") from None
-    except msgspec.DecodeError as e:
-        raise TraceError(path, f"not valid JSON ({e})") from None
-    if not doc.traceEvents:
+    doc, facts = _top_level(path, raw)
+    raws = doc.traceEvents
+    if not raws:
         raise TraceError(path, "no complete ('X') events in the trace")
-    parts = [_chunk_tables(path, doc.traceEvents, first) for first in range(0, len(doc.traceEvents), CHUNK)]
+    parts = [_chunk_tables(raws, first, facts) for first in range(0, len(raws), CHUNK)]
     doc.traceEvents = []  # the raw views; with them goes the file's text
-    del raw
-    rank, rank_note = _rank(path, doc)
-    info = doc.distributedInfo
+    del raw, raws
     tables = {name: pl.concat([p[name] for p in parts], how="diagonal_relaxed").drop("idx", strict=False)
-              for name in TABLES}
+              for name in (*TABLES, "extent")}
     del parts
-    complete = pl.concat([tables[t].select("ts", "dur") for t in ("gpu", "calls", "ops", "marks", "other")])
-    if complete.height == 0:
-        raise TraceError(path, "no complete ('X') events in the trace")
-    origin_us = int(math.floor(complete["ts"].min()))
-    gpu, calls, ops, marks = (_with_ns(tables[t], origin_us) for t in ("gpu", "calls", "ops", "marks"))
-    gpu = _classified(gpu)
+    extent = tables.pop("extent").select(pl.col("first").min(), pl.col("last").max(), pl.col("n").sum()).row(0)
+    if not extent[2]:
+        if facts.pop("array_form") and not facts["events"]:
+            raise NotATrace(path, "not a Kineto trace: a JSON array without trace events")
+        dropped = "; ".join(f"{n} {why}" for why, n in facts["dropped"].items())
+        raise TraceError(path, "no complete ('X') events with a usable ts and dur" + (f" ({dropped})" if dropped else ""))
+    origin_us = extent[0] // 1000
+    gpu, calls, ops, marks = (_with_ns(tables[t], origin_us) for t in TABLES)
+    gpu = classified(gpu, comm_kernels)
     steps = steps_table(ops)
     whole_trace = steps.height == 0
     if whole_trace:
-        ends = _with_ns(complete, origin_us)
-        steps = whole_trace_step(ends["start"].min(), ends["end"].max())
+        steps = whole_trace_step(extent[0] - origin_us * 1000, extent[1] - origin_us * 1000)
     gpu, calls, ops = assign_steps(steps, gpu, calls, ops, whole_trace)
+    rank, facts["rank_from"] = _rank(path, doc)
+    info = getattr(doc, "distributedInfo", None)
     world_size = info.world_size if info else None
     meta = {
         "rank": rank,
@@ -130,43 +187,34 @@ def load_trace(path) -> Trace:
         "backend": info.backend if info else None,
         "pg_config": [msgspec.structs.asdict(pg) for pg in (info.pg_config or [])] if info else [],
         "nccl_version": info.nccl_version if info else None,
-        "device_properties": doc.deviceProperties or [],
-        "base_time_ns": doc.baseTimeNanoseconds,
-        "schema_version": doc.schemaVersion,
-        "trace_name": doc.traceName,
+        "device_properties": getattr(doc, "deviceProperties", None) or [],
+        "base_time_ns": getattr(doc, "baseTimeNanoseconds", None),
+        "schema_version": getattr(doc, "schemaVersion", None),
+        "trace_name": getattr(doc, "traceName", None),
     }
-    notes = [rank_note] if rank_note else []
+    facts["schema"] = "kineto 2021 (PyTorch 1.8-1.10)" if facts.pop("old_names") else "kineto"
+    facts.pop("array_form")
     return Trace(path=str(path), rank=rank, world_size=world_size, gpu=gpu, calls=calls, ops=ops,
-                 marks=marks, steps=steps, meta=meta, origin_us=origin_us, notes=notes)
+                 marks=marks, steps=steps, meta=meta, origin_us=origin_us, facts=facts)
 
 
-TABLES = ("gpu", "calls", "ops", "marks", "other")
-_AT_EVENT = re.compile(r"`\$\[(\d+)\]")
-
-
-def _chunk_tables(path: Path, raws: list, first: int) -> dict[str, pl.DataFrame]:
-    """Decode events [first, first + CHUNK) and return their rows of each table (ts/dur
-    still in µs): the structs are freed when this returns."""
+def _top_level(path: Path, raw: bytes):
+    """(the decoded top level with raw events, fresh facts). A JSON array at the top is the
+    Chrome trace format's array form; metadata of unexpected types is skipped (noted)."""
+    array_form = raw.lstrip()[:1] == b"["
+    facts = {"events": 0, "unknown_categories": Counter(), "dropped": Counter(), "lenient_events": 0,
+             "exact_timestamps": 0, "metadata": None, "old_names": False, "array_form": array_form}
     try:
-        chunk = EVENTS.decode(b"[" + b",".join(raws[first:first + CHUNK]) + b"]")
-    except msgspec.ValidationError as e:  # name the event by its index in the file
-        message = _AT_EVENT.sub(lambda m: f"`$.traceEvents[{first + int(m.group(1))}]", str(e))
-        raise TraceError(path, f"not a Kineto trace: {message}") from None
-    events = [e for e in chunk if e.ph == "X"]
-    table = _event_table(path, events)
-
-    def pick(cats):
-        return table.filter(pl.col("cat").is_in(cats))
-
-    known = GPU_CATS + CALL_CATS + OP_CATS + MARK_CATS
-    return {
-        "gpu": _gpu_table(events, pick(GPU_CATS)),
-        "calls": _with_args(events, pick(CALL_CATS), {"correlation": ints, "ext_id": ints}),
-        "ops": _ops_table(events, pick(OP_CATS)),
-        "marks": _with_args(events, pick(MARK_CATS), {
-            "ext_id": ints, "correlation": ints, "device": ints, "sync_kind": strings, "stream": ints}),
-        "other": table.filter(~pl.col("cat").is_in(known)).select("ts", "dur"),
-    }
+        if array_form:
+            return LOOSE_DECODER.decode(b'{"traceEvents":' + raw + b"}"), facts
+        return DECODER.decode(raw), facts
+    except msgspec.ValidationError as e:
+        if _is_not_a_trace(str(e)):
+            raise NotATrace(path, "not a Kineto trace (no traceEvents list)") from None
+        facts["metadata"] = str(e)
+        return LOOSE_DECODER.decode(raw), facts
+    except msgspec.DecodeError as e:
+        raise TraceError(path, f"not valid JSON ({e})") from None
 
 
 def _is_not_a_trace(message: str) -> bool:
@@ -174,56 +222,145 @@ def _is_not_a_trace(message: str) -> bool:
     return " - at `" not in message or message.endswith(" - at `$.traceEvents`")
 
 
-def _rank(path: Path, doc) -> tuple[int, str | None]:
-    """Rank from distributedInfo, else from the file name, else 0 (with a note)."""
-    if doc.distributedInfo and doc.distributedInfo.rank is not None:
-        return doc.distributedInfo.rank, None
-    m = _RANK_IN_NAME.search(path.name)
-    if m:
-        return int(m.group(1)), None
-    return 0, f"{path}: no rank in distributedInfo or file name, taken as rank 0"
+def _decode(raws: list, facts: dict, exact: bool = False) -> tuple[list, bool]:
+    """(events, loose): the chunk as typed `Event`s, or as `LooseEvent`s when a field has an
+    unexpected type or `exact` asks for timestamps as text. An element that is not an event
+    object is dropped (counted); `args` that is not an object is ignored."""
+    text = b"[" + b",".join(raws) + b"]"
+    if not exact:
+        try:
+            return EVENTS.decode(text), False
+        except msgspec.ValidationError:
+            pass
+    try:
+        events = LOOSE_EVENTS.decode(text)
+    except msgspec.ValidationError:  # some element is no object: decode one by one
+        events = []
+        for one in raws:
+            try:
+                events.append(LOOSE_EVENTS.decode(b"[" + one + b"]")[0])
+            except msgspec.ValidationError:
+                facts["dropped"]["elements that are not event objects"] += 1
+    for e in events:
+        if not isinstance(e.args, LooseArgs):
+            e.args = NO_LOOSE_ARGS
+    facts["exact_timestamps" if exact else "lenient_events"] += len(events)
+    return events, True
 
 
-def _event_table(path: Path, events: list) -> pl.DataFrame:
-    """Columns common to every complete event (idx: position in `events`); validates ts/dur."""
+def _chunk_tables(raws: list, first: int, facts: dict) -> dict[str, pl.DataFrame]:
+    """Decode events [first, first + CHUNK) and return their rows of each table (absolute
+    `ts_ns`, `dur_ns`), and the `extent` of its complete events (first start, last end,
+    count): the structs are freed when this returns."""
+    chunk = raws[first:first + CHUNK]
+    events, loose = _decode(chunk, facts)
+    complete = [e for e in events if e.ph == "X"]
+    table = _event_table(complete, loose, facts)
+    if table is None:  # float timestamps too large to hold their nanoseconds: decode them as text
+        events, loose = _decode(chunk, facts, exact=True)
+        complete = [e for e in events if e.ph == "X"]
+        table = _event_table(complete, loose, facts)
+    facts["events"] += len(events)
+    del events
+    for cat, n in table["cat"].value_counts().rows():
+        if cat not in CATEGORIES:
+            facts["unknown_categories"][cat or "(no cat)"] += n
+        elif cat in OLD_NAMES:
+            facts["old_names"] = True
+    old = facts["old_names"]  # PyTorch 1.8–1.10 also spell the External id `external id`
+    parts = table.with_columns(route=pl.col("cat").replace_strict(ROUTE, default="none"),
+                               cat=pl.col("cat").replace_strict(NORMAL, default=None)
+                               ).partition_by("route", as_dict=True, include_key=False)
+
+    def pick(name):
+        return parts.get((name,), table.clear().drop("route", strict=False))
+
+    return {
+        "gpu": _gpu_table(complete, pick("gpu"), old),
+        "calls": _with_args(complete, pick("calls"), {"correlation": ints}, old),
+        "ops": _ops_table(complete, pick("ops"), old),
+        "marks": _with_args(complete, pick("marks"), {
+            "correlation": ints, "device": ints, "sync_kind": strings, "stream": ints}, old),
+        "extent": table.select(first=pl.col("ts_ns").min(), last=(pl.col("ts_ns") + pl.col("dur_ns")).max(),
+                               n=pl.len()),
+    }
+
+
+ROUTE = {cat: where[0] for cat, where in CATEGORIES.items() if where}
+NORMAL = {cat: where[1] for cat, where in CATEGORIES.items() if where}
+OLD_NAMES = {"Kernel", "Memcpy", "Memset", "Runtime", "Operator"}
+
+
+def _event_table(events: list, loose: bool, facts: dict) -> pl.DataFrame | None:
+    """Columns common to every complete event (idx: position in `events`), with absolute
+    integer `ts_ns`/`dur_ns`; events without a usable ts or dur are dropped (counted). None
+    when typed float timestamps are too large for a float to hold their nanoseconds (epoch
+    microseconds): the chunk is then decoded with timestamps as text.""" 
+    ts, dur = list(map(attrgetter("ts"), events)), list(map(attrgetter("dur"), events))
+    if loose:
+        ts_ns = exact_ns(strings(ts))
+        dur_ns = (strings(dur).cast(pl.Float64, strict=False) * 1000).round().cast(pl.Int64)
+    else:
+        ts_us = pl.Series(ts, dtype=pl.Float64)
+        if (ts_us.abs() >= EXACT_LIMIT_US).any():
+            return None
+        ts_ns = float_ns(ts_us)
+        dur_ns = (pl.Series(dur, dtype=pl.Float64) * 1000).round().cast(pl.Int64)
     table = pl.DataFrame({
         "idx": np.arange(len(events), dtype=np.int64),
-        "cat": pl.Series(list(map(attrgetter("cat"), events)), dtype=pl.String),
-        "name": pl.Series(list(map(attrgetter("name"), events)), dtype=pl.String),
-        "ts": pl.Series(list(map(attrgetter("ts"), events)), dtype=pl.Float64),
-        "dur": pl.Series(list(map(attrgetter("dur"), events)), dtype=pl.Float64),
+        "cat": strings(list(map(attrgetter("cat"), events))),
+        "name": strings(list(map(attrgetter("name"), events))),
+        "ts_ns": ts_ns, "dur_ns": dur_ns,
     })
-    missing = table.filter(pl.col("ts").is_null() | pl.col("dur").is_null() | pl.col("ts").is_nan())
-    if missing.height:
-        row = missing.row(0, named=True)
-        field = "ts" if row["ts"] is None else "dur"
-        raise TraceError(path, f"event '{row['name']}' ({row['cat']}) has no {field}")
+    bad = table.filter(pl.col("ts_ns").is_null() | pl.col("dur_ns").is_null())
+    if bad.height:
+        for why, n in bad.select(pl.when(pl.col("ts_ns").is_null()).then(pl.lit("events without a numeric ts"))
+                                 .otherwise(pl.lit("events without a numeric dur"))).to_series().value_counts().rows():
+            facts["dropped"][why] += n
+        table = table.filter(pl.col("ts_ns").is_not_null() & pl.col("dur_ns").is_not_null())
+    negative = int((table["dur_ns"] < 0).sum())
+    if negative:
+        facts["dropped"]["events with a negative dur (kept, dur taken as 0)"] += negative
+        table = table.with_columns(pl.col("dur_ns").clip(lower_bound=0))
     return table
 
 
-def ns_from_origin(ts_us: pl.Expr, origin_us: int) -> pl.Expr:
-    """Kineto µs → integer ns from the origin. `ts - origin` is exact in float64, so rounding
-    recovers Kineto's 3-decimal microseconds exactly."""
-    return ((ts_us - origin_us) * 1000).round().cast(pl.Int64)
+def float_ns(ts_us: pl.Series) -> pl.Series:
+    """Absolute integer ns from float µs, exact below `EXACT_LIMIT_US`: subtracting a whole
+    µs near the values first keeps the product small enough to round exactly."""
+    if ts_us.len() == 0 or ts_us.null_count() == ts_us.len():
+        return ts_us.cast(pl.Int64)
+    base = float(np.floor(ts_us.min()))
+    return ((ts_us - base) * 1000).round().cast(pl.Int64) + int(base) * 1000
+
+
+def exact_ns(text: pl.Series) -> pl.Series:
+    """Absolute integer ns from the decimal text of a µs timestamp, exactly (rounded to the
+    nearest ns); other number forms (exponents) through a float."""
+    parts = text.str.extract_groups(r"^(-?)(\d+)(?:\.(\d*))?$").struct.unnest()
+    sign, whole, frac = parts.get_column(parts.columns[0]), parts.get_column(parts.columns[1]), \
+        parts.get_column(parts.columns[2])
+    tenths = frac.fill_null("").str.pad_end(4, "0").str.slice(0, 4).cast(pl.Int64)
+    ns = whole.cast(pl.Int64) * 1000 + (tenths + 5) // 10
+    ns = pl.select(pl.when(sign == "-").then(-ns).otherwise(ns)).to_series()
+    fallback = (text.cast(pl.Float64, strict=False) * 1000).round().cast(pl.Int64)
+    return ns.fill_null(fallback).rename("ts_ns")
 
 
 def _with_ns(table: pl.DataFrame, origin_us: int) -> pl.DataFrame:
-    """start/end in integer ns from the origin; end = start + round(dur)."""
-    start = ns_from_origin(pl.col("ts"), origin_us)
-    return table.with_columns(start=start, end=start + ns_from_origin(pl.col("dur").clip(lower_bound=0), 0)
-                              ).drop("ts", "dur")
-
-
-ARG_FIELDS = {"ext_id": "external_id"}  # table column → kineto.Args field, where they differ
+    """start/end in integer ns from the origin (`origin_us`, a whole µs)."""
+    start = pl.col("ts_ns") - origin_us * 1000
+    return table.with_columns(start=start, end=start + pl.col("dur_ns")).drop("ts_ns", "dur_ns")
 
 
 def ints(values: list) -> pl.Series:
-    """Int64 column from ints, numeric strings or anything else (→ null); converted in polars."""
+    """Int64 column from ints, numeric strings or anything else (→ null)."""
     return pl.Series(values, dtype=pl.Int64, strict=False)
 
 
 def strings(values: list) -> pl.Series:
-    return pl.Series(values, dtype=pl.String)
+    """String column; numbers become their text, other values null."""
+    return pl.Series(values, dtype=pl.String, strict=False)
 
 
 def dims(values: list) -> pl.Series:
@@ -231,43 +368,50 @@ def dims(values: list) -> pl.Series:
     return strings(["x".join(map(str, v)) if isinstance(v, list) else v for v in values])
 
 
+def digits(values: list) -> pl.Series:
+    """The first number in each value (`"stream 7"` → 7; 7 → 7)."""
+    return strings(values).str.extract(r"(\d+)", 1).cast(pl.Int64)
+
+
 # The collective args Kineto writes on record_param_comms ops and NCCL kernels.
 COMM_ARGS = {"collective": strings, "in_nelems": ints, "out_nelems": ints, "group_size": ints,
-             "dtype": strings, "pg_name": strings, "pg_desc": strings}
+             "dtype": strings, "pg_name": strings, "pg_desc": strings, "pg_ranks": strings}
 
 
-def _with_args(events: list, table: pl.DataFrame, columns: dict) -> pl.DataFrame:
-    """`table` (rows of `events`, by idx) with pid, tid and the named args, each column made
-    by its converter (`ints`: a value of another type becomes null)."""
+def _with_args(events: list, table: pl.DataFrame, columns: dict, old: bool) -> pl.DataFrame:
+    """`table` (rows of `events`, by idx) with pid, tid, ext_id and the named args, each
+    column made by its converter (`ints`: a value of another type becomes null). `old`: the
+    External id may be spelled `external id` (PyTorch 1.8–1.10)."""
     chosen = gather(events, table["idx"])
     args = list(map(attrgetter("args"), chosen))
-    made = {"pid": ints(list(map(attrgetter("pid"), chosen))), "tid": ints(list(map(attrgetter("tid"), chosen)))}
+    made = {"pid": ints(list(map(attrgetter("pid"), chosen))), "tid": ints(list(map(attrgetter("tid"), chosen))),
+            "ext_id": ints(list(map(attrgetter("external_id"), args)))}
+    if old:
+        made["ext_id"] = made["ext_id"].fill_null(ints(list(map(attrgetter("external_id_2021"), args))))
     for name, convert in columns.items():
-        made[name] = convert(list(map(attrgetter(ARG_FIELDS.get(name, name)), args)))
+        made[name] = convert(list(map(attrgetter(name), args)))
     return table.with_columns(**made)
 
 
-def _ops_table(events: list, table: pl.DataFrame) -> pl.DataFrame:
+def _ops_table(events: list, table: pl.DataFrame, old: bool) -> pl.DataFrame:
     """CPU ops; the collective args are read only for `record_param_comms` ops."""
-    ops = _with_args(events, table, {"ext_id": ints})
+    ops = _with_args(events, table, {}, old)
     records = ops.filter(pl.col("name") == "record_param_comms").select("idx")
-    comm = _with_args(events, records, COMM_ARGS).drop("pid", "tid")
+    comm = _with_args(events, records, COMM_ARGS, old).drop("pid", "tid", "ext_id")
     return ops.join(comm, on="idx", how="left", maintain_order="left")
 
 
-def _gpu_table(events: list, table: pl.DataFrame) -> pl.DataFrame:
+def _gpu_table(events: list, table: pl.DataFrame, old: bool) -> pl.DataFrame:
+    """Device activities. `device` from args, else the event's pid (Kineto's device row);
+    `stream` from args, else the number in the tid (`"stream 7"`, PyTorch 1.8–1.10)."""
     gpu = _with_args(events, table, {
-        "device": ints, "stream": ints, "correlation": ints, "ext_id": ints, "bytes": ints,
+        "device": ints, "stream": ints, "correlation": ints, "bytes": ints,
         "grid": dims, "block": dims, **COMM_ARGS,
-    })
-    return gpu.rename({"cat": "kind"})
-
-
-def _classified(gpu: pl.DataFrame) -> pl.DataFrame:
-    """GPU activities with `category` and, for collectives, `coll_kind`."""
-    gpu = gpu.with_columns(category=gpu_category(pl.col("kind"), pl.col("name")))
-    return gpu.with_columns(
-        coll_kind=pl.when(pl.col("category") == "comm").then(collective_kind(pl.coalesce("collective", "name"))))
+    }, old)
+    if gpu["stream"].null_count():
+        tids = list(map(attrgetter("tid"), gather(events, gpu["idx"])))
+        gpu = gpu.with_columns(stream=pl.col("stream").fill_null(digits(tids)))
+    return gpu.with_columns(device=pl.col("device").fill_null(pl.col("pid"))).rename({"cat": "kind"})
 
 
 def gather(events: list, idx: pl.Series) -> list:
@@ -277,15 +421,15 @@ def gather(events: list, idx: pl.Series) -> list:
     return list(itemgetter(*idx.to_list())(events))
 
 
-def load_flows(path: Path, origin_us: int) -> pl.DataFrame:
-    """The flow start/finish events of a trace file: ph, cat, id, pid, tid, ts (ns from origin)."""
-    flows = [e for e in FLOWS.decode(read_bytes(path)).traceEvents if (e.ph == "s" or e.ph == "f") and e.ts is not None]
-    column = lambda name: list(map(attrgetter(name), flows))  # noqa: E731
-    return pl.DataFrame({
-        "ph": strings(column("ph")), "cat": strings(column("cat")),
-        "id": ints(column("id")), "pid": ints(column("pid")), "tid": ints(column("tid")),
-        "ts": pl.Series(column("ts"), dtype=pl.Float64),
-    }).with_columns(ts=ns_from_origin(pl.col("ts"), origin_us))
+def _rank(path: Path, doc) -> tuple[int, str]:
+    """(rank, where it came from): distributedInfo, else the file name, else 0."""
+    info = getattr(doc, "distributedInfo", None)
+    if info and info.rank is not None:
+        return info.rank, "distributedInfo"
+    m = _RANK_IN_NAME.search(path.name)
+    if m:
+        return int(m.group(1)), "file name"
+    return 0, "default"
 
 
 def read_manifest(path: Path) -> dict:

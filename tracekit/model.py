@@ -7,8 +7,6 @@ All times are Int64 nanoseconds from the trace's origin (`Trace.origin_us`: the 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cached_property
-from pathlib import Path
 
 import polars as pl
 
@@ -25,8 +23,9 @@ class Trace:
       ext_id, collective args, step).
     - `marks`: cuda_sync and gpu_user_annotation events (name, cat, device, stream, start,
       end, ext_id, correlation, sync_kind).
-    - `flows` (read on first use): flow start/finish events (ph, cat, id, pid, tid, ts).
     - `steps`: one row per step (step, cpu_start, cpu_end).
+    - `facts`: what the loader could not use or had to guess (unknown categories, dropped
+      events, fields read leniently, where the rank came from, the schema): `tracekit lint`.
     """
 
     path: str
@@ -39,15 +38,7 @@ class Trace:
     steps: pl.DataFrame
     meta: dict
     origin_us: int
-    notes: list[str] = field(default_factory=list)
-
-    @cached_property
-    def flows(self) -> pl.DataFrame:
-        """Flow start/finish events, read from the file on first use: no analysis needs them
-        (correlation ids already link launches to GPU work), so loading skips them."""
-        from .loading import load_flows
-
-        return load_flows(Path(self.path), self.origin_us)
+    facts: dict = field(default_factory=dict)
 
     @property
     def has_gpu(self) -> bool:
@@ -56,11 +47,12 @@ class Trace:
 
 @dataclass
 class Run:
-    """The traces of one run, ordered by rank."""
+    """The traces of one run, ordered by rank. `facts`: files skipped (not traces) and the
+    profiling cycles not used (`other_cycles`: used file → the others of its rank)."""
 
     path: str
     traces: list[Trace]
-    notes: list[str] = field(default_factory=list)
+    facts: dict = field(default_factory=dict)
 
     @property
     def world_size(self) -> int:

@@ -5,11 +5,14 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from .errors import TraceError
+from .errors import TraceError, UsageError
 
 
 def _pyplot():
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        raise UsageError("pictures need matplotlib: pip install 'torch-tracekit[plot]'") from None
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -71,6 +71,21 @@ def render_frame(frame: pl.DataFrame, fmt: str) -> str:
 
 
 
+def render_lint(per_trace, per_run, fmt: str) -> str:
+    """`tracekit lint` output: `{"traces": [{path, rank, world_size, findings}], "runs":
+    [{path, findings}]}` in JSON, else one row per finding."""
+    if fmt == "json":
+        return json.dumps({
+            "traces": [{"path": t.path, "rank": t.rank, "world_size": t.world_size, "findings": f.to_dicts()}
+                       for t, f in per_trace],
+            "runs": [{"path": run.path, "findings": f.to_dicts()} for run, f in per_run]}, indent=1)
+    rows = [f.select(pl.lit(t.path).alias("path"), pl.lit(t.rank, pl.Int64).alias("rank"), pl.all())
+            for t, f in per_trace]
+    rows += [f.select(pl.lit(run.path).alias("path"), pl.lit(None, pl.Int64).alias("rank"), pl.all())
+             for run, f in per_run]
+    return render_frame(pl.concat(rows, how="vertical_relaxed"), fmt)
+
+
 def diff_doc(a_path: str, b_path: str, diff: dict, per_rank: list[dict] | None = None) -> dict:
     """The documented `tracekit diff` JSON object for one rank (or the aggregate, rank null)."""
     doc = {"a": a_path, "b": b_path, "rank": diff["rank"], "step": diff["a_step"], "b_step": diff["b_step"],

@@ -1,0 +1,232 @@
+"""`tracekit lint`: what is odd or lost in a trace, and across the traces of a run.
+
+A finding is one row: severity (`error` | `warning` | `info`), kind, count, ns (a time, where
+one applies), step (where it is about one step) and detail (one line). docs/lint.md defines
+each kind; the other verbs print the same findings as one note per kind on stderr.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+
+from tracekit.analyses.comms import collective_kernels
+from tracekit.intervals import union_ns
+from tracekit.model import Run, Trace
+
+SCHEMA = {"severity": pl.String, "kind": pl.String, "count": pl.Int64, "ns": pl.Int64, "step": pl.Int64,
+          "detail": pl.String}
+SEVERITY = {"error": 0, "warning": 1, "info": 2}
+KERNEL_LAUNCH = r"LaunchKernel|LaunchCooperativeKernel"  # calls that each put one kernel on the device
+
+
+def finding(severity: str, kind: str, detail: str, count: int | None = None, ns: int | None = None,
+            step: int | None = None) -> dict:
+    return {"severity": severity, "kind": kind, "count": count, "ns": ns, "step": step, "detail": detail}
+
+
+def trace_findings(trace: Trace, other_cycles: list[str] = ()) -> pl.DataFrame:
+    """The findings of one trace, errors first."""
+    rows = load_findings(trace.facts) + steps_findings(trace) + device_findings(trace)
+    if other_cycles:
+        rows.append(finding("info", "other_cycles", f"{len(other_cycles)} other profiling cycle(s) of this rank "
+                            f"not used (--cycle chooses): {', '.join(Path(p).name for p in other_cycles)}",
+                            len(other_cycles)))
+    return by_severity(rows)
+
+
+def by_severity(rows: list[dict]) -> pl.DataFrame:
+    return pl.DataFrame(rows, schema=SCHEMA).sort(pl.col("severity").replace_strict(SEVERITY), "kind", "step",
+                                                  nulls_last=False)
+
+
+def load_findings(facts: dict) -> list[dict]:
+    """What the loader could not use or had to guess."""
+    rows = [finding("warning", "unknown_category", f"category {cat!r}: {n:,} events not analysed", n)
+            for cat, n in sorted(facts.get("unknown_categories", {}).items())]
+    rows += [finding("warning", "dropped_events", f"{n:,} {why}", n) for why, n in sorted(facts.get("dropped", {}).items())]
+    if facts.get("lenient_events"):
+        rows.append(finding("info", "lenient_fields", f"{facts['lenient_events']:,} events read leniently: a field "
+                            "had an unexpected type (e.g. a text `bytes`); values that are not numbers became null",
+                            facts["lenient_events"]))
+    if facts.get("exact_timestamps"):
+        rows.append(finding("info", "exact_timestamps", f"{facts['exact_timestamps']:,} events have timestamps "
+                            "too large for a float to keep their nanoseconds (epoch µs): decoded exactly from their text", facts["exact_timestamps"]))
+    if facts.get("metadata"):
+        rows.append(finding("warning", "metadata", f"top-level metadata not read ({facts['metadata']})"))
+    if facts.get("rank_from") == "file name":
+        rows.append(finding("info", "rank_guessed", "no rank in distributedInfo: rank taken from the file name"))
+    elif facts.get("rank_from") == "default":
+        rows.append(finding("warning", "rank_guessed", "no rank in distributedInfo or the file name: taken as rank 0"))
+    if facts.get("schema", "kineto") != "kineto":
+        rows.append(finding("info", "schema", f"older trace schema: {facts['schema']} (categories renamed on load)"))
+    return rows
+
+
+def steps_findings(trace: Trace) -> list[dict]:
+    if trace.steps["step"].to_list() == [0] and not trace.ops["name"].str.starts_with("ProfilerStep#").any():
+        return [finding("info", "no_steps", "no ProfilerStep#N: the whole trace is one step, numbered 0")]
+    return []
+
+
+def device_findings(trace: Trace) -> list[dict]:
+    """Device activities: none, orphans, lost links, lag, same-stream overlap, launches
+    without a record."""
+    gpu = trace.gpu
+    if gpu.height == 0:
+        return [finding("info", "no_device_activity", "no kernel, memcpy or memset records: device figures are null")]
+    rows = []
+    orphans = gpu.filter(pl.col("step").is_null())
+    if orphans.height:
+        unlaunched = orphans.join(trace.calls.select("correlation").unique(), on="correlation", how="anti").height
+        rows.append(finding("warning", "orphan_gpu_work", f"{orphans.height:,} device activities ({_ns(orphans):,} ns) "
+                            "were launched outside every profiled step, so they are in no step's figures; "
+                            f"{unlaunched:,} of them have no launching call in the trace (launched before "
+                            "profiling started)", orphans.height, _ns(orphans)))
+    unlinked = gpu.filter(pl.col("correlation").is_null())
+    if unlinked.height:
+        rows.append(finding("info", "missing_correlation", f"{unlinked.height:,} device activities carry no "
+                            "correlation id (no launch to link): each belongs to the step whose CPU window holds "
+                            "its start", unlinked.height, _ns(unlinked)))
+    rows += _lag(trace) + _same_stream_overlap(gpu) + _launches_without_records(trace)
+    marks = trace.marks.filter(pl.col("cat") == "gpu_user_annotation").height
+    if marks:
+        rows.append(finding("info", "gpu_user_annotation", f"{marks:,} GPU-side annotation ranges: shown by "
+                            "`tracekit export`, not part of any figure", marks))
+    return rows
+
+
+def _ns(frame: pl.DataFrame) -> int:
+    return int((frame["end"] - frame["start"]).sum())
+
+
+def _lag(trace: Trace) -> list[dict]:
+    """Per step: ns of the step's device work that ran inside the next step's CPU window."""
+    nxt = trace.steps.sort("cpu_start").select("step", nxt_start=pl.col("cpu_start").shift(-1),
+                                               nxt_end=pl.col("cpu_end").shift(-1))
+    inside = (trace.gpu.filter(pl.col("step").is_not_null()).join(nxt, on="step")
+              .filter(pl.col("nxt_start").is_not_null())
+              .with_columns(start=pl.max_horizontal("start", "nxt_start"), end=pl.min_horizontal("end", "nxt_end"))
+              .filter(pl.col("end") > pl.col("start")))
+    if inside.height == 0:
+        return []
+    lag = union_ns(inside, ["step"]).sort("step")
+    return [finding("info", "gpu_lag", f"step {s}'s device work ran {ns:,} ns inside step {s}'s successor's CPU "
+                    "window (it belongs to step {s}: launch correlation)".replace("{s}", str(s)), None, ns, s)
+            for s, ns in lag.iter_rows()]
+
+
+def _same_stream_overlap(gpu: pl.DataFrame) -> list[dict]:
+    """Kernels that start before the previous kernel on their (device, stream) ended (copy
+    engines, MTIA's DMA queues among them, may run several transfers at once)."""
+    ordered = gpu.filter(pl.col("category").is_in(["compute", "comm"])).sort("device", "stream", "start").with_columns(
+        reach=pl.col("end").cum_max().shift(1).over("device", "stream"))
+    hit = ordered.filter(pl.col("reach") > pl.col("start")).with_columns(
+        over=pl.min_horizontal("reach", "end") - pl.col("start"))
+    if hit.height == 0:
+        return []
+    ns = int(hit["over"].sum())
+    return [finding("warning", "same_stream_overlap", f"{hit.height:,} kernels overlap the previous one on "
+                    f"their stream ({ns:,} ns): a stream runs one at a time, so timestamps are off", hit.height, ns)]
+
+
+def _launches_without_records(trace: Trace) -> list[dict]:
+    """Kernel launches whose kernel is not in the trace, per step; in the last step this is a
+    trace cut before the device finished."""
+    launches = trace.calls.filter(pl.col("name").str.contains(KERNEL_LAUNCH) & pl.col("correlation").is_not_null()
+                                  & pl.col("step").is_not_null())
+    missing = launches.join(trace.gpu.select("correlation").unique(), on="correlation", how="anti")
+    if missing.height == 0:
+        return []
+    last = trace.steps["step"].max()
+    rows = []
+    for step, n in missing.group_by("step").len().sort("step").iter_rows():
+        kind = "truncated_last_step" if step == last and step != 0 else "launches_without_records"
+        what = ("the trace ends before the device finished the last step" if kind == "truncated_last_step"
+                else "work captured into a CUDA graph, or records lost")
+        rows.append(finding("warning", kind, f"step {step}: {n:,} kernel launches have no kernel record ({what})", n,
+                            None, step))
+    return rows
+
+
+def run_findings(traces: list[Trace], from_directory: bool) -> pl.DataFrame:
+    """Findings across the ranks of one run: missing ranks (of a run directory), disagreeing
+    world sizes or schemas, clock skew at the first collective."""
+    rows = []
+    sizes = {t.world_size for t in traces if t.world_size}
+    if len(sizes) > 1:
+        rows.append(finding("error", "world_size_mismatch", f"the traces disagree on the world size: {sorted(sizes)}"))
+    missing = sorted(set(range(max(sizes))) - {t.rank for t in traces}) if sizes and from_directory else []
+    if missing:
+        rows.append(finding("error", "missing_ranks",
+                            f"{len(missing)} of {max(sizes)} ranks have no trace in the directory: {_ranges(missing)}",
+                            len(missing)))
+    for key, label in (("schema", "schema"), ("schema_version", "schemaVersion"), ("nccl_version", "NCCL version"),
+                       ("backend", "backend")):
+        values = {t.rank: (t.facts if key == "schema" else t.meta).get(key) for t in traces}
+        if len(set(map(str, values.values()))) > 1:
+            rows.append(finding("warning", "mixed_versions", f"ranks differ in {label}: " +
+                                ", ".join(f"rank {r}: {v}" for r, v in sorted(values.items()))))
+    if len(traces) > 1:
+        rows += _clock_skew(traces)
+    return by_severity(rows)
+
+
+def _ranges(ranks: list[int]) -> str:
+    """[0, 1, 2, 5] → "0-2, 5"."""
+    runs: list[list[int]] = []
+    for r in ranks:
+        if runs and r == runs[-1][1] + 1:
+            runs[-1][1] = r
+        else:
+            runs.append([r, r])
+    return ", ".join(f"{a}-{b}" if b > a else str(a) for a, b in runs)
+
+
+def _clock_skew(traces: list[Trace]) -> list[dict]:
+    """The first collective of the first process group that every rank ran: its start on
+    each rank's clock. A collective ends at nearly the same instant everywhere, so ends that
+    disagree by more than 100 µs mean the ranks' clocks disagree."""
+    firsts = []
+    for t in traces:
+        k = collective_kernels(t).filter(pl.col("seq") == 0).sort("start")
+        firsts.append(k.select("pg", "coll_kind", pl.lit(t.rank).alias("rank"),
+                               (pl.col("start") + t.origin_us * 1000).alias("start"),
+                               (pl.col("end") + t.origin_us * 1000).alias("end")))
+    everywhere = pl.concat(firsts).filter(pl.len().over("pg") == len(traces))
+    if everywhere.height == 0:
+        return []
+    pg = everywhere.sort("start")["pg"][0]
+    first = everywhere.filter(pl.col("pg") == pg).sort("rank")
+    start_spread = int(first["start"].max() - first["start"].min())
+    end_spread = int(first["end"].max() - first["end"].min())
+    offsets = ", ".join(f"rank {r} {s - first['start'].min():+,}" for r, s in first.select("rank", "start").iter_rows())
+    severity = "warning" if end_spread > 100_000 else "info"
+    return [finding(severity, "clock_skew", f"first collective ({first['coll_kind'][0]}, process group {pg}) starts "
+                    f"spread {start_spread:,} ns ({offsets} ns); its ends spread {end_spread:,} ns",
+                    len(traces), start_spread)]
+
+
+def lint(runs: list[Run]) -> tuple[list[tuple[Trace, pl.DataFrame]], list[tuple[Run, pl.DataFrame]]]:
+    """(findings per trace, findings per run)."""
+    per_trace = [(t, trace_findings(t, run.facts.get("other_cycles", {}).get(t.path, [])))
+                 for run in runs for t in run.traces]
+    per_run = [(run, run_findings(run.traces, run.facts.get("directory", False))) for run in runs]
+    return per_trace, per_run
+
+
+def notes(per_trace: list[tuple[Trace, pl.DataFrame]], per_run: list[tuple[Run, pl.DataFrame]]) -> list[str]:
+    """One line per kind of finding over all traces: what the other verbs print on stderr."""
+    rows = pl.concat([f.with_columns(path=pl.lit(t.path)) for t, f in per_trace] +
+                     [f.with_columns(path=pl.lit(None, pl.String)) for _, f in per_run], how="diagonal_relaxed")
+    if rows.height == 0:
+        return []
+    lines = []
+    for (severity, kind), group in rows.group_by("severity", "kind", maintain_order=True):
+        traces = group["path"].drop_nulls().unique(maintain_order=True)
+        where = f" in {traces.len()} trace(s), e.g. {traces[0]}" if traces.len() > 1 else \
+            (f" in {traces[0]}" if traces.len() else "")
+        more = f" (+{group.height - 1} more)" if group.height > 1 else ""
+        lines.append(f"{severity}: {kind}{where}: {group['detail'][0]}{more}")
+    return lines

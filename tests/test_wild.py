@@ -1,0 +1,194 @@
+"""Traces as other setups write them, built so that the right answers are known exactly:
+odd field types, the 2021 schema, unknown categories, other libraries' communication
+kernels, epoch timestamps with nanoseconds, profiling cycles, missing optional extras."""
+
+import json
+import sys
+
+import polars as pl
+import pytest
+import synth
+from click.testing import CliRunner
+
+import tracekit
+from tracekit.analyses.lint import trace_findings
+from tracekit.analyses.summary import summary
+from tracekit.analyses.syncs import sync_ledger
+from tracekit.cli import main
+
+
+def cli(*args):
+    return CliRunner().invoke(main, list(map(str, args)))
+
+
+def test_a_field_of_another_type_never_rejects_the_file(tmp_path):
+    """roctracer writes `"bytes": "1"`; a kernel's bytes as text still parse as a number."""
+    call = synth.call("hipMemcpyWithStream", 1.0, 1.0, corr=1)
+    call["args"]["bytes"] = "1"
+    memcpy = synth.kernel("Memcpy DtoD", 3.0, 2.0, corr=1, cat="gpu_memcpy", bytes="2048")
+    trace = tracekit.load(synth.write(tmp_path, "rank0.json", synth.doc([synth.step(1, 0.0, 10.0), call, memcpy])))
+    assert trace.gpu["bytes"].to_list() == [2048]
+    assert trace.facts["lenient_events"] == 3
+    kinds = dict(trace_findings(trace).select("kind", "severity").iter_rows())
+    assert kinds["lenient_fields"] == "info"
+
+
+def test_one_bad_event_among_good_ones_is_dropped_and_named(tmp_path):
+    events = [synth.step(1, 0.0, 10.0), *synth.launched("k", 1.0, 2.0, 1.0, corr=1),
+              {"ph": "X", "cat": "cpu_op", "name": "x", "ts": "soon", "dur": 1}, 7]
+    path = synth.write(tmp_path, "rank0.json", synth.doc(events))
+    trace = tracekit.load(path)
+    assert trace.gpu.height == 1 and dict(trace.facts["dropped"]) == {
+        "events without a numeric ts": 1, "elements that are not event objects": 1}
+    result = cli("summary", path)
+    assert result.exit_code == 0 and "tracekit: warning: dropped_events" in result.stderr
+
+
+def pytorch_1_8(tmp_path, name="worker0.pt.trace.json"):
+    """PyTorch 1.8's schema: Operator/Runtime/Kernel/Memcpy, `external id`, string tids,
+    `tid: "stream 7"`, ProfilerStep#N as an Operator. Step 5 launches k1 and a copy, step 6 k2."""
+    def ev(cat, name, ts, dur, pid=25738, tid="25738", **args):
+        return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args}
+
+    events = [
+        ev("Operator", "ProfilerStep#5", 1623142623460000, 100), ev("Operator", "ProfilerStep#6", 1623142623460100, 100),
+        ev("Operator", "aten::conv2d", 1623142623460010, 20, **{"External id": 2}),
+        ev("Runtime", "cudaLaunchKernel", 1623142623460011, 5, correlation=11, **{"external id": 2}),
+        ev("Kernel", "k1", 1623142623460030, 40, pid=0, tid="stream 7", device=0, stream=7, correlation=11,
+           **{"external id": 2}),
+        ev("Runtime", "cudaMemcpyAsync", 1623142623460020, 5, correlation=12, **{"external id": 2}),
+        ev("Memcpy", "Memcpy HtoD (Pageable -> Device)", 1623142623460080, 10, pid=0, tid="stream 7", device=0,
+           correlation=12, bytes=64, **{"external id": 2}),
+        ev("Runtime", "cudaLaunchKernel", 1623142623460110, 5, correlation=13, **{"external id": 3}),
+        ev("Kernel", "k2", 1623142623460150, 30, pid=0, tid="stream 7", correlation=13, **{"external id": 3}),
+        ev("Trace", "PyTorch Profiler (0)", 1623142623460000, 300, pid="Traces", tid="PyTorch Profiler"),
+    ]
+    return synth.write(tmp_path, name, {"schemaVersion": 1, "traceEvents": events})
+
+
+def test_the_2021_schema_reads_as_what_it_is(tmp_path):
+    trace = tracekit.load(pytorch_1_8(tmp_path))
+    assert trace.steps["step"].to_list() == [5, 6] and trace.facts["schema"].startswith("kineto 2021")
+    rows = {r["step"]: r for r in summary(trace).to_dicts()}
+    assert (rows[5]["kernels"], rows[6]["kernels"]) == (1, 1)
+    assert (rows[5]["gpu_span_ns"], rows[6]["gpu_span_ns"]) == (60_000, 30_000)
+    copy = trace.gpu.filter(pl.col("kind") == "gpu_memcpy").row(0, named=True)
+    assert (copy["stream"], copy["ext_id"], copy["category"], copy["bytes"]) == (7, 2, "memcpy", 64)
+    assert set(trace.calls["tid"].to_list()) == {25738}
+
+
+def test_unknown_categories_are_counted_and_named(tmp_path):
+    events = [synth.step(1, 0.0, 10.0), *synth.launched("k", 1.0, 2.0, 1.0, corr=1),
+              {"ph": "X", "cat": "npu_kernel", "name": "n", "pid": 0, "tid": 1, "ts": 3.0, "dur": 1.0},
+              {"ph": "X", "cat": "npu_kernel", "name": "m", "pid": 0, "tid": 1, "ts": 4.0, "dur": 1.0}]
+    path = synth.write(tmp_path, "rank0.json", synth.doc(events))
+    assert dict(tracekit.load(path).facts["unknown_categories"]) == {"npu_kernel": 2}
+    result = cli("lint", "--format", "json", path)
+    (unknown,) = [f for f in json.loads(result.stdout)["traces"][0]["findings"] if f["kind"] == "unknown_category"]
+    assert unknown["count"] == 2 and "'npu_kernel'" in unknown["detail"]
+
+
+KERNELS = {  # name → (category, collective kind)
+    "void deep_ep::intranode::dispatch<8, 768, 8192>(int4*, float*)": ("comm", "all_to_all"),
+    "void deep_ep::internode_ll::combine<false, 7168>(void*)": ("comm", "all_to_all"),
+    "void notify_dispatch<8>(int const*, int*)": ("comm", "all_to_all"),
+    "ncclDevKernel_Generic_4(ncclDevKernelArgsStorage<4096ul>)": ("comm", "other"),
+    "void rcclGenericKernel<1, false>(ncclDevKernelArgsStorage<4096ul>)": ("comm", "other"),
+    "void vllm::cross_device_reduce_1stage<__nv_bfloat16, 8>(vllm::RankData*)": ("comm", "all_reduce"),
+    "void nvshmemi_transfer_rma_kernel<(nvshmemi_op_t)0>(void*)": ("comm", "other"),
+    "__amd_rocclr_copyBuffer": ("memcpy", None),
+    "__amd_rocclr_fillBufferAligned": ("memset", None),
+    "my_fancy_allgather_kernel": ("comm", "all_gather"),  # by --comm-kernel
+    "void at::native::vectorized_elementwise_kernel<4>(int)": ("compute", None),
+}
+
+
+def test_communication_kernels_of_other_libraries(tmp_path):
+    events = [synth.step(1, 0.0, 1000.0)]
+    for i, name in enumerate(KERNELS, 1):
+        events += synth.launched(name, float(i), 10.0 * i, 5.0, corr=i)
+    path = synth.write(tmp_path, "rank0.json", synth.doc(events))
+    trace = tracekit.load(path, comm_kernels=("my_fancy",))
+    assert dict(zip(trace.gpu["name"], zip(trace.gpu["category"], trace.gpu["coll_kind"]))) == KERNELS
+    assert tracekit.load(path).gpu.filter(pl.col("name") == "my_fancy_allgather_kernel")["category"][0] == "compute"
+    result = cli("summary", "--format", "json", "--comm-kernel", "my_fancy", path)
+    assert json.loads(result.stdout)["traces"][0]["steps"][0]["collectives"]["all_gather"] == 1
+    bad = cli("summary", "--comm-kernel", "(", path)
+    assert bad.exit_code == 2 and bad.stderr.startswith("tracekit: --comm-kernel '(' is not a regular expression")
+
+
+def test_epoch_microseconds_with_nanoseconds_decode_exactly(tmp_path):
+    """1712195495519689.047 µs has more digits than a float holds (its neighbours are 0.25 µs
+    apart): decoded from the text, every nanosecond is kept."""
+    events = [synth.step(1, "T0", 10.0), *synth.launched("k", "T1", "T2", 0.333, corr=1)]
+    text = json.dumps(synth.doc(events))
+    for mark, ts in (("T0", "1712195495519689.047"), ("T1", "1712195495519689.048"), ("T2", "1712195495519690.001")):
+        text = text.replace(f'"{mark}"', ts)  # a Python float cannot even write these
+    (tmp_path / "rank0.json").write_text(text)
+    trace = tracekit.load(tmp_path / "rank0.json")
+    assert trace.origin_us == 1712195495519689
+    assert trace.steps.row(0) == (1, 47, 10_047)
+    assert trace.gpu.select("start", "end").row(0) == (1_001, 1_334)
+    assert trace.calls["start"].to_list() == [48]
+    assert trace.facts["exact_timestamps"] == 3 and trace.facts["lenient_events"] == 0
+
+
+def test_tensorboard_cycles_by_file_name(tmp_path):
+    """`worker0.<ms>.pt.trace.json`: the last cycle by default, `--cycle first` or N."""
+    pytorch_1_8(tmp_path, "worker0.1623143089861.pt.trace.json")
+    pytorch_1_8(tmp_path, "worker0.1623143566756.pt.trace.json")
+    result = cli("summary", "--format", "json", tmp_path)
+    (trace,) = json.loads(result.stdout)["traces"]
+    assert trace["path"].endswith("worker0.1623143566756.pt.trace.json")
+    assert "worker0.1623143089861.pt.trace.json" in result.stderr and "other_cycles" in result.stderr
+    for cycle in ("first", "1"):
+        (trace,) = json.loads(cli("summary", "--format", "json", "--cycle", cycle, tmp_path).stdout)["traces"]
+        assert trace["path"].endswith("worker0.1623143089861.pt.trace.json")
+    bad = cli("summary", "--cycle", "zero", tmp_path)
+    assert bad.exit_code == 2 and "Invalid value for '--cycle'" in bad.stderr
+
+
+def test_syncs_without_device_records_have_no_gpu_idle(tmp_path):
+    events = [synth.step(1, 0.0, 100.0), synth.call("cudaStreamSynchronize", 10.0, 20.0, corr=1)]
+    (call,) = sync_ledger(tracekit.load(synth.write(tmp_path, "t.json", synth.doc(events))))["calls"][0]
+    assert call["blocked_ns"] == 20_000 and call["gpu_idle_ns"] is None
+
+
+def test_pictures_without_matplotlib_say_how_to_get_it(tmp_path, monkeypatch):
+    path = synth.write(tmp_path, "rank0.json", synth.doc([synth.step(1, 0.0, 10.0),
+                                                           *synth.launched("k", 1.0, 2.0, 1.0, corr=1)]))
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    for args in (("plot", "timeline", path, "-o", tmp_path / "t.png"),
+                 ("diff", "--plot", tmp_path / "w.png", path, path)):
+        result = cli(*args)
+        assert result.exit_code == 2 and "Traceback" not in result.output
+        assert result.stderr.strip().splitlines()[-1] == \
+            "tracekit: pictures need matplotlib: pip install 'torch-tracekit[plot]'"
+    assert not (tmp_path / "t.png").exists() and not (tmp_path / "w.png").exists()
+
+
+def test_lint_strict_fails_on_errors_only(tmp_path):
+    for rank in (0, 2):  # world size 4: ranks 1 and 3 are missing
+        synth.write(tmp_path, f"rank{rank}.json", synth.doc([synth.step(1, 0.0, 10.0)], rank=rank, world_size=4))
+    relaxed, strict = cli("lint", tmp_path), cli("lint", "--strict", "--format", "json", tmp_path)
+    assert relaxed.exit_code == 0 and strict.exit_code == 1
+    (missing,) = [f for f in json.loads(strict.stdout)["runs"][0]["findings"] if f["kind"] == "missing_ranks"]
+    assert missing["severity"] == "error" and missing["detail"].endswith("no trace in the directory: 1, 3")
+    assert cli("lint", "--strict", tmp_path / "rank0.json").exit_code == 0
+
+
+@pytest.mark.parametrize("lag", [True, False])
+def test_lint_measures_lag_orphans_and_same_stream_overlap(tmp_path, lag):
+    """Step 1 [0,100) launches k_a, which runs [150,170): 20 µs of it inside step 2's window
+    [100,200) (with lag). A kernel launched before the steps (orphan, 7 µs); two kernels on
+    stream 9 overlapping by 3 µs."""
+    k_a = (150.0, 20.0) if lag else (50.0, 20.0)
+    events = [synth.step(1, 0.0, 100.0), synth.step(2, 100.0, 100.0),
+              *synth.launched("k_a", 90.0, *k_a, corr=1),
+              synth.call("cudaLaunchKernel", -10.0, 1.0, corr=2), synth.kernel("early", -5.0, 7.0, corr=2),
+              *synth.launched("s1", 110.0, 120.0, 10.0, corr=3, stream=9),
+              *synth.launched("s2", 111.0, 127.0, 10.0, corr=4, stream=9)]
+    found = {r["kind"]: r for r in trace_findings(tracekit.load(synth.write(tmp_path, "t.json", synth.doc(events)))).to_dicts()}
+    assert (found["orphan_gpu_work"]["count"], found["orphan_gpu_work"]["ns"]) == (1, 7_000)
+    assert (found["same_stream_overlap"]["count"], found["same_stream_overlap"]["ns"]) == (1, 3_000)
+    assert (found["gpu_lag"]["step"], found["gpu_lag"]["ns"]) == (1, 20_000) if lag else "gpu_lag" not in found
