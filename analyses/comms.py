@@ -1,18 +1,25 @@
-"""`tracekit comms`: collectives per rank, step and process group.
+"""`tracekit comms`: collectives per rank, step, device and process group.
 
 - bytes: the collective's message size in the nccl-tests convention: max(In, Out msg nelems)
   × dtype size — the gathered output of an all-gather, the input of a reduce-scatter, the
   buffer of an all-reduce. From the args Kineto copies onto the NCCL kernel, else from the
   `record_param_comms` op with the same External id.
 - kernel_ns: the kernel's duration. algbw = bytes / kernel_ns (GB/s = bytes/ns);
-  busbw = algbw × (n−1)/n for all-gather and reduce-scatter, × 2(n−1)/n for all-reduce,
-  × 1 otherwise (n = group size).
+  busbw = algbw × (n−1)/n for all-gather, reduce-scatter and all-to-all, × 2(n−1)/n for
+  all-reduce, × 1 otherwise (n = group size).
+- exposed_ns: the kernel's share of the partition's comm parts (`timeline.py`): the time it
+  ran with no compute of its step on its device — the same figure as `diff`'s comm items.
 - On CPU-only traces (gloo) the collectives are the CPU ops (`record_param_comms`, else the
   `c10d::` ops), their duration standing in for kernel time; bytes only where the op has the
   element counts.
-- Across the ranks of a run the i-th collective of a process group (launch order: correlation
-  id) on each rank is the same collective: transfer_ns = its minimum kernel duration over the
-  ranks, wait_ns = kernel_ns − transfer_ns (time spent waiting for peers).
+- Across the ranks of one run, the i-th collective of a process group (launch order) on each
+  of the group's ranks is the same collective. The group's ranks come from the trace's
+  process-group table (`distributedInfo.pg_config`) or the kernel's `Process Group Ranks`;
+  so sub-groups (TP, HSDP, pipeline pairs) match even when the run holds only some of the
+  world's ranks. When every rank of the group is in the run: transfer_ns = the least kernel
+  time over them, wait_ns = kernel_ns − transfer_ns (waiting for peers); `mismatched` counts
+  collectives whose ranks disagree on kind, dtype or bytes. Send/recv match only in groups of
+  two. Otherwise transfer and wait are null.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import polars as pl
 
 from tracekit.analyses.counts import known_sum
 from tracekit.analyses.summary import collective_ops
+from tracekit.analyses.timeline import timeline
 from tracekit.loading import COMM_ARGS
 from tracekit.model import Trace
 
@@ -29,70 +37,96 @@ DTYPE_BYTES = {
     "Char": 1, "Byte": 1, "Bool": 1, "Float8_e4m3fn": 1, "Float8_e5m2": 1, "Float8_e4m3fnuz": 1,
     "Float8_e5m2fnuz": 1, "ComplexFloat": 8, "ComplexDouble": 16,
 }
+RANKS = pl.List(pl.Int64)
+
+
+def group_ranks(trace: Trace) -> pl.DataFrame:
+    """pg, ranks: the process-group table of the trace (`distributedInfo.pg_config`)."""
+    rows = [{"pg": str(pg.get("pg_name")), "ranks": str(pg.get("ranks"))} for pg in trace.meta.get("pg_config", [])]
+    table = pl.DataFrame(rows, schema={"pg": pl.String, "ranks": pl.String})
+    return table.select("pg", pl.col("ranks").str.extract_all(r"\d+").cast(RANKS).alias("pg_ranks_table"))
 
 
 def collective_kernels(trace: Trace) -> pl.DataFrame:
-    """One row per collective kernel: step, pg, coll_kind, dtype, group_size, bytes, stream,
-    start, end, kernel_ns, algbw_gbps, busbw_gbps, seq (launch order within the pg). On a
-    CPU-only trace (gloo) the collective's CPU op stands in for the kernel (stream null)."""
+    """One row per collective kernel: step, device, pg, pg_ranks, coll_kind, dtype,
+    group_size, bytes, stream, start, end, kernel_ns, exposed_ns, algbw_gbps, busbw_gbps, seq
+    (launch order within the pg). On a CPU-only trace (gloo) the collective's CPU op stands in
+    for the kernel (device and stream null, exposed_ns null)."""
     if trace.has_gpu:
-        kernels = trace.gpu.filter(pl.col("category") == "comm")
+        shares = timeline(trace).shares.select("row", exposed_ns="share_ns")
+        kernels = trace.gpu.with_row_index("row").filter(pl.col("category") == "comm").join(
+            shares, on="row", how="left")
         ops = trace.ops.filter(pl.col("name") == "record_param_comms").select(
             "ext_id", *[pl.col(c).alias(f"{c}_op") for c in COMM_ARGS]).unique("ext_id")
         kernels = kernels.join(ops, on="ext_id", how="left").with_columns(
-            pl.coalesce(c, f"{c}_op").alias(c) for c in COMM_ARGS)
+            pl.coalesce(c, f"{c}_op").alias(c) for c in COMM_ARGS).with_columns(pl.col("device").fill_null(0))
     else:
-        kernels = collective_ops(trace).with_columns(stream=pl.lit(None, pl.Int64),
-                                                      correlation=pl.col("start"))
+        kernels = collective_ops(trace).with_columns(
+            stream=pl.lit(None, pl.Int64), device=pl.lit(None, pl.Int64), correlation=pl.col("start"),
+            exposed_ns=pl.lit(None, pl.Int64))
     n = pl.col("group_size").cast(pl.Float64)
-    factor = (pl.when(pl.col("coll_kind").is_in(["all_gather", "reduce_scatter"])).then((n - 1) / n)
+    factor = (pl.when(pl.col("coll_kind").is_in(["all_gather", "reduce_scatter", "all_to_all"])).then((n - 1) / n)
               .when(pl.col("coll_kind") == "all_reduce").then(2 * (n - 1) / n).otherwise(1.0))
     out = kernels.select(
-        "step", pl.col("pg_name").fill_null("?").alias("pg"), "coll_kind", "dtype", "group_size",
+        "step", "device", pl.col("pg_name").fill_null("?").alias("pg"),
+        pl.col("pg_ranks").str.extract_all(r"\d+").cast(RANKS).alias("pg_ranks"),
+        "coll_kind", "dtype", "group_size",
         (pl.max_horizontal("in_nelems", "out_nelems") * pl.col("dtype").replace_strict(DTYPE_BYTES, default=None))
         .alias("bytes"),
-        "stream", "start", "end", "correlation", (pl.col("end") - pl.col("start")).alias("kernel_ns"),
+        "stream", "start", "end", "correlation", (pl.col("end") - pl.col("start")).alias("kernel_ns"), "exposed_ns",
     ).with_columns(algbw_gbps=pl.col("bytes") / pl.col("kernel_ns"))
-    out = out.with_columns(busbw_gbps=pl.col("algbw_gbps") * factor)
-    return out.sort("correlation").with_columns(seq=pl.int_range(pl.len()).over("pg")).drop("correlation")
+    out = (out.join(group_ranks(trace), on="pg", how="left")
+           .with_columns(pg_ranks=pl.coalesce("pg_ranks", "pg_ranks_table")).drop("pg_ranks_table")
+           .with_columns(busbw_gbps=pl.col("algbw_gbps") * factor))
+    return out.sort("correlation", "start").with_columns(seq=pl.int_range(pl.len()).over("pg")).drop("correlation")
 
 
-def matched_across_ranks(per_rank: list[pl.DataFrame]) -> list[pl.DataFrame]:
-    """Each rank's collective kernels with transfer_ns and wait_ns, matching (pg, seq) over ranks."""
-    if not per_rank:
-        return []
-    together = pl.concat([f.select("pg", "seq", "kernel_ns") for f in per_rank])
-    transfer = together.group_by("pg", "seq").agg(transfer_ns=pl.col("kernel_ns").min(),
-                                                  ranks=pl.len())
-    complete = len(per_rank)
-    return [f.join(transfer, on=["pg", "seq"], how="left").with_columns(
-                transfer_ns=pl.when(pl.col("ranks") == complete).then(pl.col("transfer_ns")))
-            .with_columns(wait_ns=pl.col("kernel_ns") - pl.col("transfer_ns")).drop("ranks")
+def matched_across_ranks(per_rank: list[pl.DataFrame], ranks: list[int]) -> list[pl.DataFrame]:
+    """Each rank's collective kernels with transfer_ns, wait_ns and mismatched, matching
+    (pg, seq) over the ranks of the pg that are in the run (`ranks`, in order)."""
+    together = pl.concat([f.select("pg", "seq", "pg_ranks", "coll_kind", "dtype", "bytes", "kernel_ns")
+                          .with_columns(rank=pl.lit(r, pl.Int64)) for r, f in zip(ranks, per_rank)])
+    expected = pl.coalesce(pl.col("pg_ranks").first().list.len(), pl.lit(len(ranks)))
+    matched = together.group_by("pg", "seq").agg(
+        transfer=pl.col("kernel_ns").min(), present=pl.len(), expected=expected.cast(pl.UInt32),
+        p2p=(pl.col("coll_kind") == "send_recv").any(),
+        disagree=(pl.col("coll_kind").n_unique() > 1) | (pl.col("dtype").n_unique() > 1) | (pl.col("bytes").n_unique() > 1))
+    complete = (pl.col("present") == pl.col("expected")) & (~pl.col("p2p") | (pl.col("expected") == 2))
+    return [f.join(matched, on=["pg", "seq"], how="left", maintain_order="left").with_columns(
+                transfer_ns=pl.when(complete).then(pl.col("transfer")),
+                mismatched=pl.when(complete).then(pl.col("disagree")))
+            .with_columns(wait_ns=pl.col("kernel_ns") - pl.col("transfer_ns"))
+            .drop("transfer", "present", "expected", "p2p", "disagree")
             for f in per_rank]
 
 
 def census(kernels: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
-    """One row per step: `collectives` = [{pg, kind, dtype, count, bytes, kernel_ns, stream,
-    algbw_gbps, busbw_gbps, transfer_ns, wait_ns}] (bandwidths from summed bytes and time)."""
-    if "transfer_ns" not in kernels.columns:
-        kernels = kernels.with_columns(transfer_ns=pl.lit(None, pl.Int64), wait_ns=pl.lit(None, pl.Int64))
+    """One row per step: `collectives` = [{pg, kind, dtype, device, stream, count, bytes,
+    kernel_ns, exposed_ns, algbw_gbps, busbw_gbps, transfer_ns, wait_ns, mismatched}]
+    (bandwidths from summed bytes and time)."""
+    for column, dtype in (("transfer_ns", pl.Int64), ("wait_ns", pl.Int64), ("mismatched", pl.Boolean)):
+        if column not in kernels.columns:
+            kernels = kernels.with_columns(pl.lit(None, dtype).alias(column))
     rows = (kernels.filter(pl.col("step").is_not_null())
-            .group_by("step", "pg", pl.col("coll_kind").alias("kind"), "dtype", "stream")
+            .group_by("step", "pg", pl.col("coll_kind").alias("kind"), "dtype", "device", "stream")
             .agg(count=pl.len().cast(pl.Int64), bytes=known_sum("bytes"), kernel_ns=pl.col("kernel_ns").sum(),
+                 exposed_ns=known_sum("exposed_ns"),
                  busbw_factor=(pl.col("busbw_gbps") / pl.col("algbw_gbps")).first(),
-                 transfer_ns=known_sum("transfer_ns"), wait_ns=known_sum("wait_ns"))
+                 transfer_ns=known_sum("transfer_ns"), wait_ns=known_sum("wait_ns"),
+                 mismatched=pl.when(pl.col("mismatched").count() > 0).then(pl.col("mismatched").sum().cast(pl.Int64)))
             .with_columns(algbw_gbps=(pl.col("bytes") / pl.col("kernel_ns")).round(3))
             .with_columns(busbw_gbps=(pl.col("algbw_gbps") * pl.col("busbw_factor")).round(3))
             .drop("busbw_factor")
-            .sort("step", "pg", "kind"))
+            .sort("step", "pg", "kind", "device", "stream"))
     per_step = rows.group_by("step", maintain_order=True).agg(collectives=pl.struct(
-        "pg", "kind", "dtype", "count", "bytes", "kernel_ns", "stream", "algbw_gbps", "busbw_gbps",
-        "transfer_ns", "wait_ns"))
+        "pg", "kind", "dtype", "device", "stream", "count", "bytes", "kernel_ns", "exposed_ns", "algbw_gbps",
+        "busbw_gbps", "transfer_ns", "wait_ns", "mismatched"))
     return steps.select("step").join(per_step, on="step", how="left").sort("step")
 
 
 def comms(traces: list[Trace]) -> list[pl.DataFrame]:
-    """Per trace, the per-step census; traces of one run are matched across ranks."""
-    kernels = matched_across_ranks([collective_kernels(t) for t in traces]) if len(traces) > 1 \
-        else [collective_kernels(t) for t in traces]
+    """Per trace of one run, the per-step census; the run's ranks are matched."""
+    kernels = [collective_kernels(t) for t in traces]
+    if len(traces) > 1:
+        kernels = matched_across_ranks(kernels, [t.rank for t in traces])
     return [census(k, t.steps) for k, t in zip(kernels, traces)]

@@ -1,16 +1,19 @@
-"""Per-step counts as columns: one `prefix.key` column per key, 0 where a step has none."""
+"""Per-step counts as columns: one `prefix.key` column per key, 0 where a step has none;
+sums that stay null when nothing is known."""
 
 from __future__ import annotations
 
 import polars as pl
 
 
-def count_columns(table: pl.DataFrame, counts: pl.DataFrame, prefix: str, keys: list[str]) -> pl.DataFrame:
-    """`table` (one row per step) with a `prefix.key` Int64 column per key from `counts`
-    (step, key, n); dotted names nest in JSON."""
+def count_columns(table: pl.DataFrame, counts: pl.DataFrame, prefix: str, keys: list[str],
+                  on: list[str] = ("step",)) -> pl.DataFrame:
+    """`table` with a `prefix.key` Int64 column per key from `counts` (`on` columns, key, n),
+    joined on `on` (nulls equal); dotted names nest in JSON."""
+    on = list(on)
     for key in keys:
-        col = counts.filter(pl.col("key") == key).select("step", pl.col("n").cast(pl.Int64).alias(f"{prefix}.{key}"))
-        table = table.join(col, on="step", how="left").with_columns(pl.col(f"{prefix}.{key}").fill_null(0))
+        col = counts.filter(pl.col("key") == key).select(*on, pl.col("n").cast(pl.Int64).alias(f"{prefix}.{key}"))
+        table = table.join(col, on=on, how="left", nulls_equal=True).with_columns(pl.col(f"{prefix}.{key}").fill_null(0))
     return table
 
 

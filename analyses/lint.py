@@ -12,7 +12,7 @@ from pathlib import Path
 import polars as pl
 
 from tracekit.analyses.comms import collective_kernels
-from tracekit.intervals import union_ns
+from tracekit.analyses.timeline import timeline
 from tracekit.model import Run, Trace
 
 SCHEMA = {"severity": pl.String, "kind": pl.String, "count": pl.Int64, "ns": pl.Int64, "step": pl.Int64,
@@ -102,16 +102,15 @@ def _ns(frame: pl.DataFrame) -> int:
 
 
 def _lag(trace: Trace) -> list[dict]:
-    """Per step: ns of the step's device work that ran inside the next step's CPU window."""
+    """Per step: ns of the step's device work (its busy segments, any device) that ran inside
+    the next step's CPU window."""
     nxt = trace.steps.sort("cpu_start").select("step", nxt_start=pl.col("cpu_start").shift(-1),
                                                nxt_end=pl.col("cpu_end").shift(-1))
-    inside = (trace.gpu.filter(pl.col("step").is_not_null()).join(nxt, on="step")
+    inside = (timeline(trace).segments.filter(pl.col("category") != "idle").join(nxt, on="step")
               .filter(pl.col("nxt_start").is_not_null())
               .with_columns(start=pl.max_horizontal("start", "nxt_start"), end=pl.min_horizontal("end", "nxt_end"))
               .filter(pl.col("end") > pl.col("start")))
-    if inside.height == 0:
-        return []
-    lag = union_ns(inside, ["step"]).sort("step")
+    lag = inside.group_by("step").agg(ns=(pl.col("end") - pl.col("start")).sum()).sort("step")
     return [finding("info", "gpu_lag", f"step {s}'s device work ran {ns:,} ns inside step {s}'s successor's CPU "
                     "window (it belongs to step {s}: launch correlation)".replace("{s}", str(s)), None, ns, s)
             for s, ns in lag.iter_rows()]
@@ -217,9 +216,11 @@ def lint(runs: list[Run]) -> tuple[list[tuple[Trace, pl.DataFrame]], list[tuple[
 
 
 def notes(per_trace: list[tuple[Trace, pl.DataFrame]], per_run: list[tuple[Run, pl.DataFrame]]) -> list[str]:
-    """One line per kind of finding over all traces: what the other verbs print on stderr."""
+    """One line per kind of warning or error over all traces: what the other verbs print on
+    stderr (`info` findings — context, not trouble — only `tracekit lint` shows)."""
     rows = pl.concat([f.with_columns(path=pl.lit(t.path)) for t, f in per_trace] +
                      [f.with_columns(path=pl.lit(None, pl.String)) for _, f in per_run], how="diagonal_relaxed")
+    rows = rows.filter(pl.col("severity") != "info")
     if rows.height == 0:
         return []
     lines = []

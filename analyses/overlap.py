@@ -1,84 +1,57 @@
-"""`tracekit overlap`: compute/communication overlap per rank and step.
+"""`tracekit overlap`: compute/communication overlap per rank, step and device.
 
-Over the GPU activities a step launched (ns):
-- comm_ns = |C|, C = union of collective kernels; compute_ns = |K|, K = union of the other
-  kernels (memcpy/memset excluded);
-- overlap_ns = |C ∩ K| = |C| + |K| − |C ∪ K|; overlap_pct = overlap_ns / comm_ns × 100;
-- exposed_comm_ns = |C \\ O| = |C ∪ O| − |O|, O = union of everything else the step ran on the
-  GPU (kernels and memcpy/memset).
+The timeline's figures (`timeline.figures`, docs/metrics.md): comm_ns, compute_ns,
+overlap_ns, overlap_pct, exposed_comm_ns (communication not hidden by compute) and
+comm_alone_ns (communication with nothing else of the step running).
 
-`overlap_trace_scope` computes HTA's `get_comm_comp_overlap` over the whole trace (every step
-and none): comm = kernels whose name starts with `nccl…Kernel`, compute = the other kernels,
-overlap_pct = |C ∩ K| / |C| × 100, at ns resolution. With `hta_rounding` it computes exactly
-what HTA 0.5 does: every row is first shrunk to whole µs (start rounded up, end rounded down;
-rows left empty vanish), and the rows HTA takes from the GPU timeline include CUPTI's
-`cuda_sync` records that carry a stream, which HTA's name rules class as computation
-("Stream Wait Event") or as neither (names containing "Sync").
+Scope `trace` is HTA's `get_comm_comp_overlap` definition at ns: every activity of the trace,
+per device, step null. Scope `hta` is exactly what HTA 0.5 computes: every row is first
+shrunk to whole µs (start rounded up, end rounded down; rows left empty vanish), and the rows
+HTA takes from the GPU timeline include CUPTI's `cuda_sync` records that carry a stream,
+which HTA's name rules class as computation ("Stream Wait Event") or as neither (names
+containing "Sync"); its comm is a kernel named `^nccl…Kernel`. Both are projections of a
+timeline: the `hta` one of a timeline built from those rows.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import polars as pl
 
-from tracekit.intervals import union_ns
+from tracekit.analyses.summary import step_rows
+from tracekit.analyses.timeline import figures, timeline
 from tracekit.model import Trace
 
-
-def _unions(frame: pl.DataFrame, by: list[str], parts: dict[str, pl.Expr]) -> pl.DataFrame:
-    """Per group, the union length of each named subset."""
-    out = frame.select(by).unique()
-    for name, cond in parts.items():
-        out = out.join(union_ns(frame.filter(cond), by, name), on=by, how="left")
-    return out.with_columns(pl.col(name).fill_null(0) for name in parts)
-
-
-def _figures(table: pl.DataFrame) -> pl.DataFrame:
-    return table.with_columns(
-        overlap_ns=pl.col("comm_ns") + pl.col("compute_ns") - pl.col("comm_or_compute"),
-        exposed_comm_ns=pl.col("comm_or_other") - pl.col("other"),
-    ).with_columns(
-        overlap_pct=pl.when(pl.col("comm_ns") > 0).then((pl.col("overlap_ns") / pl.col("comm_ns") * 100).round(2)),
-    ).select(*[c for c in table.columns if c in ("step",)], "comm_ns", "compute_ns", "overlap_ns", "overlap_pct",
-             "exposed_comm_ns")
-
-
-PARTS = {
-    "comm_ns": pl.col("category") == "comm",
-    "compute_ns": pl.col("category") == "compute",
-    "comm_or_compute": pl.col("category").is_in(["comm", "compute"]),
-    "other": pl.col("category") != "comm",
-    "comm_or_other": pl.lit(True),
-}
-
-
-def overlap(trace: Trace) -> pl.DataFrame:
-    """One row per step: comm_ns, compute_ns, overlap_ns, overlap_pct, exposed_comm_ns
-    (null GPU figures on steps without GPU work)."""
-    gpu = trace.gpu.filter(pl.col("step").is_not_null())
-    table = _figures(_unions(gpu, ["step"], PARTS)) if gpu.height else None
-    steps = trace.steps.select("step")
-    return steps.join(table, on="step", how="left").sort("step") if table is not None else \
-        steps.with_columns(**{c: pl.lit(None, pl.Int64) for c in
-                              ("comm_ns", "compute_ns", "overlap_ns", "overlap_pct", "exposed_comm_ns")})
-
-
+COLUMNS = ("comm_ns", "compute_ns", "overlap_ns", "overlap_pct", "exposed_comm_ns", "comm_alone_ns")
 HTA_COMM = r"^nccl.*Kernel"
 HTA_NOT_COMPUTE = r"^nccl.*Kernel|Memcpy|^Memset|Sync"  # HTA's NCCL_COMPUTE_KERNEL_RE, as it matches
 
 
-def overlap_trace_scope(trace: Trace, hta_rounding: bool = False) -> pl.DataFrame:
-    """HTA's definition over the whole trace: one row, step null."""
-    rows = trace.gpu.filter(pl.col("kind") == "kernel").select("name", "start", "end")
-    if hta_rounding:
-        marks = trace.marks.filter((pl.col("cat") == "cuda_sync") & (pl.col("stream") >= 0))
-        rows = pl.concat([rows, marks.select("name", "start", "end")]).with_columns(
-            start=(pl.col("start") + 999) // 1000 * 1000, end=pl.col("end") // 1000 * 1000,
-        ).filter(pl.col("end") > pl.col("start"))
+def overlap(trace: Trace, scope: str = "step") -> pl.DataFrame:
+    """One row per step and device (`scope` trace: per device, step null; `hta`: one row,
+    HTA 0.5's figure); null figures without device work."""
+    if scope == "hta":
+        trace, scope = hta_rows(trace), "trace"
+    table = step_rows(trace, scope).join(figures(timeline(trace, scope).segments), on=["step", "device"],
+                                         how="left", nulls_equal=True)
+    zero = [pl.when(pl.col("device").is_not_null()).then(pl.col(c).fill_null(0))  # zero-length work
+            for c in COLUMNS if c != "overlap_pct"]
+    return table.select("step", "device", *COLUMNS).with_columns(zero)
+
+
+def hta_rows(trace: Trace) -> Trace:
+    """The trace as HTA 0.5 sees it for overlap: kernels and stream-carrying cuda_sync records,
+    each shrunk to whole µs, classed by HTA's name rules."""
+    marks = trace.marks.filter((pl.col("cat") == "cuda_sync") & (pl.col("stream") >= 0))
+    rows = pl.concat([trace.gpu.filter(pl.col("kind") == "kernel").select("name", "device", "start", "end"),
+                      marks.select("name", "device", "start", "end")], how="vertical_relaxed")
     name = pl.col("name")
     rows = rows.with_columns(
+        start=(pl.col("start") + 999) // 1000 * 1000, end=pl.col("end") // 1000 * 1000,
+        device=pl.lit(0, pl.Int64), kind=pl.lit("kernel"), step=pl.lit(None, pl.Int64), coll_kind=pl.lit(None, pl.String),
+        correlation=pl.lit(None, pl.Int64),  # HTA takes every row, launched in the trace or not
         category=pl.when(name.str.contains(HTA_COMM)).then(pl.lit("comm"))
-        .when(~name.str.contains(HTA_NOT_COMPUTE)).then(pl.lit("compute")).otherwise(pl.lit("other")),
-        scope=pl.lit(0))
-    table = _figures(_unions(rows, ["scope"], PARTS)) if rows.height else pl.DataFrame(
-        {c: [None] for c in ("comm_ns", "compute_ns", "overlap_ns", "overlap_pct", "exposed_comm_ns")})
-    return table.select(pl.lit(None, pl.Int64).alias("step"), pl.all())
+        .when(~name.str.contains(HTA_NOT_COMPUTE)).then(pl.lit("compute")).otherwise(pl.lit("memset")),
+    ).filter(pl.col("end") > pl.col("start"))
+    return replace(trace, gpu=rows, derived={})

@@ -1,14 +1,16 @@
-"""`tracekit summary`: one row per rank and step.
+"""`tracekit summary`: one row per rank, step and device.
 
-- cpu_ns: the step's CPU window, ProfilerStep end − start.
-- gpu_span_ns: last end − first start of the GPU activities the step launched.
-- gpu_busy_ns: length of the union of those activities (any stream, any kind).
-- kernels: number of kernel activities the step launched.
-- syncs: host-blocking runtime calls in the step's CPU window, by API.
-- overlap_pct, exposed_comm_ns: as `tracekit overlap`; idle_ns = gpu_span_ns − gpu_busy_ns,
-  which is the sum of the idle parts of `tracekit breakdown` (idle = no activity of the step).
-- collectives: by kind; counted from collective kernels on GPU traces, from the collective
-  ops on CPU-only traces (`record_param_comms`, else the `c10d::` dispatcher ops).
+- cpu_ns: the step's CPU window, ProfilerStep end − start (host: the same on each device's row).
+- gpu_span_ns, gpu_busy_ns, idle_ns, comm_ns, compute_ns, overlap_ns, overlap_pct,
+  exposed_comm_ns, comm_alone_ns: the timeline's figures of the step on the device
+  (`timeline.figures`; docs/metrics.md).
+- kernels: kernel activities the step launched on the device.
+- syncs.<api>: host-blocking runtime calls in the step's CPU window (host, as cpu_ns).
+- collectives.<kind>: collective kernels the step launched on the device; on CPU-only traces
+  the collective ops (`record_param_comms`, else the `c10d::` dispatcher ops).
+- scope `trace`: one row per device over the whole trace (step null): every call and op of
+  the trace and every activity of the timeline's trace scope, in steps or not; cpu_ns from the
+  first step's start to the last's end.
 """
 
 from __future__ import annotations
@@ -16,13 +18,13 @@ from __future__ import annotations
 import polars as pl
 
 from tracekit.analyses.counts import count_columns
-from tracekit.analyses.overlap import overlap
-from tracekit.analyses.syncs import SYNC_APIS
-from tracekit.intervals import union_ns
+from tracekit.analyses.timeline import SYNC_APIS, activities, figures, timeline
 from tracekit.model import Trace
 from tracekit.names import collective_kind
 
 ALWAYS_REPORTED_SYNCS = ("cudaEventSynchronize", "cudaStreamSynchronize", "cudaDeviceSynchronize")
+FIGURES = ("gpu_span_ns", "gpu_busy_ns", "idle_ns", "comm_ns", "compute_ns", "overlap_ns", "overlap_pct",
+           "exposed_comm_ns", "comm_alone_ns")
 
 
 def collective_ops(trace: Trace) -> pl.DataFrame:
@@ -37,44 +39,57 @@ def collective_ops(trace: Trace) -> pl.DataFrame:
             .filter(pl.col("coll_kind").is_not_null()))
 
 
-def collective_counts(trace: Trace) -> pl.DataFrame:
-    """(step, coll_kind, n): from kernels on GPU traces, from ops on CPU-only ones."""
+def scoped(frame: pl.DataFrame, scope: str) -> pl.DataFrame:
+    """`frame` as the scope sees it: its own steps, or everything as one step null."""
+    if scope == "trace":
+        return frame.with_columns(step=pl.lit(None, pl.Int64))
+    return frame.filter(pl.col("step").is_not_null())
+
+
+def collective_counts(trace: Trace, scope: str = "step") -> pl.DataFrame:
+    """(step, device, coll_kind, n): kernels on GPU traces, collective ops on CPU-only ones."""
     if trace.has_gpu:
-        source = trace.gpu.filter(pl.col("category") == "comm")
+        source = activities(trace, scope).filter(pl.col("category") == "comm")
     else:
-        source = collective_ops(trace)
-    return source.filter(pl.col("step").is_not_null()).group_by("step", "coll_kind").agg(n=pl.len())
+        source = collective_ops(trace).with_columns(device=pl.lit(None, pl.Int64))
+    return scoped(source, scope).group_by("step", "device", "coll_kind").agg(n=pl.len())
 
 
-def sync_counts(trace: Trace) -> pl.DataFrame:
+def sync_counts(trace: Trace, scope: str = "step") -> pl.DataFrame:
     """(step, api, n) for host-blocking calls."""
-    return (trace.calls.filter(pl.col("name").is_in(SYNC_APIS) & pl.col("step").is_not_null())
+    return (scoped(trace.calls.filter(pl.col("name").is_in(SYNC_APIS)), scope)
             .group_by("step", pl.col("name").alias("api")).agg(n=pl.len()))
 
 
-def gpu_step_table(trace: Trace) -> pl.DataFrame:
-    """Per step: gpu_span_ns, gpu_busy_ns, kernels (steps without GPU work are absent)."""
-    gpu = trace.gpu.filter(pl.col("step").is_not_null())
-    spans = gpu.group_by("step").agg(
-        gpu_start=pl.col("start").min(), gpu_end=pl.col("end").max(),
-        kernels=(pl.col("kind") == "kernel").sum().cast(pl.Int64),
-    ).with_columns(gpu_span_ns=pl.col("gpu_end") - pl.col("gpu_start"))
-    return spans.join(union_ns(gpu, ["step"], "gpu_busy_ns"), on="step", how="left")
-
-
-def summary(trace: Trace) -> pl.DataFrame:
-    """One row per step: step, cpu_ns, gpu_span_ns, gpu_busy_ns, kernels,
-    `syncs.<api>` and `collectives.<kind>` counts (dotted names nest in JSON)."""
+def step_rows(trace: Trace, scope: str) -> pl.DataFrame:
+    """step, device, cpu_ns: one row per step and device it ran work on (a step without
+    device work: one row, device null); scope `trace`: per device, step null."""
     steps = trace.steps.with_columns(cpu_ns=pl.col("cpu_end") - pl.col("cpu_start"))
-    table = steps.join(gpu_step_table(trace), on="step", how="left").sort("step")
-    table = table.select("step", "cpu_ns", "gpu_span_ns", "gpu_busy_ns", "kernels")
-    if not trace.has_gpu:
-        table = table.with_columns(kernels=pl.lit(None, dtype=pl.Int64))
-    syncs = sync_counts(trace).rename({"api": "key"})
-    apis = list(ALWAYS_REPORTED_SYNCS) + sorted(set(syncs["key"]) - set(ALWAYS_REPORTED_SYNCS))
-    colls = collective_counts(trace).select("step", pl.col("coll_kind").fill_null("other").alias("key"), "n")
-    table = count_columns(table, syncs, "syncs", apis)
-    table = count_columns(table, colls, "collectives", sorted(set(colls["key"])))
-    return (table.join(overlap(trace).select("step", "overlap_pct", "exposed_comm_ns"), on="step", how="left")
-            .with_columns(idle_ns=pl.col("gpu_span_ns") - pl.col("gpu_busy_ns")))
+    if scope == "trace":
+        steps = steps.select(step=pl.lit(None, pl.Int64), cpu_ns=pl.col("cpu_end").max() - pl.col("cpu_start").min())
+    devices = scoped(activities(trace, scope).select("step", "device"), scope).unique()
+    return (steps.select("step", "cpu_ns").join(devices, on="step", how="left", nulls_equal=True)
+            .sort("step", "device", nulls_last=True))
 
+
+def summary(trace: Trace, scope: str = "step") -> pl.DataFrame:
+    """One row per step and device: step, device, cpu_ns, the timeline figures, kernels,
+    `syncs.<api>` and `collectives.<kind>` counts (dotted names nest in JSON)."""
+    key = ["step", "device"]
+    kernels = scoped(activities(trace, scope).filter(pl.col("kind") == "kernel"), scope).group_by(key).agg(
+        kernels=pl.len().cast(pl.Int64))
+    table = (step_rows(trace, scope)
+             .join(figures(timeline(trace, scope).segments).drop("gpu_start", "gpu_end"), on=key, how="left",
+                   nulls_equal=True)
+             .join(kernels, on=key, how="left", nulls_equal=True)
+             .with_columns(pl.when(pl.col("device").is_not_null()).then(pl.col(c).fill_null(0))  # zero-length work
+                           for c in ("kernels", *FIGURES) if c != "overlap_pct"))
+    table = table.select(*key, "cpu_ns", *FIGURES[:3], "kernels", *FIGURES[3:])
+    syncs = sync_counts(trace, scope).rename({"api": "key"})
+    apis = list(ALWAYS_REPORTED_SYNCS) + sorted(set(syncs["key"]) - set(ALWAYS_REPORTED_SYNCS))
+    colls = collective_counts(trace, scope).select(*key, pl.col("coll_kind").fill_null("other").alias("key"), "n")
+    if not trace.has_gpu:  # CPU collectives: per step, on the step's one row
+        colls = colls.drop("device")
+    table = count_columns(table, syncs, "syncs", apis, ["step"])
+    return count_columns(table, colls, "collectives", sorted(set(colls["key"])),
+                         key if trace.has_gpu else ["step"])

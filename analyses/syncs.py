@@ -6,8 +6,9 @@
   `hipMemcpy`, `hipMemcpyWithStream`). A device-to-host copy from `.item()`/`.cpu()` is a
   `cudaMemcpyAsync` followed by a `cudaStreamSynchronize`: it is counted as that sync.
 - blocked_ns: the call's duration.
-- gpu_idle_ns: the part of the call during which no GPU activity of any step ran; null when
-  the trace has no device activity records at all (nothing to say about the GPU).
+- gpu_idle_ns: the part of the call during which no device ran anything (the trace-scope
+  timeline's busy segments, any device); null when the trace has no device activity records
+  at all (nothing to say about the GPU).
 - blame: the CPU ops/annotations on the same thread that enclose the call (start ≤ call start,
   end ≥ call end), innermost first; `ProfilerStep#N` is left out.
 - CUPTI's `cuda_sync` events ("Event Sync", "Stream Wait Event", "Stream Sync", "Context Sync")
@@ -19,15 +20,8 @@ from __future__ import annotations
 import polars as pl
 
 from tracekit.analyses.counts import count_columns, known_sum
-from tracekit.intervals import merged
+from tracekit.analyses.timeline import SYNC_APIS, busy_during, timeline
 from tracekit.model import Trace
-
-SYNC_APIS = (
-    "cudaEventSynchronize", "cudaStreamSynchronize", "cudaDeviceSynchronize",
-    "cuEventSynchronize", "cuStreamSynchronize", "cuCtxSynchronize",
-    "hipEventSynchronize", "hipStreamSynchronize", "hipDeviceSynchronize",
-    "cudaMemcpy", "hipMemcpy", "hipMemcpyWithStream",
-)
 
 
 def host_syncs(trace: Trace) -> pl.DataFrame:
@@ -36,25 +30,12 @@ def host_syncs(trace: Trace) -> pl.DataFrame:
              .select("step", pl.col("name").alias("api"), "tid", "start", "end")
              .with_row_index("call")
              .with_columns(blocked_ns=pl.col("end") - pl.col("start")))
-    idle = pl.col("blocked_ns") - pl.col("busy").fill_null(0)
-    return calls.join(gpu_busy_during(calls, trace), on="call", how="left").with_columns(
-        gpu_idle_ns=idle if trace.has_gpu else pl.lit(None, pl.Int64),
-    ).drop("busy").join(blame_chains(calls, trace.ops), on="call", how="left").with_columns(
+    busy = busy_during(calls, timeline(trace, "trace").segments)
+    return calls.with_columns(
+        gpu_idle_ns=pl.col("blocked_ns") - pl.Series(busy) if trace.has_gpu else pl.lit(None, pl.Int64),
+    ).join(blame_chains(calls, trace.ops), on="call", how="left").with_columns(
         blame=pl.col("blame").fill_null(pl.lit([], dtype=pl.List(pl.String))),
     ).sort("start")
-
-
-def gpu_busy_during(intervals: pl.DataFrame, trace: Trace) -> pl.DataFrame:
-    """(call, busy): ns of each interval covered by GPU activity of any step."""
-    runs = merged(trace.gpu, [])
-    if runs.height == 0 or intervals.height == 0:
-        return pl.DataFrame(schema={"call": pl.UInt32, "busy": pl.Int64})
-    pairs = intervals.select("call", "start", "end").join_where(
-        runs.rename({"start": "r_start", "end": "r_end"}),
-        pl.col("r_start") < pl.col("end"), pl.col("r_end") > pl.col("start"),
-    )
-    return pairs.group_by("call").agg(
-        busy=(pl.min_horizontal("end", "r_end") - pl.max_horizontal("start", "r_start")).sum())
 
 
 def blame_chains(intervals: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:

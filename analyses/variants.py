@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from tracekit.analyses.diff import diff_runs
+from tracekit.analyses.diff import RunDiff, diff_runs
 from tracekit.analyses.summary import summary
 from tracekit.model import Run
 
@@ -66,11 +66,11 @@ def variant_table(manifest: dict, runs: dict[str, Run]) -> pl.DataFrame:
     ).drop("base_ms", "base_span")
 
 
-def variant_diffs(runs: dict[str, Run], top: int) -> dict[tuple[str, str], dict]:
-    """Each variant against the first one that ran, all ranks together (`diff.diff_runs`);
-    CPU-only runs have no GPU span to attribute and give none."""
+def variant_diffs(runs: dict[str, Run], top: int) -> dict[tuple[str, str], RunDiff]:
+    """Each variant against the first one that ran (`diff.diff_runs`); CPU-only runs have no
+    GPU span to attribute and give none."""
     names = [n for n, run in runs.items() if run.traces[0].has_gpu]
-    return {(names[0], other): diff_runs(runs[names[0]].traces, runs[other].traces, None, top, "kernel")[1]
+    return {(names[0], other): diff_runs(runs[names[0]].traces, runs[other].traces, "all", top)
             for other in names[1:]}
 
 

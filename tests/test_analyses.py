@@ -5,11 +5,12 @@ import pytest
 import synth
 
 import tracekit
-from tracekit.analyses.breakdown import _largest_remainder, breakdown, step_partition
+from tracekit.analyses.breakdown import breakdown
 from tracekit.analyses.comms import comms
 from tracekit.analyses.overlap import overlap
 from tracekit.analyses.summary import summary
 from tracekit.analyses.syncs import sync_ledger
+from tracekit.analyses.timeline import largest_remainder, timeline
 
 US = 1000
 
@@ -40,9 +41,19 @@ def fsdp_like(tmp_path):
 
 
 def test_overlap_definitions(tmp_path):
+    """The all-gather [200,400) overlaps k1 [100,300) for 100 µs; the other 100 µs run alone."""
     row = overlap(fsdp_like(tmp_path)).row(0, named=True)
-    assert row == {"step": 1, "comm_ns": 200 * US, "compute_ns": 300 * US, "overlap_ns": 100 * US,
-                   "overlap_pct": 50.0, "exposed_comm_ns": 100 * US}
+    assert row == {"step": 1, "device": 0, "comm_ns": 200 * US, "compute_ns": 300 * US, "overlap_ns": 100 * US,
+                   "overlap_pct": 50.0, "exposed_comm_ns": 100 * US, "comm_alone_ns": 100 * US}
+
+
+def test_comm_hidden_by_a_copy_is_exposed_but_not_alone(tmp_path):
+    """comm [0,100) µs, memcpy [50,150): exposed (no compute) 100, alone (nothing else) 50."""
+    copy = synth.launched("Memcpy DtoD", 2.0, 50.0, 100.0, corr=2)
+    copy[1]["cat"] = "gpu_memcpy"
+    events = [synth.step(1, 0.0, 500.0), *synth.nccl("all_reduce", 1.0, 0.0, 100.0, corr=1), *copy]
+    row = overlap(tracekit.load(synth.write(tmp_path, "t.json", synth.doc(events)))).row(0, named=True)
+    assert (row["exposed_comm_ns"], row["comm_alone_ns"], row["overlap_pct"]) == (100 * US, 50 * US, 0.0)
 
 
 def test_partition_parts_and_idle_causes(tmp_path):
@@ -52,26 +63,26 @@ def test_partition_parts_and_idle_causes(tmp_path):
         ("idle", "sync: cudaStreamSynchronize"): 20 * US, ("idle", "cpu_op: aten::item"): 10 * US,
         ("idle", "cpu_op: aten::foo"): 20 * US, ("idle", "nothing recorded"): 40 * US,
     }
-    assert sum(parts.values()) == summary(fsdp_like(tmp_path))["gpu_span_ns"][0] == 500 * US
+    assert summary(fsdp_like(tmp_path))["gpu_span_ns"][0] == 500 * US
 
 
 def test_item_shares(tmp_path):
+    """k1 keeps [100,300) — the all-gather under it wins nothing there; the all-gather gets
+    its exposed 100 µs; the copy 10, k2 100."""
     trace = fsdp_like(tmp_path)
-    _, items = step_partition(trace, 1)
     names = trace.gpu.with_row_index("row").select("row", "name")
-    shares = dict(items.join(names, on="row", how="left").select(
-        pl.coalesce("name", "cause"), "share_ns").iter_rows())
-    assert shares["k1"] == 200 * US and shares["k2"] == 100 * US and shares["Memcpy HtoD (Pageable -> Device)"] == 10 * US
-    assert items["share_ns"].sum() == 500 * US
+    shares = dict(timeline(trace).shares.join(names, on="row").select("name", "share_ns").iter_rows())
+    assert shares == {"k1": 200 * US, "ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)": 100 * US,
+                      "Memcpy HtoD (Pageable -> Device)": 10 * US, "k2": 100 * US}
 
 
 def test_overlapping_kernels_share_equally_and_round_exactly(tmp_path):
     """k1 [0,10) ns, k2 [5,16) ns: k1 = 5 + 2.5, k2 = 2.5 + 6 → 8 and 8 by largest remainder."""
     events = [synth.step(1, 0.0, 1.0), *synth.launched("k1", 0.0, 0.100, 0.010, corr=1, stream=7),
               *synth.launched("k2", 0.001, 0.105, 0.011, corr=2, stream=8)]
-    _, items = step_partition(tracekit.load(synth.write(tmp_path, "t.json", synth.doc(events))), 1)
-    assert sorted(items["share_ns"].to_list()) == [8, 8]
-    assert _largest_remainder(pytest.importorskip("numpy").array([7.5, 8.5]), 16).tolist() == [8, 8]
+    shares = timeline(tracekit.load(synth.write(tmp_path, "t.json", synth.doc(events)))).shares
+    assert sorted(shares["share_ns"].to_list()) == [8, 8]
+    assert largest_remainder(pytest.importorskip("numpy").array([7.5, 8.5]), 16).tolist() == [8, 8]
 
 
 def test_sync_ledger_blame_and_gpu_idle(tmp_path):
@@ -100,6 +111,7 @@ def test_lagging_gpu_partition_names_the_other_steps_work(tmp_path):
               *synth.launched("k_b", 110.0, 140.0, 5.0, corr=2),
               *synth.launched("k_c", 111.0, 175.0, 5.0, corr=3)]
     rows = {r["step"]: r for r in breakdown(tracekit.load(synth.write(tmp_path, "t.json", synth.doc(events)))).to_dicts()}
+    # k_c's launch [111,112) is not in step 2's span [140,180): idle there is "nothing recorded".
     assert rows[1]["span_ns"] == 20 * US and rows[1]["parts"] == [{"category": "compute", "cause": None, "ns": 20 * US}]
     parts = {(p["category"], p["cause"]): p["ns"] for p in rows[2]["parts"]}
     assert parts == {("compute", None): 10 * US, ("idle", "other step's GPU work"): 20 * US,
@@ -124,16 +136,14 @@ def test_trace_scope_at_ns_and_as_hta_rounds(tmp_path):
     with a stream at [12, 13). At ns: overlap = 0.6 + 2.1 of 10.2 → 26.47 %. As HTA: rows
     shrink to whole µs — comm [11, 20), [15.2, 15.8) vanishes, [19, 25) — and the cuda_sync row
     counts as compute [12, 13): overlap 1 + 1 of 9 → 22.22 %."""
-    from tracekit.analyses.overlap import overlap_trace_scope
-
     events = [synth.step(1, 0.0, 100.0), *synth.nccl("all_gather", 1.0, 10.4, 10.2, corr=1),
               *synth.launched("k1", 2.0, 15.2, 0.6, corr=2), *synth.launched("k2", 3.0, 18.5, 6.5, corr=3),
               {"ph": "X", "cat": "cuda_sync", "name": "Stream Wait Event", "pid": 0, "tid": 7, "ts": 12.0,
                "dur": 1.0, "args": {"correlation": 9, "stream": 7, "cuda_sync_kind": "Stream Wait Event"}}]
     trace = tracekit.load(synth.write(tmp_path, "t.json", synth.doc(events)))
-    ns = overlap_trace_scope(trace).row(0, named=True)
+    ns = overlap(trace, "trace").row(0, named=True)
     assert (ns["step"], ns["comm_ns"], ns["overlap_ns"], ns["overlap_pct"]) == (None, 10_200, 2_700, 26.47)
-    hta = overlap_trace_scope(trace, hta_rounding=True).row(0, named=True)
+    hta = overlap(trace, "hta").row(0, named=True)
     assert (hta["comm_ns"], hta["overlap_ns"], hta["overlap_pct"]) == (9_000, 2_000, 22.22)
 
 
@@ -141,6 +151,6 @@ def test_comms_of_a_single_trace_have_no_peer_figures(tmp_path):
     """Without the other ranks there is no transfer/wait split: null, not 0."""
     events = [synth.step(1, 0.0, 100.0), *synth.nccl("all_reduce", 1.0, 10.0, 20.0, corr=1, nelems=256)]
     (row,) = comms([tracekit.load(synth.write(tmp_path, "t.json", synth.doc(events)))])[0]["collectives"][0]
-    assert (row["kind"], row["bytes"], row["kernel_ns"]) == ("all_reduce", 256 * 4, 20 * US)
+    assert (row["kind"], row["bytes"], row["kernel_ns"], row["exposed_ns"]) == ("all_reduce", 256 * 4, 20 * US, 20 * US)
     assert row["transfer_ns"] is None and row["wait_ns"] is None
     assert row["busbw_gbps"] == pytest.approx(row["algbw_gbps"] * 2 * (2 - 1) / 2)

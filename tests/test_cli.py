@@ -32,13 +32,28 @@ def test_run_directory_gives_every_rank_and_rank_filter_one():
 def test_step_filter(tmp_path):
     events = [synth.step(1, 0.0, 10.0), synth.step(2, 10.0, 10.0)]
     path = synth.write(tmp_path, "t.json", synth.doc(events))
-    doc = json.loads(run("summary", "--format", "json", "--step", 2, path))
+    doc = json.loads(run("summary", "--format", "json", "--steps", 2, path))
     assert [s["step"] for s in doc["traces"][0]["steps"]] == [2]
+
+
+def test_steps_and_a_statistic_row(tmp_path):
+    """Three steps whose kernels take 10, 30, 20 µs: median 20, p90 28 (linear), n_steps 3."""
+    events = []
+    for i, dur in enumerate([10.0, 30.0, 20.0]):
+        events += [synth.step(i + 1, 100.0 * i, 100.0), *synth.launched("k", 100.0 * i + 1, 100.0 * i + 5, dur, corr=i)]
+    path = synth.write(tmp_path, "t.json", synth.doc(events))
+    for agg, want in (("median", 20_000), ("p90", 28_000), ("min", 10_000), ("mean", 20_000)):
+        steps = json.loads(run("summary", "--format", "json", "--agg", agg, path))["traces"][0]["steps"]
+        assert [s["step"] for s in steps] == [1, 2, 3, None]
+        assert (steps[-1]["agg"], steps[-1]["n_steps"], steps[-1]["gpu_span_ns"]) == (agg, 3, want)
+    parts = json.loads(run("breakdown", "--format", "json", "--agg", "max", "--steps", "1-2", path))
+    (last,) = [s for s in parts["traces"][0]["steps"] if s["step"] is None]
+    assert last["parts"] == [{"category": "compute", "cause": None, "ns": 30_000}] and last["n_steps"] == 2
 
 
 def test_csv_and_md_and_table():
     csv = run("summary", "--format", "csv", FSDP2).splitlines()
-    assert csv[0].startswith("path,rank,step,cpu_ns") and len(csv) == 3
+    assert csv[0].startswith("path,rank,step,device,cpu_ns") and len(csv) == 3
     md = run("summary", "--format", "md", FSDP2).splitlines()
     assert md[0].startswith("| path") and len(md) == 4
     assert "collectives.all_gather" in run("summary", FSDP2)

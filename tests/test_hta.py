@@ -1,4 +1,4 @@
-"""Cross-check against Holistic Trace Analysis itself (skipped when HTA is not installed)."""
+"""Cross-check against Holistic Trace Analysis itself (HTA is in the test extra: this runs in CI)."""
 
 import gzip
 import logging
@@ -6,9 +6,10 @@ import warnings
 
 import pytest
 from conftest import DATA
+from hta import trace_analysis
 
 import tracekit
-from tracekit.analyses.overlap import overlap_trace_scope
+from tracekit.analyses.overlap import overlap
 
 VARIANTS = ["ddp", "fsdp1", "fsdp1_nolimit", "fsdp2", "fsdp2_root"]
 # docs/metrics.md: HTA shrinks every kernel to whole µs; DDP's many short kernels lose enough
@@ -18,7 +19,6 @@ KNOWN_APART = {"ddp"}
 
 def hta_overlap(variant, tmp_path):
     """HTA's own comp_comm_overlap_pctg per rank, for one variant's two traces."""
-    trace_analysis = pytest.importorskip("hta.trace_analysis")
     for rank in (0, 1):
         data = gzip.open(DATA / "h200x2-small" / variant / f"rank{rank}.trace.json.gz").read()
         (tmp_path / f"rank{rank}.json").write_bytes(data)
@@ -34,7 +34,7 @@ def hta_overlap(variant, tmp_path):
 def test_hta_scope_is_exactly_htas_figure(variant, tmp_path):
     theirs = hta_overlap(variant, tmp_path)
     for trace in tracekit.load(DATA / "h200x2-small" / variant).traces:
-        assert overlap_trace_scope(trace, hta_rounding=True)["overlap_pct"][0] == theirs[trace.rank]
+        assert overlap(trace, "hta")["overlap_pct"][0] == theirs[trace.rank]
 
 
 @pytest.mark.parametrize("variant", [
@@ -43,5 +43,5 @@ def test_hta_scope_is_exactly_htas_figure(variant, tmp_path):
 def test_trace_scope_overlap_within_one_point_of_hta(variant, tmp_path):
     theirs = hta_overlap(variant, tmp_path)
     for trace in tracekit.load(DATA / "h200x2-small" / variant).traces:
-        ours = overlap_trace_scope(trace)["overlap_pct"][0]
+        ours = overlap(trace, "trace")["overlap_pct"][0]
         assert abs(ours - theirs[trace.rank]) <= 1.0, (trace.rank, ours, theirs[trace.rank])

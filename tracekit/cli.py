@@ -50,23 +50,17 @@ def load_runs(paths, options: dict) -> list:
     return runs
 
 
-def load_traces(paths, rank: int | None, options: dict) -> list:
-    """Every rank's trace under `paths` (files or run directories), optionally one rank."""
-    traces = [t for run in load_runs(paths, options) for t in run.traces if rank is None or t.rank == rank]
+def ranks_of(runs, rank: int | None, paths) -> list:
+    """The runs' traces, or only those of `rank`."""
+    traces = [t for run in runs for t in run.traces if rank is None or t.rank == rank]
     if not traces:
         raise TraceError(", ".join(map(str, paths)), f"no trace of rank {rank}")
     return traces
 
 
-def per_step(traces, analysis, step: int | None):
-    """[(trace, frame)] of `analysis(trace)`, one row per step, filtered to `step`."""
-    return only_step([(t, analysis(t)) for t in traces], step)
-
-
-def only_step(report, step: int | None):
-    if step is None:
-        return report
-    return [(t, frame.filter(frame["step"] == step)) for t, frame in report]
+def load_traces(paths, rank: int | None, options: dict) -> list:
+    """Every rank's trace under `paths` (files or run directories), optionally one rank."""
+    return ranks_of(load_runs(paths, options), rank, paths)
 
 
 def emit(text: str) -> None:
@@ -86,10 +80,24 @@ def render_frame(frame, fmt: str) -> str:
 
 
 paths_argument = click.argument("paths", nargs=-1, type=click.Path(exists=True, dir_okay=True))
-step_option = click.option("--step", type=int, default=None, help="Only this step (default: all).")
 rank_option = click.option("--rank", type=int, default=None, help="Only this rank (default: all).")
 format_option = click.option("--format", "fmt", type=click.Choice(FORMATS), default="table",
                              show_default=True)
+
+
+def steps_choice(ctx, param, value: str):
+    from tracekit.analyses.aggregate import parse_steps
+
+    return parse_steps(value)
+
+
+steps_option = click.option("--steps", default="all", show_default=True, callback=steps_choice,
+                            help="The steps to report: all, N, N,M or N-M.")
+agg_option = click.option("--agg", type=click.Choice(["median", "mean", "p90", "min", "max"]), default=None,
+                          help="Add a row per rank and device with this statistic over the steps, and n_steps.")
+scope_option = click.option("--scope", type=click.Choice(["step", "trace"]), default="step", show_default=True,
+                            help="Per step (device work the step launched), or the whole trace per device "
+                                 "(every activity; HTA's and TraceLens' whole-trace figures), step null.")
 
 
 def cycle_choice(ctx, param, value: str) -> str:
@@ -119,66 +127,81 @@ def load_options(function):
 
 
 def verb(function):
-    """A per-rank, per-step report command: PATHS, --step, --rank, --format, load options."""
-    for decorate in (load_options, format_option, rank_option, step_option, paths_argument):
+    """A per-rank, per-step report command: PATHS, --steps, --agg, --rank, --format, load options."""
+    for decorate in (load_options, format_option, rank_option, agg_option, steps_option, paths_argument):
         function = decorate(function)
     return main.command()(function)
 
 
+def per_step(traces, analysis, steps, agg):
+    """[(trace, frame)] of `analysis(trace)`: the chosen steps, and the statistic row."""
+    from tracekit.analyses.aggregate import selected, with_aggregate
+
+    return [(t, with_aggregate(selected(analysis(t), steps), agg)) for t in traces]
+
+
 @verb
-def summary(paths, step, rank, fmt, options):
-    """Per rank and step: CPU time, GPU span and busy time, kernels, host syncs, collectives.
+@scope_option
+def summary(paths, steps, agg, rank, fmt, options, scope):
+    """Per rank, step and device: CPU time, GPU span, busy and idle time, kernels, host syncs,
+    collectives, overlap and exposed communication.
 
     PATHS are trace files or run directories (default: the embedded sample trace).
     """
+    from functools import partial
+
     from tracekit.analyses.summary import summary as analysis
 
-    emit(render(per_step(load_traces(paths, rank, options), analysis, step), fmt))
+    emit(render(per_step(load_traces(paths, rank, options), partial(analysis, scope=scope), steps, agg), fmt))
 
 
 @verb
-def syncs(paths, step, rank, fmt, options):
+def syncs(paths, steps, agg, rank, fmt, options):
     """Host-blocking calls (cudaEventSynchronize & co.) with blocked time, GPU idle time and
     blame: the enclosing CPU ops, innermost first. CUPTI cuda_sync records are counted apart."""
     from tracekit.analyses.syncs import sync_ledger
 
-    emit(render(per_step(load_traces(paths, rank, options), sync_ledger, step), fmt))
+    emit(render(per_step(load_traces(paths, rank, options), sync_ledger, steps, agg), fmt))
 
 
 @verb
-def comms(paths, step, rank, fmt, options):
-    """Collectives per process group: count, dtype, bytes, kernel time, algbw/busbw, and across
-    the ranks of a run, transfer time vs waiting for peers."""
+def comms(paths, steps, agg, rank, fmt, options):
+    """Collectives per process group: count, dtype, bytes, kernel and exposed time, algbw/busbw,
+    and across the ranks of each run, transfer time vs waiting for peers."""
+    from tracekit.analyses.aggregate import selected, with_aggregate
     from tracekit.analyses.comms import comms as analysis
 
-    traces = load_traces(paths, None, options)
-    report = [(t, f) for t, f in zip(traces, analysis(traces)) if rank is None or t.rank == rank]
-    emit(render(only_step(report, step), fmt))
+    runs = load_runs(paths, options)
+    ranks_of(runs, rank, paths)
+    report = [(t, with_aggregate(selected(f, steps), agg)) for run in runs
+              for t, f in zip(run.traces, analysis(run.traces)) if rank is None or t.rank == rank]
+    emit(render(report, fmt))
 
 
 @verb
 @click.option("--scope", type=click.Choice(["step", "trace", "hta"]), default="step", show_default=True,
-              help="per step; HTA's get_comm_comp_overlap over the whole trace at ns (trace); or exactly as "
-                   "HTA 0.5 computes it, whole-µs rounding included (hta). Whole-trace scopes report step null.")
-def overlap(paths, step, rank, fmt, options, scope):
-    """Compute/communication overlap: comm, compute, overlapped and exposed comm time."""
+              help="per step; the whole trace per device at ns (trace: HTA's get_comm_comp_overlap definition); "
+                   "or exactly as HTA 0.5 computes it, whole-µs rounding included (hta). Whole-trace scopes "
+                   "report step null.")
+def overlap(paths, steps, agg, rank, fmt, options, scope):
+    """Compute/communication overlap: comm, compute, overlapped, exposed and lone comm time."""
     from functools import partial
 
-    from tracekit.analyses.overlap import overlap as per_step_overlap
-    from tracekit.analyses.overlap import overlap_trace_scope
+    from tracekit.analyses.overlap import overlap as analysis
 
-    analysis = {"step": per_step_overlap, "trace": overlap_trace_scope,
-                "hta": partial(overlap_trace_scope, hta_rounding=True)}[scope]
-    emit(render(per_step(load_traces(paths, rank, options), analysis, step if scope == "step" else None), fmt))
+    emit(render(per_step(load_traces(paths, rank, options), partial(analysis, scope=scope), steps, agg), fmt))
 
 
 @verb
-def breakdown(paths, step, rank, fmt, options):
-    """The step's GPU span split exactly into compute, exposed comm, exposed memcpy/memset and
-    idle by host cause (parts add up to span_ns)."""
+@scope_option
+def breakdown(paths, steps, agg, rank, fmt, options, scope):
+    """Each step's GPU span on each device split exactly into compute, exposed comm, exposed
+    memcpy/memset and idle by host cause (parts add up to span_ns)."""
+    from functools import partial
+
     from tracekit.analyses.breakdown import breakdown as analysis
 
-    emit(render(per_step(load_traces(paths, rank, options), analysis, step), fmt))
+    emit(render(per_step(load_traces(paths, rank, options), partial(analysis, scope=scope), steps, agg), fmt))
 
 
 @main.command()
@@ -204,25 +227,28 @@ def lint(paths, rank, fmt, options, strict):
         sys.exit(1)
 
 
-def diffed(a, b, step, rank, top: int, by: str, options: dict):
-    """(A's traces, B's traces, per-rank diffs, aggregate) with every warning printed: world
-    sizes, steps, and the models named by the profile manifests when both have one."""
+def diffed(a, b, steps, rank, top: int, by: str, options: dict):
+    """(A's traces, B's traces, the RunDiff) with every warning printed: world sizes, steps,
+    and the models named by the profile manifests when both have one."""
     from tracekit.analyses.diff import diff_runs
     from tracekit.analyses.variants import config_mismatch
     from tracekit.loading import manifest_near
 
+    if isinstance(steps, list) and len(steps) != 1:
+        raise click.BadParameter("diff compares one step, or all (the median step)", param_hint="--steps")
     a_traces, b_traces = load_traces([a], rank, options), load_traces([b], rank, options)
-    per_rank, together, warnings = diff_runs(a_traces, b_traces, step, top, by)
-    for warning in warnings + config_mismatch(manifest_near(a), manifest_near(b)):
+    result = diff_runs(a_traces, b_traces, steps if steps == "all" else steps[0], top, by)
+    for warning in result.warnings + config_mismatch(manifest_near(a), manifest_near(b)):
         click.echo(f"tracekit: warning: {warning}", err=True)
-    return a_traces, b_traces, per_rank, together
+    return a_traces, b_traces, result
 
 
 @main.command()
 @click.argument("a", type=click.Path(exists=True))
 @click.argument("b", type=click.Path(exists=True))
-@click.option("--step", type=int, default=None,
-              help="The step to compare (default: the last step both traces have).")
+@click.option("--steps", default="all", show_default=True, callback=steps_choice,
+              help="One step both have, or all: each side's median step is attributed and each item's "
+                   "delta over the steps both have gives its spread.")
 @rank_option
 @load_options
 @click.option("--top", type=int, default=20, show_default=True, help="Items shown; the rest is one 'other' row.")
@@ -231,19 +257,18 @@ def diffed(a, b, step, rank, top: int, by: str, options: dict):
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
               help="Also draw the waterfall to FILE.png or FILE.html.")
 @format_option
-def diff(a, b, step, rank, options, top, by, plot_path, fmt):
+def diff(a, b, steps, rank, options, top, by, plot_path, fmt):
     """Attribute B's step time minus A's to kernels, collectives and idle causes, exactly.
 
     A and B are trace files or run directories of the same job in two variants."""
     from tracekit.render import render_diff
 
-    _, _, per_rank, together = diffed(a, b, step, rank, top, by, options)
-    shown = per_rank[0] if len(per_rank) == 1 else together
-    emit(render_diff(a, b, shown, per_rank, fmt))
+    _, _, result = diffed(a, b, steps, rank, top, by, options)
+    emit(render_diff(a, b, result, fmt))
     if plot_path:
         from tracekit.plot import waterfall
 
-        waterfall(shown, Path(a).name, Path(b).name, plot_path)
+        waterfall(result.shown, Path(a).name, Path(b).name, plot_path)
         click.echo(f"tracekit: wrote {plot_path}", err=True)
 
 
@@ -252,11 +277,12 @@ def diff(a, b, step, rank, options, top, by, plot_path, fmt):
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="The .pftrace to write.")
 @click.option("--diff", "as_diff", is_flag=True, help="PATHS are A and B: both variants side by side, aligned at "
               "their step start, with the top diff items marked.")
-@step_option
+@click.option("--steps", default="all", show_default=True, callback=steps_choice,
+              help="With --diff: the step compared (all: each side's median step).")
 @rank_option
 @load_options
 @click.option("--top", type=int, default=10, show_default=True, help="With --diff: diff items marked.")
-def export(paths, output, as_diff, step, rank, options, top):
+def export(paths, output, as_diff, steps, rank, options, top):
     """Write a Perfetto trace with the source tracks and what the analyses found."""
     from tracekit.export import export_diff, export_traces
 
@@ -266,8 +292,8 @@ def export(paths, output, as_diff, step, rank, options, top):
         return
     if len(paths) != 2:
         raise click.UsageError("--diff takes exactly two PATHS: A and B")
-    a_traces, b_traces, per_rank, together = diffed(paths[0], paths[1], step, rank, top, "kernel", options)
-    export_diff(a_traces, b_traces, per_rank, together, (Path(paths[0]).name, Path(paths[1]).name), output, top)
+    a_traces, b_traces, result = diffed(paths[0], paths[1], steps, rank, top, "kernel", options)
+    export_diff(a_traces, b_traces, result, (Path(paths[0]).name, Path(paths[1]).name), output, top)
     click.echo(f"tracekit: wrote {output}; view it with `tracekit open {output}`", err=True)
 
 
@@ -294,7 +320,7 @@ def plot():
 @plot.command()
 @click.argument("paths", nargs=-1, type=click.Path(exists=True))
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="FILE.png or FILE.html")
-@step_option
+@click.option("--step", type=int, default=None, help="The step to draw (default: each rank's last).")
 @rank_option
 @load_options
 def timeline(paths, output, step, rank, options):
@@ -389,9 +415,9 @@ def show_report(out, fmt: str) -> None:
     manifest, runs = load_profile(out)
     emit(render_frame(variant_table(manifest, runs), fmt))
     if fmt in ("table", "md"):
-        for (a, b), diff in variant_diffs(runs, top=8).items():
+        for (a, b), result in variant_diffs(runs, top=8).items():
             click.echo("")
-            emit(render_diff(a, b, diff, [], fmt))
+            emit(render_diff(a, b, result, fmt))
 
 
 @main.command()

@@ -8,10 +8,16 @@ Per rank, one process with these tracks:
 - `GPU <device> stream <stream>`: one slice per kernel, memcpy and memset (args: correlation,
   External id, step, category, bytes, grid/block, collective args);
 - `GPU annotations`, `cuda_sync (CUPTI)`: the source's GPU-side records;
-- `tracekit: steps` (ProfilerStep windows), `tracekit: GPU span` (each step's span);
-- `tracekit: exposed comm`, `tracekit: overlapped comm`, `tracekit: idle` (with its cause),
-  from the step partition; `tracekit: host syncs` (blocked time, GPU idle time, blame);
-- counters `tracekit: GPU activities running` and `tracekit: collectives in flight`.
+- `tracekit: steps` (ProfilerStep windows);
+- per device, `tracekit: GPU span · GPU d` (each step's span), `tracekit: exposed comm · GPU
+  d`, `tracekit: overlapped comm · GPU d`, `tracekit: idle · GPU d` (with its cause): the step
+  timeline's segments (`analyses/timeline.py`), each slice with its `step`, so the slices of
+  one step add up to the span, exposed comm, overlap and idle figures of `summary` and
+  `breakdown`. A step whose span overlaps an earlier one's (device work lagging) goes to a
+  second set of these tracks (`· 2`), so that slices never nest;
+  `tracekit: host syncs` (blocked time, GPU idle time, blame);
+- counters `tracekit: GPU activities running` and `tracekit: collectives in flight`, from the
+  trace-scope timeline's counts.
 """
 
 from __future__ import annotations
@@ -24,10 +30,9 @@ import polars as pl
 from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TrackDescriptor, TrackEvent, TracePacket
 from perfetto.trace_builder.proto_builder import StreamingTraceProtoBuilder
 
-from tracekit.analyses.breakdown import slice_segments, step_slices
-from tracekit.analyses.diff import VIEWS
-from tracekit.analyses.summary import gpu_step_table
+from tracekit.analyses.diff import VIEWS, RunDiff
 from tracekit.analyses.syncs import host_syncs
+from tracekit.analyses.timeline import figures, timeline
 from tracekit.model import Trace
 
 SEQUENCE = 1
@@ -116,22 +121,38 @@ class PerfettoWriter:
             self.builder.write_packet(packet)
 
 
-def running_count(frame: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """(times, values): how many intervals of `frame` are running, at each change."""
-    times = np.concatenate([frame["start"].to_numpy(), frame["end"].to_numpy()])
-    delta = np.concatenate([np.ones(frame.height, np.int64), -np.ones(frame.height, np.int64)])
-    order = np.lexsort((delta, times))
-    times, level = times[order], np.cumsum(delta[order])
-    last = np.append(times[1:] != times[:-1], True)
-    return times[last], level[last]
+def counter_values(segments: pl.DataFrame, running: pl.Expr) -> tuple[np.ndarray, np.ndarray]:
+    """(times, values) of a counter: `running` at each segment's start, 0 at each gap."""
+    segments = segments.sort("start").with_columns(value=running)
+    gaps = segments.filter(pl.col("end") != pl.col("start").shift(-1).fill_null(-1))
+    times = np.concatenate([segments["start"].to_numpy(), gaps["end"].to_numpy()])
+    values = np.concatenate([segments["value"].to_numpy(), np.zeros(gaps.height, np.int64)])
+    order = np.argsort(times, kind="stable")
+    return times[order], values[order]
 
 
 def merged_segments(segments: pl.DataFrame, keep: pl.Expr, name: pl.Expr) -> pl.DataFrame:
-    """Runs of adjacent segments that satisfy `keep` and share `name`, as slices."""
+    """Runs of adjacent segments of one step that satisfy `keep` and share `name`, as slices
+    (start, end, name, step)."""
     chosen = segments.with_columns(name=name).filter(keep)
-    return (chosen.with_columns(run=((pl.col("start") != pl.col("end").shift(1)) |
-                                     (pl.col("name") != pl.col("name").shift(1))).fill_null(True).cum_sum())
-            .group_by("run", maintain_order=True).agg(pl.col("name").first(), pl.col("start").min(), pl.col("end").max()))
+    new_run = ((pl.col("start") != pl.col("end").shift(1)) | (pl.col("name") != pl.col("name").shift(1))
+               | (pl.col("step") != pl.col("step").shift(1))).fill_null(True)
+    return (chosen.with_columns(run=new_run.cum_sum())
+            .group_by("run", maintain_order=True).agg(pl.col("name", "step").first(), pl.col("start").min(),
+                                                      pl.col("end").max()))
+
+
+def lanes(spans: pl.DataFrame) -> dict[tuple, int]:
+    """(device, step) → a lane such that the spans of one lane never overlap (a step's device
+    work that lags into the next step's would otherwise nest on one track)."""
+    ends: dict[int, list[int]] = {}
+    out = {}
+    for device, step, start, end in spans.sort("gpu_start").select("device", "step", "gpu_start", "gpu_end").iter_rows():
+        free = ends.setdefault(device, [])
+        lane = next((i for i, last in enumerate(free) if last <= start), len(free))
+        free[lane:lane + 1] = [end]
+        out[(device, step)] = lane
+    return out
 
 
 def write_trace(writer: PerfettoWriter, trace: Trace, label: str, shift: int) -> None:
@@ -161,30 +182,42 @@ def write_trace(writer: PerfettoWriter, trace: Trace, label: str, shift: int) ->
     writer.slices(track("tracekit: steps"), trace.steps.select(
         pl.col("cpu_start").alias("start"), pl.col("cpu_end").alias("end"),
         pl.format("ProfilerStep#{}", "step").alias("name")), shift)
-    pieces = step_slices(trace)
-    if pieces:
-        segments = pl.concat([slice_segments(piece) for piece in pieces.values()])
-        spans = gpu_step_table(trace).select(
-            pl.col("gpu_start").alias("start"), pl.col("gpu_end").alias("end"),
-            pl.format("GPU span, step {}", "step").alias("name"))
-        writer.slices(track("tracekit: GPU span"), spans, shift)
-        for title, keep, name in (
-            ("tracekit: exposed comm", pl.col("category") == "comm", pl.format("exposed {}", "cause")),
-            ("tracekit: overlapped comm", (pl.col("category") == "compute") & (pl.col("n_comm") > 0),
-             pl.lit("comm overlapped by compute")),
-            ("tracekit: idle", pl.col("category") == "idle", pl.format("idle: {}", "cause")),
-        ):
-            writer.slices(track(title), merged_segments(segments, keep, name), shift)
+    segments = timeline(trace).segments
+    if segments.height:
+        spans = figures(segments)
+        lane_of = lanes(spans)
+        lane = pl.struct("device", "step").map_elements(lambda k: lane_of[(k["device"], k["step"])],
+                                                        return_dtype=pl.Int64)
+        spans = spans.with_columns(lane=lane).select(
+            "device", "lane", "step", pl.col("gpu_start").alias("start"), pl.col("gpu_end").alias("end"),
+            pl.format("step {}", "step").alias("name"))
+        segments = segments.with_columns(lane=lane)
+        for (device, n), part in sorted(segments.partition_by("device", "lane", as_dict=True).items()):
+            where = f" · GPU {device}" + (f" · {n + 1}" if n else "")
+            mine = spans.filter((pl.col("device") == device) & (pl.col("lane") == n))
+            writer.slices(track("tracekit: GPU span" + where), mine, shift, ("step",))
+            for title, keep, name in (
+                ("tracekit: exposed comm", pl.col("category") == "comm", pl.format("exposed {}", "cause")),
+                ("tracekit: overlapped comm", (pl.col("category") == "compute") & (pl.col("n_comm") > 0),
+                 pl.lit("comm overlapped by compute")),
+                ("tracekit: idle", pl.col("category") == "idle", pl.format("idle: {}", "cause")),
+            ):
+                writer.slices(track(title + where), merged_segments(part.sort("step", "start"), keep, name), shift,
+                              ("step",))
     syncs = host_syncs(trace)
     if syncs.height:
         writer.slices(track("tracekit: host syncs"), syncs.select(
             "start", "end", pl.col("api").alias("name"), "blocked_ns", "gpu_idle_ns",
             pl.col("blame").list.join(" < ").alias("blame")), shift, ("blocked_ns", "gpu_idle_ns", "blame"))
-    if trace.gpu.height:
-        writer.counter(track("tracekit: GPU activities running", counter=True), *running_count(trace.gpu), shift)
-        comm = trace.gpu.filter(pl.col("category") == "comm")
-        if comm.height:
-            writer.counter(track("tracekit: collectives in flight", counter=True), *running_count(comm), shift)
+    whole = timeline(trace, "trace").segments
+    if whole.height:
+        for device in whole["device"].unique().sort().to_list():
+            on_device = whole.filter(pl.col("device") == device)
+            writer.counter(track(f"tracekit: GPU {device} activities running", counter=True), *counter_values(
+                on_device, pl.sum_horizontal("n_compute", "n_comm", "n_memcpy", "n_memset")), shift)
+            if (on_device["n_comm"] > 0).any():
+                writer.counter(track(f"tracekit: GPU {device} collectives in flight", counter=True),
+                               *counter_values(on_device, pl.col("n_comm")), shift)
 
 
 def write_atomically(path, write) -> None:
@@ -218,25 +251,27 @@ def export_traces(paths: list, out, options: dict) -> int:
     return written
 
 
-def export_diff(a_traces: list[Trace], b_traces: list[Trace], per_rank: list[dict], together: dict,
-                labels: tuple[str, str], out, top: int) -> None:
+def export_diff(a_traces: list[Trace], b_traces: list[Trace], diff: RunDiff, labels: tuple[str, str], out,
+                top: int) -> None:
     """A and B as two groups of processes, each rank's step span starting at the same time,
     with a track per top GPU diff item (largest |delta| over all ranks, idle left out) marking
     where its activities ran on each side. The diffs (`diff.diff_runs`) carry each side's items."""
     base = 1_000_000_000  # both sides' step spans start at 1 s
-    by_rank = {d["rank"]: d for d in per_rank}
-    top_items = together["all_items"].filter(pl.col("kind") != "idle").head(top)
+    by_rank = {d.rank: d for d in diff.per_rank}
+    top_items = diff.together.all_items.filter(pl.col("kind") != "idle").head(top)
 
     def write(writer):
         for side, traces, label in (("a", a_traces, labels[0]), ("b", b_traces, labels[1])):
             for trace in traces:
-                diff = by_rank.get(trace.rank, together)
-                span_start = trace.gpu.filter(pl.col("step") == diff[f"{side}_step"])["start"].min()
+                shown = by_rank.get(trace.rank, diff.together)
+                step = shown.a_step if side == "a" else shown.b_step
+                span_start = trace.gpu.filter(pl.col("step") == step)["start"].min()
                 shift = base - span_start  # on the trace's own times
                 write_trace(writer, trace, f"{side.upper()} {label} · rank {trace.rank}",
                             shift - trace.origin_us * 1000)
                 if trace.rank in by_rank:
-                    _item_tracks(writer, trace, diff[f"{side}_items"], top_items, side, shift)
+                    _item_tracks(writer, trace, shown.a_items if side == "a" else shown.b_items, top_items, side,
+                                 shift)
     write_atomically(out, write)
 
 

@@ -39,6 +39,7 @@ class Trace:
     meta: dict
     origin_us: int
     facts: dict = field(default_factory=dict)
+    derived: dict = field(default_factory=dict, repr=False, compare=False)  # analyses' cache (timeline)
 
     @property
     def has_gpu(self) -> bool:

@@ -37,13 +37,14 @@ def item_label(item: dict) -> str:
     return " · ".join(str(item[k]) for k in ("kind", "phase", "fsdp") if item.get(k))
 
 
-def waterfall(diff: dict, a_label: str, b_label: str, path) -> None:
-    """A's step, each item's signed delta (top items and `other`), B's step, in milliseconds."""
+def waterfall(diff, a_label: str, b_label: str, path) -> None:
+    """A's step, each item's signed delta (top items and `other`), B's step, in milliseconds
+    (`diff`: a `Diff`)."""
     plt = _pyplot()
-    items = diff["items"].to_dicts()
+    items = diff.items.to_dicts()
     labels = [a_label] + [item_label(r) for r in items] + [b_label]
     fig, ax = plt.subplots(figsize=(10, 0.35 * len(labels) + 1.5))
-    level = diff["a_step_ns"] / 1e6
+    level = diff.a_step_ns / 1e6
     levels = [level]
     ax.barh(0, level, color="#777777")
     for i, r in enumerate(items, start=1):
@@ -51,14 +52,14 @@ def waterfall(diff: dict, a_label: str, b_label: str, path) -> None:
         ax.barh(i, d, left=level, color="#c0392b" if d > 0 else "#27ae60")
         level += d
         levels.append(level)
-    ax.barh(len(labels) - 1, diff["b_step_ns"] / 1e6, color="#777777")
+    ax.barh(len(labels) - 1, diff.b_step_ns / 1e6, color="#777777")
     low, high = min(levels), max(levels)
     ax.set_xlim(max(0.0, low - 0.15 * (high - low or high)), high + 0.05 * (high - low or high))
     ax.set_yticks(range(len(labels)), labels, fontsize=7)
     ax.invert_yaxis()
     ax.set_xlabel("GPU step span (ms; the axis does not start at 0): red = B slower, green = B faster")
-    who = "all ranks" if diff["rank"] is None else f"rank {diff['rank']}"
-    ax.set_title(f"{b_label} − {a_label}: {diff['step_delta_ns'] / 1e6:+.3f} ms ({who})")
+    who = "all ranks" if diff.rank is None else f"rank {diff.rank}"
+    ax.set_title(f"{b_label} − {a_label}: {diff.step_delta_ns / 1e6:+.3f} ms ({who})")
     save(fig, Path(path))
     plt.close(fig)
 
@@ -79,7 +80,7 @@ def timeline(traces: list, step: int | None, path) -> None:
     grey), and a lane of the step partition: exposed comm red, idle light grey."""
     import polars as pl
 
-    from tracekit.analyses.breakdown import step_segments
+    from tracekit.analyses.timeline import timeline as step_timeline
 
     plt = _pyplot()
     panels = []
@@ -89,7 +90,7 @@ def timeline(traces: list, step: int | None, path) -> None:
             continue
         chosen = step if step in steps else steps[-1]
         own = trace.gpu.filter(pl.col("step") == chosen)
-        panels.append((trace, chosen, own, step_segments(trace, chosen)))
+        panels.append((trace, chosen, own, step_timeline(trace).segments.filter(pl.col("step") == chosen)))
     if not panels:
         raise TraceError(", ".join(t.path for t in traces), "no step with GPU work to draw")
     lanes = sum(own["stream"].n_unique() + 1 for _, _, own, _ in panels)

@@ -86,29 +86,32 @@ def render_lint(per_trace, per_run, fmt: str) -> str:
     return render_frame(pl.concat(rows, how="vertical_relaxed"), fmt)
 
 
-def diff_doc(a_path: str, b_path: str, diff: dict, per_rank: list[dict] | None = None) -> dict:
-    """The documented `tracekit diff` JSON object for one rank (or the aggregate, rank null)."""
-    doc = {"a": a_path, "b": b_path, "rank": diff["rank"], "step": diff["a_step"], "b_step": diff["b_step"],
-           "a_step_ns": diff["a_step_ns"], "b_step_ns": diff["b_step_ns"], "step_delta_ns": diff["step_delta_ns"],
-           "items": diff["items"].to_dicts(), "syncs": diff["syncs"].to_dicts(),
-           "collectives": diff["collectives"].to_dicts()}
-    if per_rank:
-        doc["ranks"] = [diff_doc(a_path, b_path, d) for d in per_rank]
+def diff_doc(a_path: str, b_path: str, diff, ranks: list | None = None) -> dict:
+    """The documented `tracekit diff` JSON object for one rank (or the sum over ranks, rank null)."""
+    doc = {"a": a_path, "b": b_path, "rank": diff.rank, "step": diff.a_step, "b_step": diff.b_step,
+           "a_step_ns": diff.a_step_ns, "b_step_ns": diff.b_step_ns, "step_delta_ns": diff.step_delta_ns,
+           "items": diff.items.to_dicts(), "syncs": diff.syncs.to_dicts(),
+           "collectives": diff.collectives.to_dicts()}
+    if ranks:
+        doc["ranks"] = [diff_doc(a_path, b_path, d) for d in ranks]
     return doc
 
 
-def render_diff(a_path: str, b_path: str, diff: dict, per_rank: list[dict], fmt: str) -> str:
-    """`tracekit diff` output: JSON object, the items as CSV, or a headed table/markdown."""
+def render_diff(a_path: str, b_path: str, result, fmt: str) -> str:
+    """`tracekit diff` output (a `RunDiff`): JSON object, the items as CSV, or a headed
+    table/markdown."""
+    diff = result.shown
     if fmt == "json":
-        return json.dumps(diff_doc(a_path, b_path, diff, per_rank if len(per_rank) > 1 else None), indent=1)
+        return json.dumps(diff_doc(a_path, b_path, diff, result.per_rank if len(result.per_rank) > 1 else None),
+                          indent=1)
     if fmt == "csv":
-        return diff["items"].write_csv()
-    who = "all ranks (summed)" if diff["rank"] is None else f"rank {diff['rank']}"
-    head = (f"A {a_path} step {diff['a_step']}: {diff['a_step_ns']:,} ns\n"
-            f"B {b_path} step {diff['b_step']}: {diff['b_step_ns']:,} ns\n"
-            f"B − A ({who}): {diff['step_delta_ns']:+,} ns = sum of delta_ns below")
-    parts = [head, render_frame(diff["items"], fmt)]
-    for title in ("syncs", "collectives"):
-        if diff[title].height:
-            parts += [f"{title}:", render_frame(diff[title], fmt)]
+        return diff.items.write_csv()
+    who = "all ranks (summed)" if diff.rank is None else f"rank {diff.rank}"
+    head = (f"A {a_path} step {diff.a_step}: {diff.a_step_ns:,} ns\n"
+            f"B {b_path} step {diff.b_step}: {diff.b_step_ns:,} ns\n"
+            f"B − A ({who}): {diff.step_delta_ns:+,} ns = sum of delta_ns below")
+    parts = [head, render_frame(diff.items, fmt)]
+    for title, frame in (("syncs", diff.syncs), ("collectives", diff.collectives)):
+        if frame.height:
+            parts += [f"{title}:", render_frame(frame, fmt)]
     return "\n\n".join(parts)

@@ -1,0 +1,328 @@
+"""The one timeline: every time figure of every verb is a projection of it.
+
+For each device and step, the span [first start, last end) of the device activities the step
+launched is cut at every start and end of them and of other device work on that device into
+elementary segments; idle segments are cut further at the starts and ends of the outermost
+host calls and CPU ops, so that one cause holds over each. Per segment: how many of the
+step's activities of each category run (`n_compute`, `n_comm`, `n_memcpy`, `n_memset`), the
+category the partition gives it — the highest-priority one running: compute > comm > memcpy
+> memset, else idle — and its `cause`: the collective kind of a comm segment (the first kind
+by name when several run); for an idle one, highest priority first, `other step's GPU work`
+(device work of another step, or of none, running) · `sync: <api>` · `launch: <api>` ·
+`runtime: <api>` (a runtime/driver call covering it that no other call of its thread
+contains; of several, on several threads, the last to start) · `cpu_op: <name>` (likewise a
+CPU op, `ProfilerStep#` left out) · `nothing recorded`.
+
+The `trace` scope cuts each device's whole-trace span the same way, every activity of the
+trace its own (step null), in steps or not — except device work whose launch is not in the
+trace (launched before profiling started: `tracekit lint` counts it), as TraceLens leaves it
+out: HTA's and TraceLens' whole-trace figures.
+
+Shares: within a segment every activity of the winning category gets len / n_active of it;
+each (device, step, category)'s shares are rounded by largest remainder to integers that sum
+exactly to its part. Compute on one device never hides communication on another.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from tracekit.model import Trace
+
+PRIORITY = ("compute", "comm", "memcpy", "memset")  # highest first; a code is its index
+IDLE = len(PRIORITY)
+SYNC_APIS = (
+    "cudaEventSynchronize", "cudaStreamSynchronize", "cudaDeviceSynchronize",
+    "cuEventSynchronize", "cuStreamSynchronize", "cuCtxSynchronize",
+    "hipEventSynchronize", "hipStreamSynchronize", "hipDeviceSynchronize",
+    "cudaMemcpy", "hipMemcpy", "hipMemcpyWithStream",
+)
+LAUNCH = r"Launch|Memcpy|Memset"  # idle inside these calls is `launch:`, else `runtime:`
+OTHER_WORK = "other step's GPU work"
+SEGMENT_SCHEMA = {"step": pl.Int64, "device": pl.Int64, "start": pl.Int64, "end": pl.Int64,
+                  **{f"n_{c}": pl.Int64 for c in PRIORITY}, "category": pl.String, "cause": pl.String}
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """`segments`: step, device, start, end, n_compute, n_comm, n_memcpy, n_memset,
+    category, cause — disjoint, covering each (device, step) span exactly. `shares`: row
+    (index into `trace.gpu`), step, device, category, cause, share_ns for every activity."""
+
+    segments: pl.DataFrame
+    shares: pl.DataFrame
+
+
+def timeline(trace: Trace, scope: str = "step") -> Timeline:
+    """The trace's timeline in `scope` (`step` | `trace`), built once and kept on the trace."""
+    key = ("timeline", scope)
+    if key not in trace.derived:
+        trace.derived[key] = build(trace, scope)
+    return trace.derived[key]
+
+
+def activities(trace: Trace, scope: str) -> pl.DataFrame:
+    """The device activities a scope sees, with `row` (index into trace.gpu) and device 0 where
+    the trace names none: `step` — those of a step; `trace` — all but those launched by a call
+    that is not in the trace, step null."""
+    gpu = trace.gpu.with_row_index("row").with_columns(pl.col("device").fill_null(0))
+    if scope == "step":
+        return gpu
+    launched = gpu.join(trace.calls.select("correlation").unique(), on="correlation", how="semi")
+    return (pl.concat([launched, gpu.filter(pl.col("correlation").is_null())]).sort("row")
+            .with_columns(step=pl.lit(None, pl.Int64)))
+
+
+def build(trace: Trace, scope: str) -> Timeline:
+    acts = activity_arrays(activities(trace, scope))
+    pieces, shares = [], []
+    for (device, step), own in acts.groups(own_steps=scope == "step"):
+        others = acts.others(device, step, own) if scope == "step" else None
+        seg, share = sweep(acts, own, others)
+        pieces.append((device, step, seg))
+        shares.append(pl.DataFrame({
+            "row": acts.row[own], "category": pl.Series(acts.category_names[own].tolist(), dtype=pl.String),
+            "cause": pl.Series(acts.kind[own].tolist(), dtype=pl.String), "share_ns": share}).with_columns(
+            step=pl.lit(step, pl.Int64), device=pl.lit(device, pl.Int64)))
+    segments = with_causes(pieces, trace)
+    share_schema = {"row": pl.UInt32, "category": pl.String, "cause": pl.String, "share_ns": pl.Int64,
+                    "step": pl.Int64, "device": pl.Int64}
+    shares = pl.concat(shares) if shares else pl.DataFrame(schema=share_schema)
+    return Timeline(segments, shares.select(list(share_schema)))
+
+
+@dataclass
+class Activities:
+    """The trace's device activities as numpy arrays (in `trace.gpu` order); `by_device`:
+    each device's activity indices sorted by start, `longest`: its longest activity (ns)."""
+
+    row: np.ndarray
+    device: np.ndarray
+    step: np.ndarray  # -1 for none
+    category: np.ndarray  # index into PRIORITY
+    category_names: np.ndarray
+    kind: np.ndarray  # collective kind (object), None for non-comm
+    start: np.ndarray
+    end: np.ndarray
+    by_device: dict
+    longest: dict
+
+    def groups(self, own_steps: bool):
+        """((device, step or None), indices of its activities) per device and step, or per
+        device alone (`own_steps` False: the trace scope)."""
+        step = self.step if own_steps else np.full(len(self.row), -1)
+        idx = np.flatnonzero(step >= 0) if own_steps else np.arange(len(self.row))
+        if len(idx) == 0:
+            return
+        order = idx[np.lexsort((self.start[idx], step[idx], self.device[idx]))]
+        change = (np.diff(self.device[order]) != 0) | (np.diff(step[order]) != 0)
+        for part in np.split(order, np.flatnonzero(change) + 1):
+            s = int(step[part[0]])
+            yield (int(self.device[part[0]]), s if s >= 0 else None), part
+
+    def others(self, device: int, step: int, own: np.ndarray) -> np.ndarray:
+        """Indices of the device's activities of other steps (or none) overlapping own's span."""
+        lo, hi = self.start[own].min(), self.end[own].max()
+        on_device = self.by_device[device]
+        starts = self.start[on_device]
+        window = on_device[np.searchsorted(starts, lo - self.longest[device]):np.searchsorted(starts, hi)]
+        return window[(self.end[window] > lo) & (self.step[window] != step)]
+
+
+def activity_arrays(gpu: pl.DataFrame) -> Activities:
+    device, start, end = gpu["device"].to_numpy(), gpu["start"].to_numpy(), gpu["end"].to_numpy()
+    by_device, longest = {}, {}
+    for d in np.unique(device):
+        idx = np.flatnonzero(device == d)
+        by_device[int(d)] = idx[np.argsort(start[idx], kind="stable")]
+        longest[int(d)] = int((end[idx] - start[idx]).max())
+    return Activities(
+        row=gpu["row"].to_numpy(), device=device, step=gpu["step"].fill_null(-1).to_numpy(),
+        category=gpu["category"].replace_strict({c: i for i, c in enumerate(PRIORITY)}, return_dtype=pl.Int8).to_numpy(),
+        category_names=gpu["category"].to_numpy(), kind=gpu["coll_kind"].to_numpy(), start=start, end=end,
+        by_device=by_device, longest=longest)
+
+
+def active(bounds: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Number of intervals covering each elementary segment [bounds[i], bounds[i+1])."""
+    delta = np.zeros(len(bounds) + 1, dtype=np.int64)
+    np.add.at(delta, np.searchsorted(bounds, starts), 1)
+    np.add.at(delta, np.searchsorted(bounds, ends), -1)
+    return np.cumsum(delta)[: len(bounds) - 1]
+
+
+def largest_remainder(shares: np.ndarray, total: int) -> np.ndarray:
+    """Integers with the sum `total`, each the floor of its share or one more."""
+    base = np.floor(shares).astype(np.int64)
+    short = int(total - base.sum())
+    if short > 0:
+        base[np.argsort(-(shares - base), kind="stable")[:short]] += 1
+    return base
+
+
+def sweep(acts: Activities, own: np.ndarray, others: np.ndarray | None) -> tuple[dict, np.ndarray]:
+    """One (device, step) span: its elementary segments (bounds, counts per category, `other`
+    running, category code, comm kind) and each own activity's share (integer ns)."""
+    s, e, cat = acts.start[own], acts.end[own], acts.category[own]
+    lo, hi = s.min(), e.max()
+    parts = [s, e]
+    if others is not None and len(others):
+        parts += [np.clip(acts.start[others], lo, hi), np.clip(acts.end[others], lo, hi)]
+    bounds = np.unique(np.concatenate(parts))
+    length = np.diff(bounds)
+    counts = np.stack([active(bounds, s[cat == c], e[cat == c]) for c in range(IDLE)])
+    running = counts > 0
+    category = np.where(running.any(axis=0), running.argmax(axis=0), IDLE)
+    other = active(bounds, acts.start[others], acts.end[others]) > 0 if others is not None and len(others) \
+        else np.zeros(len(length), bool)
+    kind = np.full(len(length), None, dtype=object)
+    comm = cat == PRIORITY.index("comm")
+    for name in sorted({k for k in acts.kind[own][comm] if k is not None}, reverse=True):
+        pick = comm & (acts.kind[own] == name)
+        kind[active(bounds, s[pick], e[pick]) > 0] = name
+    kind[category != PRIORITY.index("comm")] = None
+    share = np.zeros(len(own), dtype=np.int64)
+    i0, i1 = np.searchsorted(bounds, s), np.searchsorted(bounds, e)
+    for c in range(IDLE):
+        mine = cat == c
+        if not mine.any():
+            continue
+        wins = category == c
+        per_segment = np.where(wins, length / np.maximum(counts[c], 1), 0.0)
+        prefix = np.concatenate([[0.0], np.cumsum(per_segment)])
+        share[mine] = largest_remainder(prefix[i1[mine]] - prefix[i0[mine]], int(length[wins].sum()))
+    return {"start": bounds[:-1], "end": bounds[1:], "counts": counts, "category": category,
+            "other": other, "kind": kind}, share
+
+
+def with_causes(pieces: list, trace: Trace) -> pl.DataFrame:
+    """All groups' segments in one table, idle ones cut at host boundaries and given causes."""
+    if not pieces:
+        return pl.DataFrame(schema=SEGMENT_SCHEMA)
+    sizes = [len(seg["start"]) for _, _, seg in pieces]
+    cat = np.concatenate([seg["category"] for _, _, seg in pieces])
+    frame = pl.DataFrame({
+        "step": np.repeat(np.array([-1 if s is None else s for _, s, _ in pieces]), sizes),
+        "device": np.repeat(np.array([d for d, _, _ in pieces]), sizes),
+        "start": np.concatenate([seg["start"] for _, _, seg in pieces]),
+        "end": np.concatenate([seg["end"] for _, _, seg in pieces]),
+        **{f"n_{c}": np.concatenate([seg["counts"][i] for _, _, seg in pieces]) for i, c in enumerate(PRIORITY)},
+        "category": np.array([*PRIORITY, "idle"])[cat],
+        "cause": pl.Series(np.concatenate([seg["kind"] for _, _, seg in pieces]).tolist(), dtype=pl.String),
+        "other": np.concatenate([seg["other"] for _, _, seg in pieces]),
+    })
+    idle = frame.filter(pl.col("category") == "idle")
+    busy = frame.filter(pl.col("category") != "idle").with_columns(
+        pl.col("cause").fill_null(pl.when(pl.col("category") == "comm").then(pl.lit("other"))))
+    out = pl.concat([busy, idle_causes(idle, trace)]).drop("other").with_columns(
+        step=pl.when(pl.col("step") >= 0).then(pl.col("step")))
+    return out.sort("device", "step", "start", nulls_last=False).select(list(SEGMENT_SCHEMA))
+
+
+def outermost(intervals: pl.DataFrame) -> pl.DataFrame:
+    """The intervals no other of their thread contains: tid, start, end, name (of two with the
+    same bounds, the later in the trace is the one inside). Per thread, sorted by start, their
+    ends rise too."""
+    reach = pl.col("end").cum_max().shift(1).over("tid")
+    return (intervals.select("tid", "start", "end", "name")
+            .sort("tid", "start", pl.col("end"), descending=[False, False, True], maintain_order=True)
+            .filter(reach.is_null() | (pl.col("end") > reach)))
+
+
+def host_layers(trace: Trace) -> list[tuple[pl.DataFrame, str]]:
+    """The outermost runtime/driver calls and the outermost CPU ops (ProfilerStep# left out),
+    each with the cause it names; calls first (they win)."""
+    key = ("host_layers",)
+    if key not in trace.derived:
+        calls = outermost(trace.calls)
+        name = pl.col("name")
+        calls = calls.with_columns(cause=pl.when(name.is_in(SYNC_APIS)).then(pl.lit("sync: ") + name)
+                                   .when(name.str.contains(LAUNCH)).then(pl.lit("launch: ") + name)
+                                   .otherwise(pl.lit("runtime: ") + name))
+        ops = outermost(trace.ops.filter(~pl.col("name").str.starts_with("ProfilerStep#"))).with_columns(
+            cause=pl.lit("cpu_op: ") + pl.col("name"))
+        trace.derived[key] = [calls, ops]
+    return trace.derived[key]
+
+
+def idle_causes(idle: pl.DataFrame, trace: Trace) -> pl.DataFrame:
+    """Idle segments cut at every boundary of the outermost host calls and ops, each piece
+    with its cause."""
+    if idle.height == 0:
+        return idle
+    layers = host_layers(trace)
+    cuts = np.unique(np.concatenate([np.zeros(0, np.int64)] + [f[c].to_numpy() for f in layers for c in ("start", "end")]))
+    a, b = idle["start"].to_numpy(), idle["end"].to_numpy()
+    i0, i1 = np.searchsorted(cuts, a, "right"), np.searchsorted(cuts, b, "left")
+    n = i1 - i0 + 1  # pieces per segment: the cuts strictly inside it, plus one
+    seg = np.repeat(np.arange(len(a)), n)
+    pos = np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n)
+    edges = np.concatenate([cuts, [0]])  # a dummy last entry for the index arithmetic below
+    start = np.where(pos == 0, a[seg], edges[i0[seg] + pos - 1])
+    end = np.where(pos == n[seg] - 1, b[seg], edges[np.minimum(i0[seg] + pos, len(cuts))])
+    cause = np.full(len(seg), "nothing recorded", dtype=object)
+    found = np.zeros(len(seg), bool)
+    other = idle["other"].to_numpy()[seg]
+    cause[other], found[other] = OTHER_WORK, True
+    for layer in layers:
+        hit = covering(layer, start, end)
+        take = ~found & (hit >= 0)
+        cause[take] = layer["cause"].to_numpy()[hit[take]]
+        found |= take
+    return idle[seg].with_columns(start=pl.Series(start), end=pl.Series(end),
+                                  cause=pl.Series(cause.tolist(), dtype=pl.String))
+
+
+def covering(layer: pl.DataFrame, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """For each [start, end): the row of `layer` (outermost intervals) that covers it and
+    started last, over all threads (of equal starts, the lowest thread id); -1 where none does.
+    Within a thread the last to start before `start` has the latest end, so it alone is checked."""
+    best = np.full(len(start), -1)
+    best_start = np.full(len(start), np.iinfo(np.int64).min)
+    tids = layer["tid"].to_numpy()
+    for tid in np.unique(tids):
+        rows = np.flatnonzero(tids == tid)
+        s, e = layer["start"].to_numpy()[rows], layer["end"].to_numpy()[rows]
+        j = np.searchsorted(s, start, "right") - 1
+        ok = (j >= 0) & (e[np.maximum(j, 0)] >= end)
+        better = ok & (s[np.maximum(j, 0)] > best_start)
+        best[better] = rows[j[better]]
+        best_start[better] = s[j[better]]
+    return best
+
+
+def figures(segments: pl.DataFrame) -> pl.DataFrame:
+    """Per (step, device), every time figure the verbs report (ns), read off the segments:
+    span, busy (anything of the step running), idle, comm (collectives running), compute,
+    overlap (both running), exposed comm (collectives running with no compute: the
+    partition's comm parts), comm alone (collectives running with nothing else of the step),
+    and overlap_pct = overlap / comm × 100 (null without comm)."""
+    ns = pl.col("end") - pl.col("start")
+    comm, compute = pl.col("n_comm") > 0, pl.col("n_compute") > 0
+    alone = comm & ~compute & (pl.col("n_memcpy") == 0) & (pl.col("n_memset") == 0)
+    return (segments.group_by("step", "device", maintain_order=True).agg(
+        gpu_span_ns=ns.sum(), gpu_busy_ns=ns.filter(pl.col("category") != "idle").sum(),
+        idle_ns=ns.filter(pl.col("category") == "idle").sum(),
+        comm_ns=ns.filter(comm).sum(), compute_ns=ns.filter(compute).sum(),
+        overlap_ns=ns.filter(comm & compute).sum(),
+        exposed_comm_ns=ns.filter(pl.col("category") == "comm").sum(), comm_alone_ns=ns.filter(alone).sum(),
+        gpu_start=pl.col("start").min(), gpu_end=pl.col("end").max())
+        .with_columns(overlap_pct=pl.when(pl.col("comm_ns") > 0)
+                      .then((pl.col("overlap_ns") / pl.col("comm_ns") * 100).round(2))))
+
+
+def busy_during(intervals: pl.DataFrame, segments: pl.DataFrame) -> np.ndarray:
+    """For each interval (start, end): ns of it during which any device ran anything
+    (segments that are not idle, on any device)."""
+    busy = segments.filter(pl.col("category") != "idle")
+    if intervals.height == 0 or busy.height == 0:
+        return np.zeros(intervals.height, dtype=np.int64)
+    bs, be = busy["start"].to_numpy(), busy["end"].to_numpy()
+    s, e = intervals["start"].to_numpy(), intervals["end"].to_numpy()
+    bounds = np.unique(np.concatenate([bs, be, s, e]))
+    covered = np.where(active(bounds, bs, be) > 0, np.diff(bounds), 0)
+    prefix = np.concatenate([[0], np.cumsum(covered)])
+    return prefix[np.searchsorted(bounds, e)] - prefix[np.searchsorted(bounds, s)]

@@ -1,0 +1,103 @@
+"""A brute-force reference for the timeline's definitions (docs/metrics.md): it walks every
+elementary interval (between consecutive start/end times of any event) of every (device,
+step) span of a small trace and decides each one on its own, with plain Python over the
+trace's rows — no sweeping or interval algebra.
+
+It knows nothing of tracekit's analyses; it reads only the loaded tables (`trace.gpu`,
+`trace.calls`, `trace.ops`), whose loading has tests of its own.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from fractions import Fraction
+
+PRIORITY = ("compute", "comm", "memcpy", "memset")
+SYNCS = {"cudaEventSynchronize", "cudaStreamSynchronize", "cudaDeviceSynchronize", "cuEventSynchronize",
+         "cuStreamSynchronize", "cuCtxSynchronize", "hipEventSynchronize", "hipStreamSynchronize",
+         "hipDeviceSynchronize", "cudaMemcpy", "hipMemcpy", "hipMemcpyWithStream"}
+
+
+def covers(row, t) -> bool:
+    return row["start"] <= t < row["end"]
+
+
+def outermost(rows):
+    """The rows no other row of their thread contains (of two with the same bounds, the later
+    in the trace is the one inside)."""
+    return [r for i, r in enumerate(rows)
+            if not any(o["tid"] == r["tid"] and j != i and o["start"] <= r["start"] and o["end"] >= r["end"]
+                       and (o["start"], -o["end"], j) < (r["start"], -r["end"], i) for j, o in enumerate(rows))]
+
+
+def outermost_cover(rows, t):
+    """Among outermost rows covering time t, the last to start; of equal starts, the one of
+    the lowest thread id."""
+    best = None
+    for r in rows:
+        if covers(r, t) and (best is None or (-r["start"], r["tid"]) < (-best["start"], best["tid"])):
+            best = r
+    return best
+
+
+def cause(t, others, calls, ops) -> str:
+    if any(covers(o, t) for o in others):
+        return "other step's GPU work"
+    call = outermost_cover(calls, t)
+    if call:
+        name = call["name"]
+        kind = "sync" if name in SYNCS else "launch" if any(w in name for w in ("Launch", "Memcpy", "Memset")) \
+            else "runtime"
+        return f"{kind}: {name}"
+    op = outermost_cover(ops, t)
+    return f"cpu_op: {op['name']}" if op else "nothing recorded"
+
+
+def drop_zero(counter):
+    return {k: v for k, v in counter.items() if v}
+
+
+def reference(trace, scope="step"):
+    """{(step, device): {"span", "busy", "idle", "comm", "compute", "overlap", "exposed_comm",
+    "comm_alone", "parts": Counter((category, cause) → ns), "shares": {row → Fraction}}}."""
+    gpu = [dict(r, row=i, device=r["device"] if r["device"] is not None else 0)
+           for i, r in enumerate(trace.gpu.to_dicts())]
+    if scope == "trace":  # device work whose launch is in the trace, or that has no launch
+        launched = {c["correlation"] for c in trace.calls.to_dicts()}
+        gpu = [dict(r, step=None) for r in gpu if r["correlation"] is None or r["correlation"] in launched]
+    calls = outermost(trace.calls.to_dicts())
+    ops = outermost([o for o in trace.ops.to_dicts() if not o["name"].startswith("ProfilerStep#")])
+    times = sorted({r[k] for rows in (gpu, calls, ops) for r in rows for k in ("start", "end")})
+    groups = defaultdict(list)
+    for r in gpu:
+        if scope == "trace" or r["step"] is not None:
+            groups[(r["step"], r["device"])].append(r)
+    out = {}
+    for (step, device), own in groups.items():
+        others = [r for r in gpu if r["device"] == device and r not in own] if scope == "step" else []
+        lo, hi = min(r["start"] for r in own), max(r["end"] for r in own)
+        fig = Counter()
+        parts, shares = Counter(), defaultdict(Fraction)
+        points = [lo] + [t for t in times if lo < t < hi] + [hi]
+        for t, after in zip(points, points[1:]):
+            w = after - t  # everything is constant until the next event time
+            running = {c: [r for r in own if r["category"] == c and covers(r, t)] for c in PRIORITY}
+            n = {c: len(v) for c, v in running.items()}
+            winner = next((c for c in PRIORITY if n[c]), "idle")
+            fig["span"] += w
+            fig["busy"] += w * (winner != "idle")
+            fig["idle"] += w * (winner == "idle")
+            fig["comm"] += w * (n["comm"] > 0)
+            fig["compute"] += w * (n["compute"] > 0)
+            fig["overlap"] += w * (n["comm"] > 0 and n["compute"] > 0)
+            fig["exposed_comm"] += w * (winner == "comm")
+            fig["comm_alone"] += w * (n["comm"] > 0 and n["compute"] == n["memcpy"] == n["memset"] == 0)
+            if winner == "idle":
+                parts[("idle", cause(t, others, calls, ops))] += w
+                continue
+            kinds = sorted(r["coll_kind"] for r in running["comm"]) if winner == "comm" else [None]
+            parts[(winner, kinds[0])] += w
+            for r in running[winner]:
+                shares[r["row"]] += Fraction(w, n[winner])
+        out[(step, device)] = dict(fig, parts=drop_zero(parts), shares=dict(shares))
+    return out

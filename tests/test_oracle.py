@@ -1,0 +1,151 @@
+"""Every verb's time figures against the brute-force oracle (tests/oracle.py) on random small
+traces: several devices and streams, overlapping kernels, communication on several streams,
+memcpy/memset, device work lagging across step boundaries, launches outside every step or
+missing, nested CPU ops on several threads, host syncs."""
+
+from fractions import Fraction
+
+import polars as pl
+import pytest
+from conftest import DATA
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from oracle import reference
+
+import synth
+import tracekit
+from tracekit.analyses.breakdown import breakdown
+from tracekit.analyses.comms import collective_kernels
+from tracekit.analyses.diff import diff_runs
+from tracekit.analyses.overlap import overlap
+from tracekit.analyses.summary import summary
+from tracekit.analyses.timeline import timeline
+
+NAMES = {"compute": ("gemm", "kernel"), "comm": ("ncclDevKernel_AllGather_RING_LL(x)", "kernel"),
+         "comm2": ("ncclDevKernel_ReduceScatter_Sum_f32_RING_LL(x)", "kernel"),
+         "memcpy": ("Memcpy DtoD", "gpu_memcpy"), "memset": ("Memset (Device)", "gpu_memset")}
+US = 1000.0  # the generator works in ns; Kineto writes µs
+
+
+def at(ns: int) -> float:
+    return ns / US
+
+
+@st.composite
+def nested(draw, lo: int, hi: int, depth: int = 0) -> list[tuple[int, int]]:
+    """Properly nested intervals inside [lo, hi) (a CPU thread's ops)."""
+    out, t = [], lo
+    while t < hi and len(out) < 3 and draw(st.booleans()):
+        start = draw(st.integers(t, hi - 1))
+        end = draw(st.integers(start + 1, hi))
+        out.append((start, end))
+        if depth < 2 and end - start > 2:
+            out += draw(nested(start, end, depth + 1))
+        t = end
+    return out
+
+
+@st.composite
+def traces(draw):
+    """A trace document: 1-3 steps on the main thread, activities on 1-2 devices."""
+    n_steps = draw(st.integers(1, 3))
+    bounds = sorted(draw(st.lists(st.integers(20, 280), min_size=n_steps - 1, max_size=n_steps - 1, unique=True)))
+    windows = list(zip([0, *bounds], [*bounds, 300]))
+    events = [synth.step(i + 1, at(a), at(b - a)) for i, (a, b) in enumerate(windows)]
+    for i in range(draw(st.integers(1, 10))):
+        kind = draw(st.sampled_from(sorted(NAMES)))
+        name, cat = NAMES[kind]
+        start, dur = draw(st.integers(0, 330)), draw(st.integers(0, 60))
+        device, stream = draw(st.integers(0, 1)), draw(st.integers(1, 3))
+        corr = 100 + i
+        kernel = synth.kernel(name, at(start), at(dur), corr, stream=stream, cat=cat, **(
+            {"Collective name": "allgather" if kind == "comm" else "reducescatter", "dtype": "Float",
+             "In msg nelems": 8, "Out msg nelems": 16, "Group size": 2, "Process Group Name": "0"}
+            if kind.startswith("comm") else {}))
+        kernel["args"]["device"] = device
+        events.append(kernel)
+        launch = draw(st.sampled_from(["step", "step", "step", "outside", "none"]))
+        if launch == "step":
+            a, b = draw(st.sampled_from(windows))
+            events.append(synth.call("cudaLaunchKernel", at(draw(st.integers(a, b - 1))), at(1), corr))
+        elif launch == "outside":
+            events.append(synth.call("cudaLaunchKernel", at(-5), at(1), corr))
+    for tid in (100, 101):
+        for a, b in draw(nested(0, 340)):
+            events.append(synth.op(f"op{a}_{b}", at(a), at(b - a), tid=tid))
+    for j in range(draw(st.integers(0, 2))):
+        start = draw(st.integers(0, 320))
+        events.append(synth.call(draw(st.sampled_from(["cudaStreamSynchronize", "cudaGetDevice"])), at(start),
+                                 at(draw(st.integers(1, 30))), 900 + j, tid=draw(st.sampled_from([100, 102]))))
+    return synth.doc(events)
+
+
+def check(trace, scope: str) -> None:
+    truth = reference(trace, scope)
+    key = ["step", "device"]
+    rows = {(r["step"], r["device"]): r for r in summary(trace, scope).to_dicts() if r["device"] is not None}
+    lapped = {(r["step"], r["device"]): r for r in overlap(trace, scope).to_dicts() if r["device"] is not None}
+    split = {(r["step"], r["device"]): r for r in breakdown(trace, scope).to_dicts() if r["device"] is not None}
+    assert set(rows) == set(truth) == set(lapped) == set(split)
+    for group, want in truth.items():
+        row, lap, parts = rows[group], lapped[group], split[group]
+        got = {"span": row["gpu_span_ns"], "busy": row["gpu_busy_ns"], "idle": row["idle_ns"],
+               "comm": lap["comm_ns"], "compute": lap["compute_ns"], "overlap": lap["overlap_ns"],
+               "exposed_comm": lap["exposed_comm_ns"], "comm_alone": lap["comm_alone_ns"]}
+        assert got == {k: want.get(k, 0) for k in got}, group
+        assert row["exposed_comm_ns"] == lap["exposed_comm_ns"] and parts["span_ns"] == want.get("span", 0)
+        assert {(p["category"], p["cause"]): p["ns"] for p in parts["parts"]} == dict(want["parts"]), group
+    shares = timeline(trace, scope).shares
+    for (step, device), want in truth.items():
+        mine = shares.filter(pl.col("step").eq_missing(step) & (pl.col("device") == device))
+        got = dict(mine.select("row", "share_ns").iter_rows())
+        for row, exact in want["shares"].items():
+            assert abs(got[row] - exact) < 1, (row, got[row], exact)
+        assert sum(got.values()) == sum(want["shares"].values(), Fraction(0)) == want.get("busy", 0)
+    if scope == "step":
+        exposed = collective_kernels(trace).filter(pl.col("step").is_not_null())
+        per_group = exposed.group_by(key).agg(pl.col("exposed_ns").sum())
+        for step, device, ns in per_group.iter_rows():
+            assert ns == truth[(step, device)].get("exposed_comm", 0)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(traces())
+def test_every_verb_agrees_with_the_oracle(tmp_path_factory, doc):
+    path = synth.write(tmp_path_factory.mktemp("oracle"), "rank0.json", doc)
+    trace = tracekit.load(path)
+    check(trace, "step")
+    check(trace, "trace")
+    if trace.gpu.filter(pl.col("step").is_not_null()).height:
+        result = diff_runs([trace], [trace])
+        (d,) = result.per_rank
+        truth = reference(trace)
+        span = sum(v.get("span", 0) for (s, _), v in truth.items() if s == d.a_step)
+        assert d.a_step_ns == d.b_step_ns == span and d.all_items["delta_ns"].abs().sum() == 0
+
+
+def test_compute_on_one_device_hides_no_comm_on_another(tmp_path):
+    """A GEMM on device 0 and an all-gather on device 1 at the same time: 0 % overlap, the
+    whole all-gather exposed."""
+    gemm = synth.launched("gemm", 1.0, 10.0, 100.0, corr=1)
+    gather = synth.nccl("all_gather", 2.0, 10.0, 100.0, corr=2)
+    gemm[1]["args"]["device"], gather[1]["args"]["device"] = 0, 1
+    trace = tracekit.load(synth.write(tmp_path, "rank0.json", synth.doc([synth.step(1, 0.0, 500.0), *gemm, *gather])))
+    rows = {r["device"]: r for r in overlap(trace).to_dicts()}
+    assert (rows[1]["comm_ns"], rows[1]["overlap_ns"], rows[1]["overlap_pct"], rows[1]["exposed_comm_ns"]) == \
+        (100_000, 0, 0.0, 100_000)
+    assert rows[0]["comm_ns"] == 0 and rows[0]["compute_ns"] == 100_000
+    parts = {r["device"]: r["parts"] for r in breakdown(trace).to_dicts()}
+    assert parts[1] == [{"category": "comm", "cause": "all_gather", "ns": 100_000}]
+
+
+SMALL_REAL = ["critical_path/cuda_event_sync/", "critical_path/cuda_event_sync_multi_stream/", "triton_example",
+              "amd_trace", "trace_filter/sampled_rank-1", "critical_path/alexnet"]
+
+
+@pytest.mark.parametrize("name", SMALL_REAL)
+def test_real_traces_agree_with_the_oracle(name):
+    (path,) = [p for p in sorted((DATA / "external" / "hta-tests-data").rglob("*.json.gz")) if name in str(p)]
+    trace = tracekit.load(path)
+    check(trace, "step")
+    check(trace, "trace")
