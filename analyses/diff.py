@@ -80,20 +80,28 @@ class RunDiff:
 def step_items(trace: Trace, step: int) -> pl.DataFrame:
     """The step's items with their identity: kind, name, op, phase, fsdp, unit, ns, and `row`
     (the index into trace.gpu; null for idle items)."""
-    line = timeline(trace)
-    idle = (line.segments.filter((pl.col("step") == step) & (pl.col("category") == "idle"))
-            .group_by("category", "cause").agg(share_ns=(pl.col("end") - pl.col("start")).sum()))
-    items = pl.concat([line.shares.filter(pl.col("step") == step).select("row", "category", "cause", "share_ns"),
-                       idle], how="diagonal_relaxed")
-    gpu = trace.gpu.with_row_index("row").select("row", "dtype", identity=kernel_identity(pl.col("name")))
-    joined = items.join(gpu, on="row", how="left").join(launch_context(trace), on="row", how="left")
-    return joined.select(
-        pl.col("category").replace({"memset": "memcpy"}).alias("kind"),
-        pl.when(pl.col("category") == "idle").then(pl.col("cause").str.replace(r" \(.*\)$", ""))
-        .when(pl.col("category") == "comm").then(pl.concat_str(pl.col("cause").fill_null("other"), pl.lit(" "),
-                                                               pl.col("dtype").fill_null("?")))
-        .otherwise(pl.col("identity")).alias("name"),
-        "op", "phase", "fsdp", "unit", pl.col("share_ns").alias("ns"), "row")
+    return all_items(trace).filter(pl.col("step") == step).drop("step")
+
+
+def all_items(trace: Trace) -> pl.DataFrame:
+    """Every step's items (`step_items`, with their step), made once and kept on the trace."""
+    if "diff_items" not in trace.derived:
+        line = timeline(trace)
+        idle = (line.segments.filter(pl.col("category") == "idle")
+                .group_by("step", "category", "cause").agg(share_ns=(pl.col("end") - pl.col("start")).sum()))
+        items = pl.concat([line.shares.select("step", "row", "category", "cause", "share_ns"), idle],
+                          how="diagonal_relaxed")
+        names = trace.gpu.select("name").unique().with_columns(identity=kernel_identity(pl.col("name")))
+        gpu = trace.gpu.with_row_index("row").select("row", "dtype", "name").join(names, on="name", how="left")
+        joined = items.join(gpu, on="row", how="left").join(launch_context(trace), on="row", how="left")
+        trace.derived["diff_items"] = joined.select(
+            "step", pl.col("category").replace({"memset": "memcpy"}).alias("kind"),
+            pl.when(pl.col("category") == "idle").then(pl.col("cause").str.replace(r" \(.*\)$", ""))
+            .when(pl.col("category") == "comm").then(pl.concat_str(pl.col("cause").fill_null("other"), pl.lit(" "),
+                                                                   pl.col("dtype").fill_null("?")))
+            .otherwise(pl.col("identity")).alias("name"),
+            "op", "phase", "fsdp", "unit", pl.col("share_ns").alias("ns"), "row")
+    return trace.derived["diff_items"]
 
 
 def diff_items(a: pl.DataFrame, b: pl.DataFrame, by: str = "kernel") -> pl.DataFrame:
@@ -164,7 +172,7 @@ def diff_traces(a: Trace, b: Trace, a_step: int, b_step: int, top: int = 20, by:
 
 def step_times(trace: Trace) -> dict[int, int]:
     """Each step with device work → its time (ns): the span, summed over devices."""
-    spans = dict(timeline(trace).segments.group_by("step").agg((pl.col("end") - pl.col("start")).sum()).iter_rows())
+    spans = dict(timeline(trace).coarse.group_by("step").agg((pl.col("end") - pl.col("start")).sum()).iter_rows())
     return {s: spans.get(s, 0) for s in sorted(trace.gpu["step"].drop_nulls().unique().to_list())}
 
 
@@ -175,15 +183,20 @@ def median_step(times: dict[int, int]) -> int:
 
 
 def item_spread(a: Trace, b: Trace, steps: list[int], by: str) -> pl.DataFrame:
-    """Per item: the least and largest delta over `steps` (both sides' same-numbered steps)."""
-    deltas = [diff_items(step_items(a, s), step_items(b, s), by).select(*VIEWS[by], "delta_ns") for s in steps]
-    return (pl.concat(deltas).group_by(VIEWS[by])
-            .agg(delta_min_ns=pl.col("delta_ns").min(), delta_max_ns=pl.col("delta_ns").max(), n=pl.len())
-            .with_columns(  # an item absent from a step had delta 0 there
-                delta_min_ns=pl.when(pl.col("n") < len(steps)).then(pl.min_horizontal("delta_min_ns", pl.lit(0)))
-                .otherwise(pl.col("delta_min_ns")),
-                delta_max_ns=pl.when(pl.col("n") < len(steps)).then(pl.max_horizontal("delta_max_ns", pl.lit(0)))
-                .otherwise(pl.col("delta_max_ns"))).drop("n"))
+    """Per item: the least and largest delta over `steps` (both sides' same-numbered steps;
+    a step without the item counts 0)."""
+    key = VIEWS[by]
+
+    def per_step(t, side):
+        return (all_items(t).filter(pl.col("step").is_in(steps)).group_by("step", *key)
+                .agg(pl.col("ns").sum().alias(side)))
+
+    deltas = (per_step(a, "a").join(per_step(b, "b"), on=["step", *key], how="full", coalesce=True, nulls_equal=True)
+              .with_columns(delta=pl.col("b").fill_null(0) - pl.col("a").fill_null(0)))
+    missing = pl.len() < len(steps)
+    return deltas.group_by(key).agg(
+        delta_min_ns=pl.when(missing).then(pl.min_horizontal(pl.col("delta").min(), 0)).otherwise(pl.col("delta").min()),
+        delta_max_ns=pl.when(missing).then(pl.max_horizontal(pl.col("delta").max(), 0)).otherwise(pl.col("delta").max()))
 
 
 def chosen_steps(a: Trace, b: Trace, steps) -> tuple[int, int, list[int], str | None]:

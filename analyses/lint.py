@@ -106,7 +106,7 @@ def _lag(trace: Trace) -> list[dict]:
     the next step's CPU window."""
     nxt = trace.steps.sort("cpu_start").select("step", nxt_start=pl.col("cpu_start").shift(-1),
                                                nxt_end=pl.col("cpu_end").shift(-1))
-    inside = (timeline(trace).segments.filter(pl.col("category") != "idle").join(nxt, on="step")
+    inside = (timeline(trace).coarse.filter(pl.col("category") != "idle").join(nxt, on="step")
               .filter(pl.col("nxt_start").is_not_null())
               .with_columns(start=pl.max_horizontal("start", "nxt_start"), end=pl.min_horizontal("end", "nxt_end"))
               .filter(pl.col("end") > pl.col("start")))

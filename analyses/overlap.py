@@ -33,7 +33,7 @@ def overlap(trace: Trace, scope: str = "step") -> pl.DataFrame:
     HTA 0.5's figure); null figures without device work."""
     if scope == "hta":
         trace, scope = hta_rows(trace), "trace"
-    table = step_rows(trace, scope).join(figures(timeline(trace, scope).segments), on=["step", "device"],
+    table = step_rows(trace, scope).join(figures(timeline(trace, scope).coarse), on=["step", "device"],
                                          how="left", nulls_equal=True)
     zero = [pl.when(pl.col("device").is_not_null()).then(pl.col(c).fill_null(0))  # zero-length work
             for c in COLUMNS if c != "overlap_pct"]

@@ -79,7 +79,7 @@ def summary(trace: Trace, scope: str = "step") -> pl.DataFrame:
     kernels = scoped(activities(trace, scope).filter(pl.col("kind") == "kernel"), scope).group_by(key).agg(
         kernels=pl.len().cast(pl.Int64))
     table = (step_rows(trace, scope)
-             .join(figures(timeline(trace, scope).segments).drop("gpu_start", "gpu_end"), on=key, how="left",
+             .join(figures(timeline(trace, scope).coarse).drop("gpu_start", "gpu_end"), on=key, how="left",
                    nulls_equal=True)
              .join(kernels, on=key, how="left", nulls_equal=True)
              .with_columns(pl.when(pl.col("device").is_not_null()).then(pl.col(c).fill_null(0))  # zero-length work

@@ -30,7 +30,7 @@ def host_syncs(trace: Trace) -> pl.DataFrame:
              .select("step", pl.col("name").alias("api"), "tid", "start", "end")
              .with_row_index("call")
              .with_columns(blocked_ns=pl.col("end") - pl.col("start")))
-    busy = busy_during(calls, timeline(trace, "trace").segments)
+    busy = busy_during(calls, timeline(trace, "trace").coarse)
     return calls.with_columns(
         gpu_idle_ns=pl.col("blocked_ns") - pl.Series(busy) if trace.has_gpu else pl.lit(None, pl.Int64),
     ).join(blame_chains(calls, trace.ops), on="call", how="left").with_columns(

@@ -25,7 +25,8 @@ exactly to its part. Compute on one device never hides communication on another.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 import polars as pl
@@ -48,12 +49,22 @@ SEGMENT_SCHEMA = {"step": pl.Int64, "device": pl.Int64, "start": pl.Int64, "end"
 
 @dataclass(frozen=True)
 class Timeline:
-    """`segments`: step, device, start, end, n_compute, n_comm, n_memcpy, n_memset,
-    category, cause — disjoint, covering each (device, step) span exactly. `shares`: row
-    (index into `trace.gpu`), step, device, category, cause, share_ns for every activity."""
+    """`coarse`: step, device, start, end, n_compute, n_comm, n_memcpy, n_memset, category,
+    cause, other (another step's work running) — disjoint, covering each (device, step) span
+    exactly; idle segments not yet cut at host boundaries (cause null): every figure but the
+    idle causes. `segments`: the same with idle segments cut and given their causes (made on
+    first use). `shares`: row (index into `trace.gpu`), step, device, category, cause,
+    share_ns for every activity."""
 
-    segments: pl.DataFrame
+    coarse: pl.DataFrame
     shares: pl.DataFrame
+    trace: Trace = field(repr=False)
+
+    @cached_property
+    def segments(self) -> pl.DataFrame:
+        idle = pl.col("category") == "idle"
+        return (pl.concat([self.coarse.filter(~idle).drop("other"), idle_causes(self.coarse.filter(idle), self.trace)])
+                .sort("device", "step", "start", nulls_last=False))
 
 
 def timeline(trace: Trace, scope: str = "step") -> Timeline:
@@ -87,11 +98,11 @@ def build(trace: Trace, scope: str) -> Timeline:
             "row": acts.row[own], "category": pl.Series(acts.category_names[own].tolist(), dtype=pl.String),
             "cause": pl.Series(acts.kind[own].tolist(), dtype=pl.String), "share_ns": share}).with_columns(
             step=pl.lit(step, pl.Int64), device=pl.lit(device, pl.Int64)))
-    segments = with_causes(pieces, trace)
+    segments = coarse(pieces)
     share_schema = {"row": pl.UInt32, "category": pl.String, "cause": pl.String, "share_ns": pl.Int64,
                     "step": pl.Int64, "device": pl.Int64}
     shares = pl.concat(shares) if shares else pl.DataFrame(schema=share_schema)
-    return Timeline(segments, shares.select(list(share_schema)))
+    return Timeline(segments, shares.select(list(share_schema)), trace)
 
 
 @dataclass
@@ -198,10 +209,10 @@ def sweep(acts: Activities, own: np.ndarray, others: np.ndarray | None) -> tuple
             "other": other, "kind": kind}, share
 
 
-def with_causes(pieces: list, trace: Trace) -> pl.DataFrame:
-    """All groups' segments in one table, idle ones cut at host boundaries and given causes."""
+def coarse(pieces: list) -> pl.DataFrame:
+    """All groups' segments in one table, sorted; a comm segment's cause is its kind."""
     if not pieces:
-        return pl.DataFrame(schema=SEGMENT_SCHEMA)
+        return pl.DataFrame(schema={**SEGMENT_SCHEMA, "other": pl.Boolean})
     sizes = [len(seg["start"]) for _, _, seg in pieces]
     cat = np.concatenate([seg["category"] for _, _, seg in pieces])
     frame = pl.DataFrame({
@@ -214,12 +225,10 @@ def with_causes(pieces: list, trace: Trace) -> pl.DataFrame:
         "cause": pl.Series(np.concatenate([seg["kind"] for _, _, seg in pieces]).tolist(), dtype=pl.String),
         "other": np.concatenate([seg["other"] for _, _, seg in pieces]),
     })
-    idle = frame.filter(pl.col("category") == "idle")
-    busy = frame.filter(pl.col("category") != "idle").with_columns(
-        pl.col("cause").fill_null(pl.when(pl.col("category") == "comm").then(pl.lit("other"))))
-    out = pl.concat([busy, idle_causes(idle, trace)]).drop("other").with_columns(
-        step=pl.when(pl.col("step") >= 0).then(pl.col("step")))
-    return out.sort("device", "step", "start", nulls_last=False).select(list(SEGMENT_SCHEMA))
+    return frame.with_columns(
+        pl.col("cause").fill_null(pl.when(pl.col("category") == "comm").then(pl.lit("other"))),
+        step=pl.when(pl.col("step") >= 0).then(pl.col("step")),
+    ).sort("device", "step", "start", nulls_last=False).select(*SEGMENT_SCHEMA, "other")
 
 
 def outermost(intervals: pl.DataFrame) -> pl.DataFrame:
@@ -252,7 +261,7 @@ def idle_causes(idle: pl.DataFrame, trace: Trace) -> pl.DataFrame:
     """Idle segments cut at every boundary of the outermost host calls and ops, each piece
     with its cause."""
     if idle.height == 0:
-        return idle
+        return idle.drop("other")
     layers = host_layers(trace)
     cuts = np.unique(np.concatenate([np.zeros(0, np.int64)] + [f[c].to_numpy() for f in layers for c in ("start", "end")]))
     a, b = idle["start"].to_numpy(), idle["end"].to_numpy()
@@ -272,8 +281,8 @@ def idle_causes(idle: pl.DataFrame, trace: Trace) -> pl.DataFrame:
         take = ~found & (hit >= 0)
         cause[take] = layer["cause"].to_numpy()[hit[take]]
         found |= take
-    return idle[seg].with_columns(start=pl.Series(start), end=pl.Series(end),
-                                  cause=pl.Series(cause.tolist(), dtype=pl.String))
+    return idle[seg].drop("other").with_columns(start=pl.Series(start), end=pl.Series(end),
+                                                cause=pl.Series(cause.tolist(), dtype=pl.String))
 
 
 def covering(layer: pl.DataFrame, start: np.ndarray, end: np.ndarray) -> np.ndarray:

@@ -1,6 +1,5 @@
 """Every analysis definition, pinned on synthetic traces with hand-computed answers (µs → ns)."""
 
-import polars as pl
 import pytest
 import synth
 

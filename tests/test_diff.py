@@ -2,7 +2,6 @@
 
 import json
 
-import pytest
 import synth
 from click.testing import CliRunner
 from conftest import DATA

@@ -6,7 +6,6 @@ import polars as pl
 from click.testing import CliRunner
 from conftest import DATA
 
-from tracekit.analyses.breakdown import breakdown
 from tracekit.analyses.variants import count_check, variant_table
 from tracekit.cli import main
 from tracekit.loading import load_profile
@@ -24,13 +23,9 @@ def test_check_passes_on_the_gpu_run():
     assert fsdp1["syncs.cudaEventSynchronize"] == runtime["Event.synchronize"] > 0
 
 
-def test_every_variant_partitions_exactly_and_reports():
+def test_every_variant_reports():
     manifest, runs = load_profile(RUN)
     assert count_check(manifest, runs)["match"].all()
-    for run in runs.values():
-        for trace in run.traces:
-            for row in breakdown(trace).filter(pl.col("span_ns").is_not_null()).to_dicts():
-                assert sum(p["ns"] for p in row["parts"]) == row["span_ns"]
     table = variant_table(manifest, runs)
     assert table.filter(pl.col("variant") == "ddp")["d_step_ms"].to_list() == [0.0, 0.0]
     assert table["gpu_span_ns"].null_count() == 0

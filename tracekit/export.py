@@ -209,7 +209,7 @@ def write_trace(writer: PerfettoWriter, trace: Trace, label: str, shift: int) ->
         writer.slices(track("tracekit: host syncs"), syncs.select(
             "start", "end", pl.col("api").alias("name"), "blocked_ns", "gpu_idle_ns",
             pl.col("blame").list.join(" < ").alias("blame")), shift, ("blocked_ns", "gpu_idle_ns", "blame"))
-    whole = timeline(trace, "trace").segments
+    whole = timeline(trace, "trace").coarse
     if whole.height:
         for device in whole["device"].unique().sort().to_list():
             on_device = whole.filter(pl.col("device") == device)
