@@ -153,3 +153,35 @@ def test_comms_of_a_single_trace_have_no_peer_figures(tmp_path):
     assert (row["kind"], row["bytes"], row["kernel_ns"], row["exposed_ns"]) == ("all_reduce", 256 * 4, 20 * US, 20 * US)
     assert row["transfer_ns"] is None and row["wait_ns"] is None
     assert row["busbw_gbps"] == pytest.approx(row["algbw_gbps"] * 2 * (2 - 1) / 2)
+
+
+def test_sub_group_collectives_match_within_the_group(tmp_path):
+    """Ranks 0 and 1 of a world of 4: their tensor-parallel group "1" = [0, 1] is whole here,
+    the world group "0" is not. The TP all-reduce: rank 0 [100,400) µs, rank 1 [350,400);
+    rank 1's second TP all-reduce ships other bytes (a mismatch). All-to-all busbw is (n−1)/n."""
+    for rank, (ts, dur) in enumerate([(100.0, 300.0), (350.0, 50.0)]):
+        events = [synth.step(1, 0.0, 1000.0),
+                  *synth.nccl("all_reduce", 10.0, ts, dur, corr=1, pg="1", group=2),
+                  *synth.nccl("all_reduce", 11.0, 500.0, 10.0, corr=2, pg="1", group=2,
+                              nelems=1024 if rank == 0 else 2048),
+                  *synth.nccl("all_gather", 12.0, 600.0, 10.0, corr=3, pg="0", group=4)]
+        doc = synth.doc(events, rank=rank, world_size=4)
+        doc["distributedInfo"]["pg_config"] = [{"pg_name": "0", "ranks": [0, 1, 2, 3]},
+                                               {"pg_name": "1", "ranks": [0, 1]}]
+        for e in doc["traceEvents"]:
+            e.get("args", {}).pop("Process Group Ranks", None)
+        synth.write(tmp_path, f"rank{rank}.json", doc)
+    frames = comms(tracekit.load(tmp_path).traces)
+    r0 = {(c["pg"], c["kind"]): c for c in frames[0]["collectives"][0]}
+    assert (r0[("1", "all_reduce")]["transfer_ns"], r0[("1", "all_reduce")]["wait_ns"]) == (60 * US, 250 * US)
+    assert r0[("1", "all_reduce")]["mismatched"] == 1
+    assert r0[("0", "all_gather")]["transfer_ns"] is None and r0[("0", "all_gather")]["mismatched"] is None
+
+
+def test_all_to_all_bus_bandwidth(tmp_path):
+    events = [synth.step(1, 0.0, 100.0), *synth.launched(
+        "ncclDevKernel_SendRecv(x)", 1.0, 10.0, 10.0, corr=1, **{
+            "Collective name": "all_to_all", "In msg nelems": 1000, "Out msg nelems": 1000, "Group size": 4,
+            "dtype": "Float", "Process Group Name": "0"})]
+    (row,) = comms([tracekit.load(synth.write(tmp_path, "t.json", synth.doc(events)))])[0]["collectives"][0]
+    assert row["kind"] == "all_to_all" and row["busbw_gbps"] == pytest.approx(row["algbw_gbps"] * 3 / 4, abs=1e-3)
