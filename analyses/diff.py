@@ -13,6 +13,8 @@ time − A's (integer ns).
 - op: the CPU op that launched it; phase: forward / backward / optimizer (`phases.py`), so
   that the same kernel pairs across FSDP1 and FSDP2.
 - The FSDP-aware view (`by="fsdp"`) groups the same items by (kind, phase, FSDP label).
+- A trace without device activity (CPU-only, gloo): a step's time is its CPU window, split
+  among the outermost CPU ops of the step's thread (kind `cpu`), the rest `host: other`.
 - Steps: one (`step`), or — `steps="all"` — the median step of each side (by time; the
   lower median for an even count) is attributed, and each item's delta over every step both
   sides have gives its spread (`delta_min_ns`, `delta_max_ns`).
@@ -27,7 +29,7 @@ import polars as pl
 from tracekit.analyses.comms import collective_kernels
 from tracekit.analyses.phases import launch_context
 from tracekit.analyses.syncs import host_syncs
-from tracekit.analyses.timeline import timeline
+from tracekit.analyses.timeline import outermost, timeline
 from tracekit.errors import TraceError
 from tracekit.model import Trace
 from tracekit.names import kernel_identity
@@ -70,6 +72,7 @@ class RunDiff:
     per_rank: list[Diff]
     together: Diff
     warnings: list[str]
+    unprofiled: dict | None = None  # `variants.unprofiled_delta`, when both sides come with a profile manifest
 
     @property
     def shown(self) -> Diff:
@@ -85,6 +88,8 @@ def step_items(trace: Trace, step: int) -> pl.DataFrame:
 
 def all_items(trace: Trace) -> pl.DataFrame:
     """Every step's items (`step_items`, with their step), made once and kept on the trace."""
+    if "diff_items" not in trace.derived and not trace.has_gpu:
+        trace.derived["diff_items"] = host_items(trace)
     if "diff_items" not in trace.derived:
         line = timeline(trace)
         idle = (line.segments.filter(pl.col("category") == "idle")
@@ -102,6 +107,24 @@ def all_items(trace: Trace) -> pl.DataFrame:
             .otherwise(pl.col("identity")).alias("name"),
             "op", "phase", "fsdp", "unit", pl.col("share_ns").alias("ns"), "row")
     return trace.derived["diff_items"]
+
+
+def host_items(trace: Trace) -> pl.DataFrame:
+    """A trace without device activity (CPU-only, gloo): each step's CPU window split among the
+    outermost CPU ops of the step's thread (kind `cpu`, name the op), the rest `host: other`."""
+    steps = trace.ops.filter(pl.col("name").str.starts_with("ProfilerStep#")).select(
+        "tid", pl.col("name").str.extract(r"#(\d+)", 1).cast(pl.Int64).alias("step"), "start", "end")
+    if steps.height == 0:  # one whole-trace step 0
+        steps = trace.steps.select(pl.lit(None, pl.Int64).alias("tid"), "step", start="cpu_start", end="cpu_end")
+    ops = outermost(trace.ops.filter(~pl.col("name").str.starts_with("ProfilerStep#")))
+    inside = steps.join(ops, on="tid", how="left" if steps["tid"].null_count() else "inner", suffix="_op").filter(
+        (pl.col("start_op") >= pl.col("start")) & (pl.col("end_op") <= pl.col("end")))
+    busy = inside.select("step", "name", ns=pl.col("end_op") - pl.col("start_op"))
+    rest = steps.join(busy.group_by("step").agg(pl.col("ns").sum().alias("busy")), on="step", how="left").select(
+        "step", name=pl.lit("host: other"), ns=pl.col("end") - pl.col("start") - pl.col("busy").fill_null(0))
+    return pl.concat([busy, rest], how="vertical_relaxed").select(
+        "step", kind=pl.lit("cpu"), name="name", op=pl.lit(None, pl.String), phase=pl.lit(None, pl.String),
+        fsdp=pl.lit(None, pl.String), unit=pl.lit(None, pl.String), ns="ns", row=pl.lit(None, pl.UInt32))
 
 
 def diff_items(a: pl.DataFrame, b: pl.DataFrame, by: str = "kernel") -> pl.DataFrame:
@@ -171,7 +194,10 @@ def diff_traces(a: Trace, b: Trace, a_step: int, b_step: int, top: int = 20, by:
 
 
 def step_times(trace: Trace) -> dict[int, int]:
-    """Each step with device work → its time (ns): the span, summed over devices."""
+    """Each step with device work → its time (ns): the span, summed over devices; without any
+    device activity, each step's CPU window."""
+    if not trace.has_gpu:
+        return dict(trace.steps.select("step", pl.col("cpu_end") - pl.col("cpu_start")).iter_rows())
     spans = dict(timeline(trace).coarse.group_by("step").agg((pl.col("end") - pl.col("start")).sum()).iter_rows())
     return {s: spans.get(s, 0) for s in sorted(trace.gpu["step"].drop_nulls().unique().to_list())}
 
@@ -182,16 +208,16 @@ def median_step(times: dict[int, int]) -> int:
     return ordered[(len(ordered) - 1) // 2]
 
 
-def item_spread(a: Trace, b: Trace, steps: list[int], by: str) -> pl.DataFrame:
+def item_spread(pairs: list[tuple[Trace, Trace]], steps: list[int], by: str) -> pl.DataFrame:
     """Per item: the least and largest delta over `steps` (both sides' same-numbered steps;
-    a step without the item counts 0)."""
+    a step without the item counts 0), summed over the (A, B) pairs of ranks given."""
     key = VIEWS[by]
 
-    def per_step(t, side):
-        return (all_items(t).filter(pl.col("step").is_in(steps)).group_by("step", *key)
-                .agg(pl.col("ns").sum().alias(side)))
+    def per_step(traces, side):
+        items = pl.concat([all_items(t).filter(pl.col("step").is_in(steps)) for t in traces])
+        return items.group_by("step", *key).agg(pl.col("ns").sum().alias(side))
 
-    deltas = (per_step(a, "a").join(per_step(b, "b"), on=["step", *key], how="full", coalesce=True, nulls_equal=True)
+    deltas = (per_step([a for a, _ in pairs], "a").join(per_step([b for _, b in pairs], "b"), on=["step", *key], how="full", coalesce=True, nulls_equal=True)
               .with_columns(delta=pl.col("b").fill_null(0) - pl.col("a").fill_null(0)))
     missing = pl.len() < len(steps)
     return deltas.group_by(key).agg(
@@ -228,22 +254,28 @@ def diff_runs(a_traces: list[Trace], b_traces: list[Trace], steps="all", top: in
     if not common:
         raise TraceError(f"{a_traces[0].path} / {b_traces[0].path}",
                          f"no rank in common (A: {sorted(a_ranks)}, B: {sorted(b_ranks)})")
-    diffs = []
+    diffs, everywhere = [], None
     for rank in common:
         a, b = a_ranks[rank], b_ranks[rank]
         a_step, b_step, shared, note = chosen_steps(a, b, steps)
         if note:
             warnings.append(f"rank {rank}: {note}")
-        spread = item_spread(a, b, shared, by) if steps == "all" and len(shared) > 1 else None
+        everywhere = set(shared) if everywhere is None else everywhere & set(shared)
+        spread = item_spread([(a, b)], shared, by) if steps == "all" and len(shared) > 1 else None
         diffs.append(diff_traces(a, b, a_step, b_step, top, by, spread))
-    return RunDiff(diffs, aggregate(diffs, top, by), warnings)
+    pairs = [(a_ranks[r], b_ranks[r]) for r in common]
+    spread = item_spread(pairs, sorted(everywhere), by) if steps == "all" and len(everywhere) > 1 else None
+    return RunDiff(diffs, aggregate(diffs, top, by, spread), warnings)
 
 
-def aggregate(diffs: list[Diff], top: int, by: str) -> Diff:
-    """All ranks together: step times and item times summed over ranks (spreads dropped)."""
+def aggregate(diffs: list[Diff], top: int, by: str, spread: pl.DataFrame | None) -> Diff:
+    """All ranks together: step times and item times summed over ranks; `spread` over the
+    steps every rank pair shares, of the summed deltas."""
     key = VIEWS[by]
     items = pl.concat([d.all_items.select(*key, *SUMS) for d in diffs])
     summed = by_delta(items.group_by(key).agg(pl.col(*SUMS).sum()), key)
+    if spread is not None:
+        summed = summed.join(spread, on=key, how="left", nulls_equal=True, maintain_order="left")
     return Diff(None, diffs[0].a_step, diffs[0].b_step, sum(d.a_step_ns for d in diffs),
                 sum(d.b_step_ns for d in diffs), top_with_other(summed, top, key), summed,
                 summed_by([d.syncs for d in diffs], "api"), summed_by([d.collectives for d in diffs], "kind"))

@@ -167,7 +167,7 @@ def run_findings(traces: list[Trace], from_directory: bool) -> pl.DataFrame:
         if len(set(map(str, values.values()))) > 1:
             rows.append(finding("warning", "mixed_versions", f"ranks differ in {label}: " +
                                 ", ".join(f"rank {r}: {v}" for r, v in sorted(values.items()))))
-    if len(traces) > 1:
+    if len(traces) > 1 and all(t.has_gpu for t in traces):  # kernels, not host ops, end together
         rows += _clock_skew(traces)
     return by_severity(rows)
 

@@ -5,6 +5,9 @@
   exposed_comm_ns, comm_alone_ns: the timeline's figures of the step on the device
   (`timeline.figures`; docs/metrics.md).
 - kernels: kernel activities the step launched on the device.
+- host_idle_ns: idle time of the span while the host was in CPU ops or launch/runtime calls
+  (`timeline.host_idle`); host_bound: more than half the span — the step measures the host's
+  Python and launch overhead, not its kernels.
 - syncs.<api>: host-blocking runtime calls in the step's CPU window (host, as cpu_ns).
 - collectives.<kind>: collective kernels the step launched on the device; on CPU-only traces
   the collective ops (`record_param_comms`, else the `c10d::` dispatcher ops).
@@ -18,7 +21,7 @@ from __future__ import annotations
 import polars as pl
 
 from tracekit.analyses.counts import count_columns
-from tracekit.analyses.timeline import SYNC_APIS, activities, figures, timeline
+from tracekit.analyses.timeline import SYNC_APIS, activities, figures, host_idle, timeline
 from tracekit.model import Trace
 from tracekit.names import collective_kind
 
@@ -78,13 +81,14 @@ def summary(trace: Trace, scope: str = "step") -> pl.DataFrame:
     key = ["step", "device"]
     kernels = scoped(activities(trace, scope).filter(pl.col("kind") == "kernel"), scope).group_by(key).agg(
         kernels=pl.len().cast(pl.Int64))
+    line = timeline(trace, scope)
     table = (step_rows(trace, scope)
-             .join(figures(timeline(trace, scope).coarse).drop("gpu_start", "gpu_end"), on=key, how="left",
-                   nulls_equal=True)
+             .join(figures(line.coarse).drop("gpu_start", "gpu_end"), on=key, how="left", nulls_equal=True)
+             .join(host_idle(line.segments), on=key, how="left", nulls_equal=True)
              .join(kernels, on=key, how="left", nulls_equal=True)
              .with_columns(pl.when(pl.col("device").is_not_null()).then(pl.col(c).fill_null(0))  # zero-length work
-                           for c in ("kernels", *FIGURES) if c != "overlap_pct"))
-    table = table.select(*key, "cpu_ns", *FIGURES[:3], "kernels", *FIGURES[3:])
+                           for c in ("kernels", "host_idle_ns", *FIGURES) if c != "overlap_pct"))
+    table = table.select(*key, "cpu_ns", *FIGURES[:3], "kernels", *FIGURES[3:], "host_idle_ns", "host_bound")
     syncs = sync_counts(trace, scope).rename({"api": "key"})
     apis = list(ALWAYS_REPORTED_SYNCS) + sorted(set(syncs["key"]) - set(ALWAYS_REPORTED_SYNCS))
     colls = collective_counts(trace, scope).select(*key, pl.col("coll_kind").fill_null("other").alias("key"), "n")

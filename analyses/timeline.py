@@ -335,3 +335,16 @@ def busy_during(intervals: pl.DataFrame, segments: pl.DataFrame) -> np.ndarray:
     covered = np.where(active(bounds, bs, be) > 0, np.diff(bounds), 0)
     prefix = np.concatenate([[0], np.cumsum(covered)])
     return prefix[np.searchsorted(bounds, e)] - prefix[np.searchsorted(bounds, s)]
+
+
+HOST_WORK = r"^(cpu_op|launch|runtime): "  # idle causes where the host is busy with its own work
+
+
+def host_idle(segments: pl.DataFrame) -> pl.DataFrame:
+    """Per (step, device): `host_idle_ns`, the idle time while the host is in CPU ops or
+    launch/runtime calls (not blocked in a sync, not nothing recorded) — the device waiting
+    for the host. `host_bound`: that is more than half of the span."""
+    ns = pl.col("end") - pl.col("start")
+    return segments.group_by("step", "device").agg(
+        host_idle_ns=ns.filter((pl.col("category") == "idle") & pl.col("cause").str.contains(HOST_WORK)).sum(),
+        span=ns.sum()).with_columns(host_bound=pl.col("host_idle_ns") * 2 > pl.col("span")).drop("span")

@@ -10,6 +10,7 @@ import json
 import os
 import platform
 import socket
+import statistics
 import uuid
 from pathlib import Path
 
@@ -22,6 +23,48 @@ MANIFEST = "manifest.json"
 
 class ProfileError(TracekitError):
     """A profile run that cannot start (bad options, OUT exists)."""
+
+
+def make_config(options: dict) -> dict:
+    """The run's configuration from the command's options, every one checked before any
+    worker starts (a bad one raises ProfileError: one line). `global_batch` sets the batch per
+    rank (strong scaling) and must divide by the world size."""
+    import torch
+
+    from .checkpoint import MODES
+    from .inputs import parse_inputs
+    from .model import model_config
+    from .parallelize import check_variants
+
+    o = dict(options)
+    device = o["device"] or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ProfileError("no CUDA device here; use --device cpu")
+    world = int(os.environ["WORLD_SIZE"]) if "WORLD_SIZE" in os.environ else \
+        o["nproc"] or (torch.cuda.device_count() if device == "cuda" else 2)
+    if o["global_batch"] is not None:
+        if o["overrides"].get("batch") is not None:
+            raise ProfileError("--batch (per rank) and --global-batch (in total) exclude each other")
+        if o["global_batch"] < 1 or o["global_batch"] % world:
+            raise ProfileError(f"--global-batch {o['global_batch']} does not divide by the world size {world}")
+        o["overrides"] = {**o["overrides"], "batch": o["global_batch"] // world}
+    try:
+        check_variants(o["variants"])
+        config = model_config(o["preset"], **o["overrides"])
+        parse_inputs(o["inputs"], config.seq)
+    except ValueError as e:
+        raise ProfileError(str(e)) from None
+    rules = [(o["warmup"] >= 1 and o["steps"] >= 1, "--warmup and --steps must be at least 1"),
+             (o["profile_steps"] >= 0, "--profile-steps must be 0 or more"),
+             (o["checkpoint"] in (None, *MODES), f"--checkpoint: {' or '.join(MODES)}"),
+             (o["checkpoint_every"] >= 1, "--checkpoint-every must be at least 1"),
+             (o["memory_fraction"] is None or 0 < o["memory_fraction"] <= 1, "--memory-fraction lies in (0, 1]"),
+             (o["memory_fraction"] is None or device == "cuda", "--memory-fraction needs --device cuda")]
+    for ok, message in rules:
+        if not ok:
+            raise ProfileError(message)
+    return {**o, "device": device, "nproc": world, "global_batch": config.batch * world,
+            "precision": o["precision"] or ("bf16" if device == "cuda" else "fp32")}
 
 
 def prepare_out(out: Path, overwrite: bool) -> None:
@@ -75,5 +118,10 @@ def profile(cfg: dict) -> dict | None:
                               monitor_interval=0.5)
         results = elastic_launch(launch, worker_main)(cfg)[0]
     manifest = {"config": cfg, "versions": versions(), "variants": results}
+    for entry in results.values():  # throughput over the timed steps, all ranks together
+        if entry.get("status") == "ok":
+            tokens = sum(r["batch_per_rank"] * statistics.mean(r["seq_lens"]) for r in entry["ranks"])
+            slowest = max(r["step_ms"]["median"] for r in entry["ranks"])
+            entry["tokens_per_s"] = round(tokens / (slowest / 1000), 1)
     write_json_atomically(out / MANIFEST, manifest)
     return manifest

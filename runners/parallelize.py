@@ -4,10 +4,16 @@ A variant is a name for a fixed set of options (`VARIANTS`). `parallelize` appli
 this order, which each step depends on:
 1. float8 conversion (swaps nn.Linear before anything wraps or compiles it);
 2. per-block torch.compile (compiled blocks are then sharded, as torchtitan does);
-3. data parallelism: DDP, FSDP1 or FSDP2 (per block, then the root).
+3. data parallelism: DDP, FSDP1 or FSDP2 (per block, then the root) — natively, or through
+   Lightning Fabric's `DDPStrategy` / `ModelParallelStrategy` (the `lightning-*` variants),
+   which then also owns the backward pass and the optimizer.
+It returns a `Parallel`: the wrapped model, how to run backward, how to wrap the optimizer.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
 
 import torch
 from torch import nn
@@ -23,7 +29,19 @@ VARIANTS = {
     "fsdp2-fp8": {"wrap": "fsdp2", "float8": True},
     # torchao's float8 casts are separate eager kernels unless compiled: this is how it is meant to run.
     "fsdp2-compile-fp8": {"wrap": "fsdp2", "float8": True, "compile": True},
+    # The same data parallelism through Lightning (optional extra `lightning`), to see what it costs.
+    "lightning-ddp": {"wrap": "ddp", "lightning": True},
+    "lightning-fsdp2": {"wrap": "fsdp2", "lightning": True},
 }
+
+
+@dataclass
+class Parallel:
+    """A wrapped model, its backward pass and the optimizer made for it."""
+
+    model: nn.Module
+    backward: Callable = torch.Tensor.backward
+    setup_optimizer: Callable = lambda optimizer: optimizer  # noqa: E731
 
 
 def check_variants(names: list[str]) -> list[str]:
@@ -35,6 +53,11 @@ def check_variants(names: list[str]) -> list[str]:
 
 def why_skipped(variant: str, device: torch.device) -> str | None:
     """The reason a variant cannot run on this device, or None."""
+    if VARIANTS[variant].get("lightning"):
+        try:
+            import lightning.fabric  # noqa: F401
+        except ImportError:
+            return "Lightning is not installed (pip install 'torch-tracekit[lightning]')"
     if VARIANTS[variant].get("float8"):
         if device.type != "cuda":
             return "float8 training needs a CUDA GPU (compute capability 8.9 or newer)"
@@ -56,9 +79,10 @@ def apply_float8(model: nn.Module) -> None:
 
 
 def apply_compile(model: nn.Module) -> None:
-    """torch.compile each block separately (per-block compilation)."""
-    for i, block in enumerate(model.blocks):
-        model.blocks[i] = torch.compile(block)
+    """torch.compile each block separately, in place (`module.compile()`): module names stay
+    those of the eager model, so traces and diffs of compiled and eager variants align."""
+    for block in model.blocks:
+        block.compile()
 
 
 def apply_ddp(model: nn.Module, device: torch.device) -> nn.Module:
@@ -80,31 +104,68 @@ def apply_fsdp1(model: nn.Module, device: torch.device, mixed: bool, limit_all_g
         device_id=device, use_orig_params=True, limit_all_gathers=limit_all_gathers)
 
 
-def apply_fsdp2(model: nn.Module, mixed: bool, per_block: bool, reshard_after_forward: bool) -> nn.Module:
-    """fully_shard each block (unless root only), then the root."""
+def apply_fsdp2(model: nn.Module, mixed: bool, per_block: bool, reshard_after_forward: bool, mesh=None) -> nn.Module:
+    """fully_shard each block (unless root only), then the root (over `mesh`, default: all ranks)."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if mixed \
         else MixedPrecisionPolicy()
     if per_block:
         for block in model.blocks:
-            fully_shard(block, mp_policy=policy, reshard_after_forward=reshard_after_forward)
-    fully_shard(model, mp_policy=policy, reshard_after_forward=reshard_after_forward)
+            fully_shard(block, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard_after_forward)
+    fully_shard(model, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard_after_forward)
     return model
 
 
-def parallelize(model: nn.Module, variant: str, device: torch.device, mixed: bool) -> nn.Module:
+def apply_lightning(model: nn.Module, wrap: str, device: torch.device, mixed: bool) -> Parallel:
+    """Lightning Fabric in these already-launched workers (it reuses their process group):
+    `DDPStrategy` under bf16 autocast (`bf16-mixed`, as the native ddp variant), or
+    `ModelParallelStrategy` with tensor-parallel size 1 whose parallelize function is
+    `apply_fsdp2` on the data-parallel mesh."""
+    import os
+
+    from lightning.fabric import Fabric
+    from lightning.fabric.strategies import DDPStrategy, ModelParallelStrategy
+
+    world, local = int(os.environ["WORLD_SIZE"]), int(os.environ.get("LOCAL_WORLD_SIZE", os.environ["WORLD_SIZE"]))
+    if wrap == "ddp":
+        strategy, precision = DDPStrategy(), "bf16-mixed" if mixed else "32-true"
+    else:
+        strategy = ModelParallelStrategy(
+            lambda m, mesh: apply_fsdp2(m, mixed, True, True, mesh["data_parallel"]),
+            data_parallel_size=world, tensor_parallel_size=1)
+        precision = "32-true"
+    fabric = Fabric(accelerator=device.type, devices=local, num_nodes=world // local, strategy=strategy,
+                    precision=precision)
+    fabric.launch()
+    return Parallel(fabric.setup_module(model), fabric.backward, fabric.setup_optimizers)
+
+
+def parallelize(model: nn.Module, variant: str, device: torch.device, mixed: bool) -> Parallel:
     """The model wrapped as `variant` (see the module docstring for the order)."""
     options = VARIANTS[check_variants([variant])[0]]
     if options.get("float8"):
         apply_float8(model)
     if options.get("compile"):
         apply_compile(model)
+    if options.get("lightning"):
+        return apply_lightning(model, options["wrap"], device, mixed)
     if options["wrap"] == "ddp":
-        return apply_ddp(model, device)
+        return Parallel(apply_ddp(model, device))
     if options["wrap"] == "fsdp1":
-        return apply_fsdp1(model, device, mixed, options["limit_all_gathers"])
-    return apply_fsdp2(model, mixed, options.get("per_block", True), options.get("reshard_after_forward", True))
+        return Parallel(apply_fsdp1(model, device, mixed, options["limit_all_gathers"]))
+    return Parallel(apply_fsdp2(model, mixed, options.get("per_block", True), options.get("reshard_after_forward", True)))
+
+
+def precision_path(variant: str, mixed: bool) -> str:
+    """How the variant computes, in words (`tracekit report` shows it beside the losses)."""
+    options = VARIANTS[variant]
+    if not mixed:
+        return "fp32"
+    base = "bf16 autocast, fp32 params and grads" if options["wrap"] == "ddp" \
+        else "bf16 params, fp32 gradient reduction (mixed-precision policy)"
+    base += " (via Lightning)" if options.get("lightning") else ""
+    return base + (", float8 linears (torchao)" if options.get("float8") else "")
 
 
 def after_optimizer_step(model: nn.Module, variant: str) -> None:

@@ -16,7 +16,7 @@ RUN = DATA / "h200x2-blocks4"
 def test_check_passes_on_the_gpu_run():
     result = CliRunner().invoke(main, ["check", "--format", "json", str(RUN)])
     assert result.exit_code == 0, result.output
-    rows = json.loads(result.stdout)
+    rows = json.loads(result.stdout)["counts"]
     assert {r["variant"] for r in rows} == {"ddp", "fsdp1", "fsdp2", "fsdp2-compile", "fsdp2-fp8"}
     fsdp1 = {r["count"]: r["trace"] for r in rows if r["variant"] == "fsdp1" and r["rank"] == 0}
     runtime = json.loads((RUN / "manifest.json").read_text())["variants"]["fsdp1"]["ranks"][0]["runtime_counts"]

@@ -22,9 +22,21 @@ def tracekit_cli(*args):
 def out(tmp_path_factory):
     out = tmp_path_factory.mktemp("profile") / "run"
     result = tracekit_cli("profile", "--device", "cpu", "--nproc", 2, "--preset", "tiny", "--variants",
-                          ",".join(VARIANTS), "--warmup", 2, "--steps", 3, "--out", out)
+                          ",".join(VARIANTS), "--warmup", 2, "--steps", 6, "--profile-steps", 3, "--out", out)
     assert result.returncode == 0, result.stderr[-3000:]
     return out
+
+
+def profiled(tmp_path_factory, *args, env=None):
+    """A CPU profile run (2 gloo workers, tiny preset) with `args`; its manifest."""
+    import os
+
+    out = tmp_path_factory.mktemp("profile") / "run"
+    command = ["profile", "--device", "cpu", "--warmup", 1, "--no-report", "--out", out, *args]
+    result = subprocess.run([sys.executable, "-m", "tracekit", *map(str, command)], capture_output=True, text=True,
+                            timeout=300, env={**os.environ, **(env or {})})
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads((out / "manifest.json").read_text())
 
 
 def test_every_variant_ran_on_both_ranks(out):
@@ -35,7 +47,10 @@ def test_every_variant_ran_on_both_ranks(out):
         assert [r["rank"] for r in entry["ranks"]] == [0, 1]
         for rank in (0, 1):
             trace = tracekit.load(out / variant / f"rank{rank}.pt.trace.json.gz")
-            assert trace.rank == rank and trace.world_size == 2 and trace.steps["step"].to_list() == [1]
+            assert trace.rank == rank and trace.world_size == 2 and trace.steps["step"].to_list() == [1, 2, 3]
+        for r in entry["ranks"]:
+            assert len(r["profiled_step_ms"]) == 3 and len(r["runtime_counts_per_step"]) == 3
+            assert len(r["step_ms"]["all"]) == 6
 
 
 def test_trace_collectives_equal_what_the_runtime_counted(out):
@@ -60,10 +75,102 @@ def test_same_model_and_data_in_every_variant(out):
     assert fractions["ddp"] == 1.0 and 0.4 < fractions["fsdp2"] < 0.6
 
 
-def test_check_passes_and_report_prints(out):
+def test_check_passes_and_report_carries_noise_and_verdicts(out):
     assert tracekit_cli("check", out).returncode == 0
-    report = tracekit_cli("report", "--format", "csv", out)
-    assert report.returncode == 0 and report.stdout.splitlines()[0].startswith("variant,rank,status,step_ms")
+    report = tracekit_cli("report", "--format", "json", out)
+    rows = json.loads(report.stdout)
+    assert report.returncode == 0 and {r["variant"] for r in rows} == set(VARIANTS)
+    for r in rows:
+        lo, hi = r["step_ms_ci"]
+        assert lo <= r["step_ms"] <= hi and r["n_steps"] == 6 and r["profiled_step_ms"] > 0
+        if r["variant"] == "ddp":
+            assert (r["verdict"], r["d_step_ms"], r["d_step_ms_ci"]) == ("base", 0.0, None)
+        else:
+            d_lo, d_hi = r["d_step_ms_ci"]
+            assert d_lo <= r["d_step_ms"] <= d_hi
+            assert r["verdict"] == ("faster" if d_hi < 0 else "slower" if d_lo > 0 else "no change")
+
+
+def test_diff_of_all_profiled_steps(out):
+    """CPU-only traces: the median profiled step's CPU window, split among top-level ops."""
+    result = tracekit_cli("diff", "--steps", "all", "--format", "json", out / "ddp", out / "fsdp2")
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["step"] in (1, 2, 3) and sum(i["delta_ns"] for i in doc["items"]) == doc["step_delta_ns"]
+    assert doc["unprofiled"]["verdict"] in ("faster", "slower", "no change")
+    assert all("delta_min_ns" in i for i in doc["items"] if i["kind"] != "other")
+
+
+def test_one_failing_rank_ends_the_variant_everywhere_and_the_rest_runs(tmp_path_factory):
+    """Rank 1 raises inside fsdp1's timed steps while rank 0 waits in a collective: rank 0's
+    collective ends at the 20 s timeout, both record the failure (rank 1's first), fsdp2 runs."""
+    manifest = profiled(tmp_path_factory, "--variants", "ddp,fsdp1,fsdp2", "--steps", 3, "--collective-timeout", 20,
+                        env={"TRACEKIT_FAIL": "1:fsdp1"})
+    entry = manifest["variants"]["fsdp1"]
+    assert entry["status"] == "error" and entry["message"].startswith("rank 1: RuntimeError: injected failure")
+    assert entry["failed_ranks"] == [0, 1]
+    assert manifest["variants"]["ddp"]["status"] == manifest["variants"]["fsdp2"]["status"] == "ok"
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_checkpoint_stalls(tmp_path_factory, mode):
+    manifest = profiled(tmp_path_factory, "--variants", "fsdp2", "--steps", 4, "--checkpoint", mode,
+                        "--checkpoint-every", 2)
+    for r in manifest["variants"]["fsdp2"]["ranks"]:
+        ckpt = r["checkpoint"]
+        assert ckpt["mode"] == mode and len(ckpt["stall_ms"]) == len(ckpt["total_ms"]) == 2 and ckpt["bytes"] > 0
+        assert all(s <= t for s, t in zip(ckpt["stall_ms"], ckpt["total_ms"]))
+        assert len(ckpt["step_ms_with_save"]) == 2 and len(ckpt["step_ms_without_save"]) == 2
+
+
+def test_variable_lengths_and_a_global_batch(tmp_path_factory):
+    manifest = profiled(tmp_path_factory, "--variants", "fsdp2", "--steps", 4, "--inputs", "variable-length",
+                        "--global-batch", 4)
+    entry = manifest["variants"]["fsdp2"]
+    assert manifest["config"]["global_batch"] == 4 and entry["tokens_per_s"] > 0
+    for r in entry["ranks"]:
+        assert r["batch_per_rank"] == 2 and len(set(r["seq_lens"])) > 1 and max(r["seq_lens"]) <= 64
+
+
+def test_a_global_batch_that_does_not_divide_is_refused(tmp_path):
+    result = tracekit_cli("profile", "--device", "cpu", "--global-batch", 3, "--out", tmp_path / "x")
+    assert result.returncode == 2 and result.stderr.strip() == "tracekit: --global-batch 3 does not divide by the world size 2"
+    assert not (tmp_path / "x").exists()
+
+
+def test_capacity_records_out_of_memory_as_evidence(tmp_path):
+    """fsdp1 runs out of memory from batch 2 on (injected): its capacity is batch 1; ddp's 4."""
+    import os
+
+    out = tmp_path / "cap"
+    result = subprocess.run([sys.executable, "-m", "tracekit", "capacity", "--device", "cpu", "--presets", "tiny",
+                             "--batches", "1,2,4", "--variants", "ddp,fsdp1", "--format", "json", "--out", str(out)],
+                            capture_output=True, text=True, timeout=300, env={**os.environ, "TRACEKIT_OOM": "fsdp1@tiny:2"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = {r["variant"]: r for r in json.loads(result.stdout)}
+    assert (rows["ddp"]["largest_batch"], rows["fsdp1"]["largest_batch"]) == (4, 1)
+    assert rows["fsdp1"]["stopped_by"] == "oom at tiny batch 2" and rows["fsdp1"]["probes"] == 2
+    probes = json.loads((out / "capacity.json").read_text())["probes"]
+    assert len(probes) == 5 and (out / "tiny-b4" / "manifest.json").exists()
+
+
+def test_lightning_variants_train_the_same_model(tmp_path_factory):
+    manifest = profiled(tmp_path_factory, "--variants", "ddp,lightning-ddp,lightning-fsdp2", "--steps", 3)
+    for variant in ("lightning-ddp", "lightning-fsdp2"):
+        entry = manifest["variants"][variant]
+        assert entry["status"] == "ok" and entry["ranks"][0]["precision_path"] == "fp32"
+    losses = [e["ranks"][0]["first_step"]["loss"] for e in manifest["variants"].values()]
+    assert max(losses) - min(losses) < 1e-4
+
+
+def test_lightning_variants_say_why_they_are_skipped(monkeypatch):
+    import torch
+
+    from tracekit.runners.parallelize import why_skipped
+
+    monkeypatch.setitem(sys.modules, "lightning.fabric", None)
+    assert why_skipped("lightning-ddp", torch.device("cpu")) == \
+        "Lightning is not installed (pip install 'torch-tracekit[lightning]')"
 
 
 def test_existing_out_is_not_overwritten(out):
@@ -104,8 +211,10 @@ def test_a_failing_variant_is_recorded_and_the_others_still_run(tmp_path, monkey
         monkeypatch.setenv(key, value)
     monkeypatch.setattr(worker, "run_variant", flaky)
     cfg = {"out": str(tmp_path), "variants": ["fsdp1", "fsdp2", "ddp"], "preset": "tiny", "overrides": {},
-           "device": "cpu", "nproc": 1, "precision": "fp32", "seed": 0, "warmup": 1, "steps": 1, "with_stack": False}
+           "device": "cpu", "nproc": 1, "precision": "fp32", "seed": 0, "warmup": 1, "steps": 1, "with_stack": False,
+           "profile_steps": 1, "profile_mode": "full", "inputs": "fixed", "checkpoint": None, "checkpoint_every": 5,
+           "keep_checkpoints": False, "memory_fraction": None, "collective_timeout_s": 60, "global_batch": None}
     results = worker.worker_main(cfg)
-    assert results["fsdp1"]["status"] == "error" and results["fsdp1"]["message"] == "RuntimeError: boom"
+    assert results["fsdp1"]["status"] == "error" and results["fsdp1"]["message"] == "rank 0: RuntimeError: boom"
     assert results["fsdp2"]["status"] == "oom" and "out of memory" in results["fsdp2"]["message"]
     assert results["ddp"]["status"] == "ok" and (tmp_path / "ddp" / "rank0.pt.trace.json.gz").exists()

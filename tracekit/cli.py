@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import os
 import sys
 from importlib.resources import files
@@ -231,14 +232,20 @@ def diffed(a, b, steps, rank, top: int, by: str, options: dict):
     """(A's traces, B's traces, the RunDiff) with every warning printed: world sizes, steps,
     and the models named by the profile manifests when both have one."""
     from tracekit.analyses.diff import diff_runs
-    from tracekit.analyses.variants import config_mismatch
-    from tracekit.loading import manifest_near
+    from tracekit.analyses.variants import config_mismatch, fidelity_warnings, unprofiled_delta
+    from tracekit.loading import profile_variant
 
     if isinstance(steps, list) and len(steps) != 1:
         raise click.BadParameter("diff compares one step, or all (the median step)", param_hint="--steps")
     a_traces, b_traces = load_traces([a], rank, options), load_traces([b], rank, options)
     result = diff_runs(a_traces, b_traces, steps if steps == "all" else steps[0], top, by)
-    for warning in result.warnings + config_mismatch(manifest_near(a), manifest_near(b)):
+    (ma, va), (mb, vb) = profile_variant(a), profile_variant(b)
+    warnings = result.warnings + config_mismatch(ma, mb)
+    if ma and mb:
+        result.unprofiled = unprofiled_delta(ma, va, mb, vb)
+        if result.unprofiled:
+            warnings += fidelity_warnings(result.together.step_delta_ns / len(result.per_rank) / 1e6, result.unprofiled)
+    for warning in warnings:
         click.echo(f"tracekit: warning: {warning}", err=True)
     return a_traces, b_traces, result
 
@@ -332,27 +339,21 @@ def timeline(paths, output, step, rank, options):
     click.echo(f"tracekit: wrote {output}", err=True)
 
 
-def variant_list(ctx, param, value: str) -> list[str]:
-    from tracekit.runners.parallelize import check_variants
-
-    try:
-        return check_variants([v.strip() for v in value.split(",") if v.strip()])
-    except ValueError as e:
-        raise click.BadParameter(str(e)) from None
-
-
 @main.command()
 @click.option("--out", type=click.Path(file_okay=False), default="tracekit-out", show_default=True,
               help="Output directory: manifest.json and <variant>/rank<r>.pt.trace.json.gz.")
-@click.option("--variants", callback=variant_list, default="ddp,fsdp1,fsdp2", show_default=True,
+@click.option("--variants", default="ddp,fsdp1,fsdp2", show_default=True,
               help="Comma-separated: ddp, fsdp1, fsdp1-nolimit, fsdp2, fsdp2-root, fsdp2-noreshard, "
-                   "fsdp2-compile, fsdp2-fp8, fsdp2-compile-fp8.")
+                   "fsdp2-compile, fsdp2-fp8, fsdp2-compile-fp8, lightning-ddp, lightning-fsdp2.")
 @click.option("--preset", type=click.Choice(["tiny", "small", "medium", "large"]), default="tiny", show_default=True)
 @click.option("--blocks", type=int)
 @click.option("--hidden", type=int)
 @click.option("--heads", type=int)
 @click.option("--seq", type=int)
-@click.option("--batch", type=int)
+@click.option("--batch", type=int, help="Sequences per rank (weak scaling).")
+@click.option("--global-batch", type=int, help="Sequences in total, split over the ranks (strong scaling).")
+@click.option("--inputs", default="fixed", show_default=True,
+              help="fixed, variable-length, variable-mask or buckets:L1,L2,... (docs/profile.md).")
 @click.option("--device", type=click.Choice(["cuda", "cpu"]), default=None,
               help="Default: cuda when available (NCCL), else cpu (gloo).")
 @click.option("--nproc", type=int, default=None, help="Workers to start (default: GPUs, or 2 on CPU). "
@@ -361,34 +362,31 @@ def variant_list(ctx, param, value: str) -> list[str]:
               help="bf16 parameters with fp32 reduction (default on cuda) or fp32 (default on cpu).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--warmup", type=int, default=3, show_default=True)
-@click.option("--steps", type=int, default=10, show_default=True, help="Timed unprofiled steps.")
-@click.option("--with-stack", is_flag=True, help="Record Python stacks in the trace.")
+@click.option("--steps", type=int, default=20, show_default=True, help="Timed unprofiled steps.")
+@click.option("--profile-steps", type=int, default=1, show_default=True,
+              help="Steps recorded with the profiler after the timed ones (0: none).")
+@click.option("--profile-mode", type=click.Choice(["full", "light"]), default="full", show_default=True,
+              help="full records shapes (and stacks with --with-stack); light neither, for less overhead.")
+@click.option("--with-stack", is_flag=True, help="Record Python stacks in the trace (full mode).")
+@click.option("--checkpoint", type=click.Choice(["sync", "async"]), default=None,
+              help="Save model and optimizer state with torch.distributed.checkpoint during the timed steps.")
+@click.option("--checkpoint-every", type=int, default=5, show_default=True, help="Timed steps between saves.")
+@click.option("--keep-checkpoints", is_flag=True, help="Keep OUT/<variant>/ckpt after the run.")
+@click.option("--memory-fraction", type=float, default=None,
+              help="Limit each rank to this fraction of its GPU's memory (a smaller GPU, for capacity).")
+@click.option("--collective-timeout", "collective_timeout_s", type=float, default=600, show_default=True,
+              help="Seconds a collective may wait for peers before the variant fails on every rank.")
 @click.option("--overwrite", is_flag=True, help="Write into an existing --out.")
 @click.option("--report/--no-report", default=True, show_default=True,
               help="Print the variants side by side at the end (`tracekit report OUT` prints it later).")
 @format_option
-def profile(out, variants, preset, blocks, hidden, heads, seq, batch, device, nproc, precision, seed, warmup,
-            steps, with_stack, overwrite, report, fmt):
-    """Record one optimizer step per variant (one trace per rank) and report them side by side."""
-    import torch
+def profile(out, variants, preset, blocks, hidden, heads, seq, batch, overwrite, report, fmt, **options):
+    """Record profiled optimizer steps per variant (one trace per rank) and report them side by side."""
+    from tracekit.runners.launch import make_config, prepare_out, profile as run_profile
 
-    from tracekit.runners.launch import prepare_out, profile as run_profile
-    from tracekit.runners.model import model_config
-
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise click.BadParameter("no CUDA device here; use --device cpu", param_hint="--device")
-    overrides = {"blocks": blocks, "hidden": hidden, "heads": heads, "seq": seq, "batch": batch}
-    try:
-        model_config(preset, **overrides)  # reject bad shapes before starting workers
-    except ValueError as e:
-        raise click.BadParameter(str(e)) from None
-    if warmup < 1 or steps < 1:
-        raise click.BadParameter("--warmup and --steps must be at least 1")
-    cfg = {"out": str(out), "variants": variants, "preset": preset, "overrides": overrides, "device": device,
-           "nproc": nproc or (torch.cuda.device_count() if device == "cuda" else 2),
-           "precision": precision or ("bf16" if device == "cuda" else "fp32"), "seed": seed, "warmup": warmup,
-           "steps": steps, "with_stack": with_stack}
+    cfg = make_config({"out": str(out), "variants": [v.strip() for v in variants.split(",") if v.strip()],
+                       "preset": preset, "overrides": {"blocks": blocks, "hidden": hidden, "heads": heads,
+                                                       "seq": seq, "batch": batch}, **options})
     if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 checks before the others can start
         prepare_out(Path(out), overwrite)
     if run_profile(cfg) is None:
@@ -396,6 +394,43 @@ def profile(out, variants, preset, blocks, hidden, heads, seq, batch, device, np
     click.echo(f"tracekit profile: wrote {out}/manifest.json and one trace per rank per variant", err=True)
     if report:
         show_report(out, fmt)
+
+
+@main.command()
+@click.option("--out", type=click.Path(file_okay=False), default="tracekit-capacity", show_default=True,
+              help="Output directory: capacity.json and one profile output per probe.")
+@click.option("--variants", default="ddp,fsdp1,fsdp2", show_default=True, help="Comma-separated, as for profile.")
+@click.option("--presets", default="small,medium,large", show_default=True, help="Comma-separated, smallest first.")
+@click.option("--batches", default="1,2,4,8", show_default=True, help="Sequences per rank, comma-separated.")
+@click.option("--seq", type=int)
+@click.option("--device", type=click.Choice(["cuda", "cpu"]), default=None)
+@click.option("--nproc", type=int, default=None)
+@click.option("--precision", type=click.Choice(["bf16", "fp32"]), default=None)
+@click.option("--memory-fraction", type=float, default=None,
+              help="Limit each rank to this fraction of its GPU's memory (a smaller GPU).")
+@click.option("--collective-timeout", "collective_timeout_s", type=float, default=600, show_default=True)
+@click.option("--overwrite", is_flag=True, help="Write into an existing --out.")
+@format_option
+def capacity(out, variants, presets, batches, seq, overwrite, fmt, **options):
+    """The largest preset and batch each variant trains: out-of-memory is evidence, not a crash."""
+    from tracekit.analyses.variants import capacity_table
+    from tracekit.runners.capacity import capacity as run_capacity
+    from tracekit.runners.launch import prepare_out
+
+    try:
+        sizes = [int(b) for b in batches.split(",")]
+    except ValueError:
+        raise click.BadParameter("whole numbers, e.g. 1,2,4,8", param_hint="--batches") from None
+    if os.environ.get("RANK", "0") == "0":
+        prepare_out(Path(out), overwrite)
+    defaults = {"seed": 0, "inputs": "fixed", "with_stack": False, "profile_mode": "light", "checkpoint_every": 5,
+                "keep_checkpoints": False, "global_batch": None,
+                "overrides": {"blocks": None, "hidden": None, "heads": None, "seq": seq, "batch": None}}
+    result = run_capacity({**defaults, **options, "out": str(out),
+                           "variants": [v.strip() for v in variants.split(",") if v.strip()]},
+                          [p.strip() for p in presets.split(",") if p.strip()], sizes)
+    if os.environ.get("RANK", "0") == "0":
+        emit(render_frame(capacity_table(result), fmt))
 
 
 @main.command("report")
@@ -407,13 +442,17 @@ def report_command(out, fmt):
 
 
 def show_report(out, fmt: str) -> None:
-    """The variants side by side, then each one's exact diff against the first (top items)."""
-    from tracekit.analyses.variants import variant_diffs, variant_table
+    """The variants side by side with their noise and fidelity, warnings, then each one's
+    exact diff against the first (top items)."""
+    from tracekit.analyses.variants import report_warnings, variant_diffs, variant_table
     from tracekit.loading import load_profile
     from tracekit.render import render_diff
 
     manifest, runs = load_profile(out)
-    emit(render_frame(variant_table(manifest, runs), fmt))
+    table = variant_table(manifest, runs)
+    emit(render_frame(table, fmt))
+    for warning in report_warnings(table):
+        click.echo(f"tracekit: warning: {warning}", err=True)
     if fmt in ("table", "md"):
         for (a, b), result in variant_diffs(runs, top=8).items():
             click.echo("")
@@ -424,18 +463,25 @@ def show_report(out, fmt: str) -> None:
 @click.argument("out", type=click.Path(exists=True, file_okay=False))
 @format_option
 def check(out, fmt):
-    """Compare the counts found in the traces of a profile output with what the runtime counted.
+    """Compare the counts found in each profiled step's traces with what the runtime counted in
+    that step, and every variant's first-step loss and grad norm with the first variant's.
 
     Prints every comparison; exits 1 on any mismatch."""
-    from tracekit.analyses.variants import count_check
+    from tracekit.analyses.variants import count_check, parity_check
     from tracekit.loading import load_profile
 
-    table = count_check(*load_profile(out))
-    emit(render_frame(table, fmt))
-    mismatches = table.filter(~table["match"])
-    for row in mismatches.iter_rows(named=True):
-        click.echo(f"tracekit check: mismatch: {row['variant']} rank {row['rank']} {row['count']}: "
+    manifest, runs = load_profile(out)
+    counts, parity = count_check(manifest, runs), parity_check(manifest)
+    if fmt == "json":
+        emit(json.dumps({"counts": counts.to_dicts(), "parity": parity.to_dicts()}, indent=1))
+    else:
+        emit(render_frame(counts, fmt) + "\n\n" + render_frame(parity, fmt))
+    for row in counts.filter(~counts["match"]).iter_rows(named=True):
+        click.echo(f"tracekit check: mismatch: {row['variant']} rank {row['rank']} step {row['step']} {row['count']}: "
                    f"trace {row['trace']}, runtime {row['runtime']}", err=True)
-    if mismatches.height:
+    for row in parity.filter(~parity["match"]).iter_rows(named=True):
+        click.echo(f"tracekit check: mismatch: {row['variant']} rank {row['rank']} first-step {row['figure']} "
+                   f"{row['value']:.6g} vs {row['base']}'s {row['base_value']:.6g} (relative {row['rel_diff']:.2g} > "
+                   f"{row['tolerance']:g})", err=True)
+    if not (counts["match"].all() and parity["match"].all()):
         sys.exit(1)
-

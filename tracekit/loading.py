@@ -458,6 +458,17 @@ def manifest_near(path) -> dict | None:
     return None
 
 
+def profile_variant(path) -> tuple[dict | None, str | None]:
+    """(the manifest, the variant) of the `tracekit profile` output a trace file
+    (OUT/<variant>/rank<r>…) or variant directory (OUT/<variant>) belongs to; (None, None)
+    otherwise."""
+    manifest = manifest_near(path)
+    if manifest is None:
+        return None, None
+    path = Path(path).resolve()
+    return manifest, (path.parent if path.is_file() else path).name
+
+
 def load_profile(out) -> tuple[dict, dict[str, Run]]:
     """A `tracekit profile` output: (manifest, {variant: Run}) for the variants that ran."""
     out = Path(out)

@@ -102,14 +102,20 @@ def render_diff(a_path: str, b_path: str, result, fmt: str) -> str:
     table/markdown."""
     diff = result.shown
     if fmt == "json":
-        return json.dumps(diff_doc(a_path, b_path, diff, result.per_rank if len(result.per_rank) > 1 else None),
-                          indent=1)
+        doc = diff_doc(a_path, b_path, diff, result.per_rank if len(result.per_rank) > 1 else None)
+        if result.unprofiled:
+            doc["unprofiled"] = result.unprofiled
+        return json.dumps(doc, indent=1)
     if fmt == "csv":
         return diff.items.write_csv()
     who = "all ranks (summed)" if diff.rank is None else f"rank {diff.rank}"
     head = (f"A {a_path} step {diff.a_step}: {diff.a_step_ns:,} ns\n"
             f"B {b_path} step {diff.b_step}: {diff.b_step_ns:,} ns\n"
             f"B − A ({who}): {diff.step_delta_ns:+,} ns = sum of delta_ns below")
+    if result.unprofiled:
+        u = result.unprofiled
+        head += (f"\nunprofiled timed steps: B − A = {u['d_step_ms']:+.3f} ms, 95 % CI {u['d_step_ms_ci']} "
+                 f"({u['verdict']}); profiler overhead A {u['a_profiler_overhead']}×, B {u['b_profiler_overhead']}×")
     parts = [head, render_frame(diff.items, fmt)]
     for title, frame in (("syncs", diff.syncs), ("collectives", diff.collectives)):
         if frame.height:

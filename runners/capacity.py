@@ -1,0 +1,45 @@
+"""`tracekit capacity`: the largest preset and batch each variant can train.
+
+For each preset (in the order given) and batch (ascending), one `tracekit profile` run of the
+variants still in the race (`OUT/<preset>-b<batch>/manifest.json`: 1 warm-up step, 2 timed,
+none profiled). A variant that runs out of memory at a batch is not tried at larger batches of
+that preset: an out-of-memory is capacity evidence, recorded like any other outcome.
+`--memory-fraction` makes a smaller GPU of a large one.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .launch import MANIFEST, make_config, prepare_out, profile, write_json_atomically
+
+PROBE = {"warmup": 1, "steps": 2, "profile_steps": 0, "checkpoint": None}
+
+
+def capacity(options: dict, presets: list[str], batches: list[int]) -> dict:
+    """Run every probe; returns (and writes to OUT/capacity.json) {"probes": [{preset, batch,
+    variant, status, message, peak_allocated_bytes, manifest}]}."""
+    out = Path(options["out"])
+    probes, stopped = [], set()
+    for preset in presets:
+        for batch in sorted(batches):
+            variants = [v for v in options["variants"] if (v, preset) not in stopped]
+            if not variants:
+                break
+            name = f"{preset}-b{batch}"
+            cfg = make_config({**options, **PROBE, "out": str(out / name), "preset": preset, "variants": variants,
+                               "global_batch": None, "overrides": {**options["overrides"], "batch": batch}})
+            prepare_out(out / name, overwrite=True)
+            manifest = profile(cfg)
+            if manifest is None:  # a worker under torchrun other than rank 0
+                continue
+            for variant, entry in manifest["variants"].items():
+                peaks = [r["peak_allocated_bytes"] for r in entry.get("ranks", []) if r["peak_allocated_bytes"]]
+                probes.append({"preset": preset, "batch": batch, "variant": variant, "status": entry["status"],
+                               "message": entry.get("message", ""), "peak_allocated_bytes": max(peaks, default=None),
+                               "manifest": f"{name}/{MANIFEST}"})
+                if entry["status"] != "ok":
+                    stopped.add((variant, preset))
+    result = {"presets": presets, "batches": sorted(batches), "probes": probes}
+    write_json_atomically(out / "capacity.json", result)
+    return result
