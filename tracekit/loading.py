@@ -470,13 +470,14 @@ def profile_variant(path) -> tuple[dict | None, str | None]:
 
 
 def load_profile(out) -> tuple[dict, dict[str, Run]]:
-    """A `tracekit profile` output: (manifest, {variant: Run}) for the variants that ran."""
+    """A `tracekit profile` output: (manifest, {variant: Run}) for the variants that ran and
+    recorded traces."""
     out = Path(out)
     manifest = read_manifest(out / "manifest.json")
     runs = {}
     for variant, entry in manifest["variants"].items():
-        if entry.get("status") != "ok":
-            continue
+        if entry.get("status") != "ok" or not all(r.get("trace") for r in entry["ranks"]):
+            continue  # failed, or run with --profile-steps 0: no traces
         if not (out / variant).is_dir():
             raise TraceError(out / variant, "missing: the manifest lists it as ok")
         runs[variant] = load_run(out / variant)
