@@ -88,9 +88,9 @@ def step_items(trace: Trace, step: int) -> pl.DataFrame:
 
 def all_items(trace: Trace) -> pl.DataFrame:
     """Every step's items (`step_items`, with their step), made once and kept on the trace."""
-    if "diff_items" not in trace.derived and not trace.has_gpu:
-        trace.derived["diff_items"] = host_items(trace)
-    if "diff_items" not in trace.derived:
+    if "diff-items" not in trace.derived and not trace.has_gpu:
+        trace.derived["diff-items"] = host_items(trace)
+    if "diff-items" not in trace.derived:
         line = timeline(trace)
         idle = (line.segments.filter(pl.col("category") == "idle")
                 .group_by("step", "category", "cause").agg(share_ns=(pl.col("end") - pl.col("start")).sum()))
@@ -99,14 +99,14 @@ def all_items(trace: Trace) -> pl.DataFrame:
         names = trace.gpu.select("name").unique().with_columns(identity=kernel_identity(pl.col("name")))
         gpu = trace.gpu.with_row_index("row").select("row", "dtype", "name").join(names, on="name", how="left")
         joined = items.join(gpu, on="row", how="left").join(launch_context(trace), on="row", how="left")
-        trace.derived["diff_items"] = joined.select(
+        trace.derived["diff-items"] = joined.select(
             "step", pl.col("category").replace({"memset": "memcpy"}).alias("kind"),
             pl.when(pl.col("category") == "idle").then(pl.col("cause").str.replace(r" \(.*\)$", ""))
             .when(pl.col("category") == "comm").then(pl.concat_str(pl.col("cause").fill_null("other"), pl.lit(" "),
                                                                    pl.col("dtype").fill_null("?")))
             .otherwise(pl.col("identity")).alias("name"),
             "op", "phase", "fsdp", "unit", pl.col("share_ns").alias("ns"), "row")
-    return trace.derived["diff_items"]
+    return trace.derived["diff-items"]
 
 
 def host_items(trace: Trace) -> pl.DataFrame:

@@ -26,7 +26,6 @@ exactly to its part. Compute on one device never hides communication on another.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cached_property
 
 import numpy as np
 import polars as pl
@@ -59,20 +58,31 @@ class Timeline:
     coarse: pl.DataFrame
     shares: pl.DataFrame
     trace: Trace = field(repr=False)
+    scope: str = "step"
 
-    @cached_property
+    @property
     def segments(self) -> pl.DataFrame:
-        idle = pl.col("category") == "idle"
-        return (pl.concat([self.coarse.filter(~idle).drop("other"), idle_causes(self.coarse.filter(idle), self.trace)])
-                .sort("device", "step", "start", nulls_last=False))
+        return kept(self.trace, f"timeline-{self.scope}-segments", lambda: with_idle_causes(self.coarse, self.trace))
+
+
+def kept(trace: Trace, key: str, make):
+    """`trace.derived[key]`, made once (and, through the trace cache, kept for later commands)."""
+    if key not in trace.derived:
+        trace.derived[key] = make()
+    return trace.derived[key]
 
 
 def timeline(trace: Trace, scope: str = "step") -> Timeline:
     """The trace's timeline in `scope` (`step` | `trace`), built once and kept on the trace."""
-    key = ("timeline", scope)
-    if key not in trace.derived:
-        trace.derived[key] = build(trace, scope)
-    return trace.derived[key]
+    if f"timeline-{scope}-coarse" not in trace.derived or f"timeline-{scope}-shares" not in trace.derived:
+        trace.derived[f"timeline-{scope}-coarse"], trace.derived[f"timeline-{scope}-shares"] = build(trace, scope)
+    return Timeline(trace.derived[f"timeline-{scope}-coarse"], trace.derived[f"timeline-{scope}-shares"], trace, scope)
+
+
+def with_idle_causes(coarse: pl.DataFrame, trace: Trace) -> pl.DataFrame:
+    idle = pl.col("category") == "idle"
+    return (pl.concat([coarse.filter(~idle).drop("other"), idle_causes(coarse.filter(idle), trace)])
+            .sort("device", "step", "start", nulls_last=False))
 
 
 def activities(trace: Trace, scope: str) -> pl.DataFrame:
@@ -87,7 +97,8 @@ def activities(trace: Trace, scope: str) -> pl.DataFrame:
             .with_columns(step=pl.lit(None, pl.Int64)))
 
 
-def build(trace: Trace, scope: str) -> Timeline:
+def build(trace: Trace, scope: str) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(coarse segments, shares) of the scope."""
     acts = activity_arrays(activities(trace, scope))
     pieces, shares = [], []
     for (device, step), own in acts.groups(own_steps=scope == "step"):
@@ -102,7 +113,7 @@ def build(trace: Trace, scope: str) -> Timeline:
     share_schema = {"row": pl.UInt32, "category": pl.String, "cause": pl.String, "share_ns": pl.Int64,
                     "step": pl.Int64, "device": pl.Int64}
     shares = pl.concat(shares) if shares else pl.DataFrame(schema=share_schema)
-    return Timeline(segments, shares.select(list(share_schema)), trace)
+    return segments, shares.select(list(share_schema))
 
 
 @dataclass
@@ -244,17 +255,13 @@ def outermost(intervals: pl.DataFrame) -> pl.DataFrame:
 def host_layers(trace: Trace) -> list[tuple[pl.DataFrame, str]]:
     """The outermost runtime/driver calls and the outermost CPU ops (ProfilerStep# left out),
     each with the cause it names; calls first (they win)."""
-    key = ("host_layers",)
-    if key not in trace.derived:
-        calls = outermost(trace.calls)
-        name = pl.col("name")
-        calls = calls.with_columns(cause=pl.when(name.is_in(SYNC_APIS)).then(pl.lit("sync: ") + name)
-                                   .when(name.str.contains(LAUNCH)).then(pl.lit("launch: ") + name)
-                                   .otherwise(pl.lit("runtime: ") + name))
-        ops = outermost(trace.ops.filter(~pl.col("name").str.starts_with("ProfilerStep#"))).with_columns(
-            cause=pl.lit("cpu_op: ") + pl.col("name"))
-        trace.derived[key] = [calls, ops]
-    return trace.derived[key]
+    name = pl.col("name")
+    calls = kept(trace, ("host", "calls"), lambda: outermost(trace.calls).with_columns(
+        cause=pl.when(name.is_in(SYNC_APIS)).then(pl.lit("sync: ") + name)
+        .when(name.str.contains(LAUNCH)).then(pl.lit("launch: ") + name).otherwise(pl.lit("runtime: ") + name)))
+    ops = kept(trace, ("host", "ops"), lambda: outermost(trace.ops.filter(~name.str.starts_with("ProfilerStep#")))
+               .with_columns(cause=pl.lit("cpu_op: ") + name))
+    return [calls, ops]
 
 
 def idle_causes(idle: pl.DataFrame, trace: Trace) -> pl.DataFrame:

@@ -80,7 +80,18 @@ def render_frame(frame, fmt: str) -> str:
     return render_table(frame, fmt)
 
 
-paths_argument = click.argument("paths", nargs=-1, type=click.Path(exists=True, dir_okay=True))
+def existing(ctx, param, value):
+    """Paths or fsspec URLs that exist (click.Path would mangle a URL)."""
+    from tracekit.files import exists
+
+    values = value if isinstance(value, tuple) else (value,)
+    for location in values:
+        if not exists(location):
+            raise click.BadParameter(f"{location!r} does not exist")
+    return value
+
+
+paths_argument = click.argument("paths", nargs=-1, callback=existing)
 rank_option = click.option("--rank", type=int, default=None, help="Only this rank (default: all).")
 format_option = click.option("--format", "fmt", type=click.Choice(FORMATS), default="table",
                              show_default=True)
@@ -114,11 +125,16 @@ def comm_patterns(ctx, param, value) -> tuple[str, ...]:
 
 
 def load_options(function):
-    """--comm-kernel and --cycle, passed on as `options` (the loader's keyword arguments)."""
+    """--comm-kernel, --cycle and --no-cache, passed on as `options` (the loader's keyword
+    arguments)."""
     @functools.wraps(function)
-    def with_options(*args, comm_kernels, cycle, **kwargs):
-        return function(*args, options={"comm_kernels": comm_kernels, "cycle": cycle}, **kwargs)
+    def with_options(*args, comm_kernels, cycle, no_cache, **kwargs):
+        options = {"comm_kernels": comm_kernels, "cycle": cycle, "cache": False if no_cache else None}
+        return function(*args, options=options, **kwargs)
 
+    with_options = click.option("--no-cache", is_flag=True,
+                                help="Decode the traces again instead of reading the trace cache "
+                                     "(TRACEKIT_CACHE_DIR; `tracekit cache info`).")(with_options)
     with_options = click.option("--cycle", default="last", show_default=True, callback=cycle_choice,
                                 help="With several profiling cycles of a rank in a directory: last, first or N "
                                      "(1 = the earliest, as TensorBoard numbers them).")(with_options)
@@ -251,8 +267,8 @@ def diffed(a, b, steps, rank, top: int, by: str, options: dict):
 
 
 @main.command()
-@click.argument("a", type=click.Path(exists=True))
-@click.argument("b", type=click.Path(exists=True))
+@click.argument("a", callback=existing)
+@click.argument("b", callback=existing)
 @click.option("--steps", default="all", show_default=True, callback=steps_choice,
               help="One step both have, or all: each side's median step is attributed and each item's "
                    "delta over the steps both have gives its spread.")
@@ -280,7 +296,7 @@ def diff(a, b, steps, rank, options, top, by, plot_path, fmt):
 
 
 @main.command()
-@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
+@click.argument("paths", nargs=-1, required=True, callback=existing)
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="The .pftrace to write.")
 @click.option("--diff", "as_diff", is_flag=True, help="PATHS are A and B: both variants side by side, aligned at "
               "their step start, with the top diff items marked.")
@@ -320,12 +336,34 @@ def open_command(file, port, browser):
 
 
 @main.group()
+def cache():
+    """The trace cache: decoded traces (and the timeline) kept for later commands."""
+
+
+@cache.command("info")
+@format_option
+def cache_info(fmt):
+    """Where the cache is, how many traces and bytes it holds, and its bound."""
+    from tracekit.cache import info
+
+    emit(json.dumps(info(), indent=1) if fmt == "json" else "\n".join(f"{k}: {v}" for k, v in info().items()))
+
+
+@cache.command("clear")
+def cache_clear():
+    """Remove every cached trace."""
+    from tracekit.cache import clear
+
+    click.echo(f"tracekit: removed {clear()} cached trace(s)", err=True)
+
+
+@main.group()
 def plot():
     """Pictures of a trace (matplotlib)."""
 
 
 @plot.command()
-@click.argument("paths", nargs=-1, type=click.Path(exists=True))
+@click.argument("paths", nargs=-1, callback=existing)
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="FILE.png or FILE.html")
 @click.option("--step", type=int, default=None, help="The step to draw (default: each rank's last).")
 @rank_option

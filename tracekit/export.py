@@ -234,18 +234,19 @@ def write_atomically(path, write) -> None:
 
 def export_traces(paths: list, out, options: dict) -> int:
     """Every trace file under `paths`, one process per rank, loaded one at a time."""
-    from tracekit.loading import NotATrace, load_trace, trace_files
+    from tracekit.files import trace_files
+    from tracekit.loading import NotATrace, load_trace
 
     written = 0
 
     def write(writer):
         nonlocal written
-        for file in (f for p in paths for f in trace_files(Path(p))):
+        for file in (f for p in paths for f in trace_files(p)):
             try:
-                trace = load_trace(file, comm_kernels=options["comm_kernels"])
+                trace = load_trace(file, comm_kernels=options["comm_kernels"], cache=options["cache"])
             except NotATrace:
                 continue
-            write_trace(writer, trace, f"rank {trace.rank} · {file.parent.name}/{file.name}", 0)
+            write_trace(writer, trace, f"rank {trace.rank} · {'/'.join(file.rstrip('/').rsplit('/', 2)[-2:])}", 0)
             written += 1
     write_atomically(out, write)
     return written

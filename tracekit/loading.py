@@ -8,9 +8,7 @@ read leniently), never dropped silently: `tracekit lint` reports it.
 
 from __future__ import annotations
 
-import gzip
 import re
-import zlib
 from collections import Counter
 from operator import attrgetter, itemgetter
 from pathlib import Path
@@ -19,64 +17,57 @@ import msgspec
 import numpy as np
 import polars as pl
 
+from . import cache as trace_cache
+from . import files
 from .classify import classified
 from .errors import TraceError
 from .kineto import CATEGORIES, DECODER, EVENTS, LOOSE_DECODER, LOOSE_EVENTS, NO_LOOSE_ARGS, LooseArgs
 from .model import Run, Trace
 from .steps import assign_steps, steps_table, whole_trace_step
 
-TRACE_SUFFIXES = (".json", ".json.gz")
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 # tensorboard_trace_handler names each profiling cycle `<worker>.<epoch ms>.pt.trace.json[.gz]`.
 _CYCLE_NAME = re.compile(r"^(?P<worker>.+)\.(?P<stamp>\d{10,})\.pt\.trace\.json(\.gz)?$")
 EXACT_LIMIT_US = 2.0 ** 43  # below this a float64 µs timestamp still rounds to the exact ns
 
 
-def load(path, *, comm_kernels: tuple[str, ...] = (), cycle: str = "last") -> Trace | Run:
-    """A trace file → `Trace`; a directory of per-rank traces → `Run`. `comm_kernels`: extra
-    regexes of communication kernels (`classify.py`); `cycle`: which profiling cycle of each
-    rank a directory gives (`load_run`)."""
-    path = Path(path)
-    if path.is_dir():
-        return load_run(path, comm_kernels=comm_kernels, cycle=cycle)
-    return load_trace(path, comm_kernels=comm_kernels)
+def load(path, *, comm_kernels: tuple[str, ...] = (), cycle: str = "last", cache: bool | None = None) -> Trace | Run:
+    """A trace file → `Trace`; a directory of per-rank traces → `Run` (paths or fsspec URLs).
+    `comm_kernels`: extra regexes of communication kernels (`classify.py`); `cycle`: which
+    profiling cycle of each rank a directory gives (`load_run`); `cache`: use the trace cache
+    (`cache.py`; default: unless TRACEKIT_NO_CACHE is set)."""
+    if files.is_dir(path):
+        return load_run(path, comm_kernels=comm_kernels, cycle=cycle, cache=cache)
+    return load_trace(path, comm_kernels=comm_kernels, cache=cache)
 
 
-def load_runs(paths, *, comm_kernels: tuple[str, ...] = (), cycle: str = "last") -> list[Run]:
+def load_runs(paths, *, comm_kernels: tuple[str, ...] = (), cycle: str = "last", cache: bool | None = None) -> list[Run]:
     """Each path as a `Run`: a directory's traces, or one trace file as a run of one."""
     runs = []
     for path in paths:
-        loaded = load(path, comm_kernels=comm_kernels, cycle=cycle)
+        loaded = load(path, comm_kernels=comm_kernels, cycle=cycle, cache=cache)
         runs.append(loaded if isinstance(loaded, Run) else Run(path=str(path), traces=[loaded]))
     return runs
 
 
-def trace_files(path: Path) -> list[Path]:
-    """`path` itself, or the `.json`/`.json.gz` files directly in the directory `path`."""
-    if not path.is_dir():
-        return [path]
-    return sorted(p for p in path.iterdir() if p.is_file() and p.name.endswith(TRACE_SUFFIXES))
-
-
-def load_run(path, *, comm_kernels: tuple[str, ...] = (), cycle: str = "last") -> Run:
+def load_run(path, *, comm_kernels: tuple[str, ...] = (), cycle: str = "last", cache: bool | None = None) -> Run:
     """Every trace file directly in `path`, one per rank. Non-trace JSON is skipped. A rank
     with several profiling cycles (files `<worker>.<ms>.pt.trace.json` of one worker, or
     several files of one rank) gives the one `cycle` names — `last`, `first`, or the N-th in
     time order (1-based, as TensorBoard numbers them); the others are listed in `facts`."""
-    path = Path(path)
-    chosen, others = _cycles_by_name(trace_files(path), cycle)
+    chosen, others = cycles_by_name(files.trace_files(path), cycle)
     traces, skipped = [], []
     for file in chosen:
         try:
-            traces.append(load_trace(file, comm_kernels=comm_kernels))
+            traces.append(load_trace(file, comm_kernels=comm_kernels, cache=cache))
         except NotATrace:
             skipped.append(str(file))
     if not traces:
         raise TraceError(path, "no trace files in this directory")
-    traces, more_others = _cycles_by_rank(traces, cycle)
+    traces, more_others = cycles_by_rank(traces, cycle)
     others.update(more_others)
-    traces.sort(key=lambda t: t.rank)
-    return Run(path=str(path), traces=traces, facts={"directory": True, "skipped": skipped, "other_cycles": others})
+    return Run(path=str(path), traces=sorted(traces, key=lambda t: t.rank),
+               facts={"directory": True, "skipped": skipped, "other_cycles": others})
 
 
 def _pick(items: list, cycle: str, where) -> int:
@@ -91,12 +82,12 @@ def _pick(items: list, cycle: str, where) -> int:
     return n - 1
 
 
-def _cycles_by_name(files: list[Path], cycle: str) -> tuple[list[Path], dict[str, list[str]]]:
+def cycles_by_name(found: list[str], cycle: str) -> tuple[list[str], dict[str, list[str]]]:
     """The files to load, one cycle per worker where names carry the cycle's time stamp."""
-    by_worker: dict[str, list[tuple[int, Path]]] = {}
+    by_worker: dict[str, list[tuple[int, str]]] = {}
     plain = []
-    for f in files:
-        m = _CYCLE_NAME.match(f.name)
+    for f in found:
+        m = _CYCLE_NAME.match(files.name(f))
         if m:
             by_worker.setdefault(m["worker"], []).append((int(m["stamp"]), f))
         else:
@@ -104,22 +95,23 @@ def _cycles_by_name(files: list[Path], cycle: str) -> tuple[list[Path], dict[str
     chosen, others = list(plain), {}
     for worker, cycles in by_worker.items():
         cycles.sort()
-        i = _pick(cycles, cycle, cycles[0][1].parent)
+        i = _pick(cycles, cycle, cycles[0][1].rsplit("/", 1)[0])
         chosen.append(cycles[i][1])
         if len(cycles) > 1:
-            others[str(cycles[i][1])] = [str(f) for j, (_, f) in enumerate(cycles) if j != i]
+            others[cycles[i][1]] = [f for j, (_, f) in enumerate(cycles) if j != i]
     return sorted(chosen), others
 
 
-def _cycles_by_rank(traces: list[Trace], cycle: str) -> tuple[list[Trace], dict[str, list[str]]]:
-    """One trace per rank: several of one rank are cycles, in order of their first event."""
-    by_rank: dict[int, list[Trace]] = {}
+def cycles_by_rank(traces: list, cycle: str) -> tuple[list, dict[str, list[str]]]:
+    """One trace per rank (anything with path, rank, meta, origin_us): several of one rank are
+    cycles, in order of their first event."""
+    by_rank: dict[int, list] = {}
     for t in traces:
         by_rank.setdefault(t.rank, []).append(t)
     kept, others = [], {}
     for rank, group in by_rank.items():
         group.sort(key=lambda t: (t.meta["base_time_ns"] or 0, t.origin_us, t.path))
-        i = _pick(group, cycle, Path(group[0].path).parent)
+        i = _pick(group, cycle, group[0].path.rsplit("/", 1)[0])
         kept.append(group[i])
         if len(group) > 1:
             others[group[i].path] = [t.path for j, t in enumerate(group) if j != i]
@@ -130,30 +122,29 @@ class NotATrace(TraceError):
     """Valid JSON that is not a Kineto trace (a manifest, a summary)."""
 
 
-def read_bytes(path: Path) -> bytes:
-    """The file's bytes, gunzipped when it is gzip; bad input raises TraceError."""
-    try:
-        raw = path.read_bytes()
-    except OSError as e:
-        raise TraceError(path, f"cannot read: {e.strerror or e}") from None
-    if raw[:2] == b"\x1f\x8b":
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError, zlib.error) as e:
-            raise TraceError(path, f"corrupt or truncated gzip ({e})") from None
-    if not raw.strip():
-        raise TraceError(path, "empty file")
-    return raw
-
-
 CHUNK = 50_000  # events decoded at a time
 TABLES = ("gpu", "calls", "ops", "marks")
 
 
-def load_trace(path, *, comm_kernels: tuple[str, ...] = ()) -> Trace:
-    """One Kineto trace file → `Trace` with steps assigned."""
-    path = Path(path)
-    raw = read_bytes(path)
+def load_trace(path, *, comm_kernels: tuple[str, ...] = (), cache: bool | None = None) -> Trace:
+    """One Kineto trace file → `Trace` with steps assigned; from the trace cache when it holds
+    this version of the file (`cache.py`), else decoded and put there."""
+    use = trace_cache.enabled() if cache is None else cache
+    if use:
+        entry = trace_cache.key(files.identity(path), comm_kernels)
+        cached = trace_cache.read(entry)
+        if cached is not None:
+            cached.path = str(path)
+            return cached
+    trace = decode(path, comm_kernels)
+    if use:
+        trace_cache.write(entry, trace)
+    return trace
+
+
+def decode(path, comm_kernels: tuple[str, ...]) -> Trace:
+    """Decode one Kineto trace file into a `Trace` with steps assigned."""
+    raw = files.read_bytes(path)
     doc, facts = _top_level(path, raw)
     raws = doc.traceEvents
     if not raws:
@@ -421,12 +412,12 @@ def gather(events: list, idx: pl.Series) -> list:
     return list(itemgetter(*idx.to_list())(events))
 
 
-def _rank(path: Path, doc) -> tuple[int, str]:
+def _rank(path, doc) -> tuple[int, str]:
     """(rank, where it came from): distributedInfo, else the file name, else 0."""
     info = getattr(doc, "distributedInfo", None)
     if info and info.rank is not None:
         return info.rank, "distributedInfo"
-    m = _RANK_IN_NAME.search(path.name)
+    m = _RANK_IN_NAME.search(files.name(path))
     if m:
         return int(m.group(1)), "file name"
     return 0, "default"
@@ -437,7 +428,7 @@ def read_manifest(path: Path) -> dict:
     if not path.is_file():
         raise TraceError(path.parent, "no manifest.json: not a tracekit profile output")
     try:
-        manifest = msgspec.json.decode(read_bytes(path))
+        manifest = msgspec.json.decode(files.read_bytes(path))
     except msgspec.DecodeError as e:
         raise TraceError(path, f"not valid JSON ({e})") from None
     if not isinstance(manifest, dict) or not isinstance(manifest.get("variants"), dict):

@@ -1,0 +1,171 @@
+"""The trace cache: a loaded trace's tables, kept on disk so that later commands skip decoding.
+
+An entry is a folder named by a hash of the trace's identity — its path (or URL), size and
+modification time, the classification options (`--comm-kernel`) and `SCHEMA`, the version of
+the cached tables and analyses — holding each table as Arrow IPC (zstd) and `trace.json`
+(what else a `Trace` holds). The analyses' own intermediate tables (the timeline) go there
+too: `Trace.derived` is a `Derived`, which writes each table an analysis keeps in it to the
+entry and reads it back in a later command, so an analysis itself does no I/O. It is written to a temporary folder and renamed into place, so a reader never
+sees half an entry; an entry that cannot be read (corrupt, from another version) is ignored
+and written again, never trusted. The cache is `TRACEKIT_CACHE_DIR`, else the user's cache
+folder (`~/.cache/tracekit` on Linux), and is kept under `TRACEKIT_CACHE_MAX_GB` (default 20)
+by removing the entries used least recently. `TRACEKIT_NO_CACHE=1` (or `--no-cache`) skips it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import json
+import os
+import shutil
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import polars as pl
+
+from .model import Trace
+
+SCHEMA = 4  # bump when the loaded tables, the analyses' kept tables or their meaning change
+TABLES = ("gpu", "calls", "ops", "marks", "steps")
+_writer = ThreadPoolExecutor(max_workers=1)  # writes overlap the analysis; finished before exit
+atexit.register(_writer.shutdown, wait=True)
+
+
+class Derived(dict):
+    """An analysis' cache on a trace (`Trace.derived`) backed by the trace's cache entry: a
+    table (polars DataFrame) kept under a text key is also written to the entry, and a later
+    process finds it there; other keys stay in memory."""
+
+    def __init__(self, entry: Path):
+        super().__init__()
+        self.entry = entry
+
+    def _file(self, key: str) -> Path:
+        return self.entry / f"derived-{key}.arrow"
+
+    def __contains__(self, key) -> bool:
+        if dict.__contains__(self, key):
+            return True
+        if isinstance(key, str) and self._file(key).exists():
+            try:
+                dict.__setitem__(self, key, pl.read_ipc(self._file(key)))
+            except Exception:  # unreadable: computed again
+                return False
+            return True
+        return False
+
+    def __getitem__(self, key):
+        if key not in self:  # loads it from the entry when it is there
+            raise KeyError(key)
+        return dict.__getitem__(self, key)
+
+    def __setitem__(self, key, value) -> None:
+        dict.__setitem__(self, key, value)
+        if isinstance(key, str) and isinstance(value, pl.DataFrame):
+            _writer.submit(_write_frame, value, self._file(key))
+
+
+def _write_frame(frame: pl.DataFrame, path: Path) -> None:
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
+    try:
+        frame.write_ipc(tmp, compression="zstd")
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+
+
+def folder() -> Path:
+    from platformdirs import user_cache_dir
+
+    return Path(os.environ.get("TRACEKIT_CACHE_DIR") or user_cache_dir("tracekit"))
+
+
+def enabled() -> bool:
+    return os.environ.get("TRACEKIT_NO_CACHE", "") in ("", "0")
+
+
+def key(identity: dict, comm_kernels: tuple[str, ...]) -> str:
+    text = json.dumps({**identity, "comm_kernels": list(comm_kernels), "schema": SCHEMA}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def read(entry_key: str) -> Trace | None:
+    """The cached trace, or None (absent, unreadable, or of another schema)."""
+    entry = folder() / entry_key
+    try:
+        info = json.loads((entry / "trace.json").read_text())
+        if info.pop("schema") != SCHEMA:
+            return None
+        tables = {name: pl.read_ipc(entry / f"{name}.arrow") for name in TABLES}
+        os.utime(entry / "trace.json")  # recently used
+    except Exception:  # a corrupt entry is a miss: it is written again
+        return None
+    return Trace(**info, **tables, derived=Derived(entry))
+
+
+def write(entry_key: str, trace: Trace) -> None:
+    """Store `trace` in the background, and back its `derived` with the entry."""
+    trace.derived = Derived(folder() / entry_key)
+    _writer.submit(_write, entry_key, trace)
+
+
+def _write(entry_key: str, trace: Trace) -> None:
+    """Store `trace` (quietly skipped when the cache folder cannot be written)."""
+    root = folder()
+    tmp = root / f".tmp-{uuid.uuid4().hex}"
+    try:
+        tmp.mkdir(parents=True)
+        for name in TABLES:
+            getattr(trace, name).write_ipc(tmp / f"{name}.arrow", compression="zstd")
+        info = {"path": trace.path, "rank": trace.rank, "world_size": trace.world_size, "meta": trace.meta,
+                "origin_us": trace.origin_us, "facts": trace.facts, "schema": SCHEMA}
+        (tmp / "trace.json").write_text(json.dumps(info))
+        target = root / entry_key
+        if target.exists():  # unreadable or of another schema: replaced whole
+            shutil.rmtree(target, ignore_errors=True)
+        os.replace(tmp, target)
+    except OSError:
+        return
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    evict()
+
+
+def entries() -> list[tuple[Path, int, float]]:
+    """(folder, bytes, last use) of every entry."""
+    out = []
+    for entry in folder().glob("[0-9a-f]*"):
+        try:
+            size = sum(f.stat().st_size for f in entry.iterdir())
+            out.append((entry, size, (entry / "trace.json").stat().st_mtime))
+        except OSError:
+            continue
+    return out
+
+
+def evict() -> None:
+    """Remove the least recently used entries until the cache is under its bound."""
+    limit = float(os.environ.get("TRACEKIT_CACHE_MAX_GB", "20")) * 1e9
+    current = entries()
+    total = sum(size for _, size, _ in current)
+    for entry, size, _ in sorted(current, key=lambda e: e[2]):
+        if total <= limit:
+            break
+        shutil.rmtree(entry, ignore_errors=True)
+        total -= size
+
+
+def info() -> dict:
+    current = entries()
+    return {"folder": str(folder()), "entries": len(current), "bytes": sum(s for _, s, _ in current),
+            "max_bytes": int(float(os.environ.get("TRACEKIT_CACHE_MAX_GB", "20")) * 1e9)}
+
+
+def clear() -> int:
+    """Remove every entry; how many there were."""
+    current = entries()
+    for entry, _, _ in current:
+        shutil.rmtree(entry, ignore_errors=True)
+    return len(current)

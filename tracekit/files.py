@@ -1,0 +1,94 @@
+"""Where traces are read from: local paths, or fsspec URLs (`s3://…` with s3fs installed,
+`gs://…`, `http(s)://…`, `memory://…`) for every verb. Locations stay strings, so that a URL
+is never mangled by `pathlib`. `.gz` files are gunzipped with ISA-L (`isal`), about 1.6×
+faster than zlib."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .errors import TraceError
+
+TRACE_SUFFIXES = (".json", ".json.gz")
+
+
+def is_url(location) -> bool:
+    return "://" in str(location)
+
+
+def _fs(location: str):
+    import fsspec
+
+    try:
+        return fsspec.core.url_to_fs(location)
+    except (ImportError, ValueError) as e:
+        raise TraceError(location, f"cannot open this URL: {e}") from None
+
+
+def exists(location) -> bool:
+    if not is_url(location):
+        return Path(location).exists()
+    fs, path = _fs(str(location))
+    return fs.exists(path)
+
+
+def is_dir(location) -> bool:
+    if not is_url(location):
+        return Path(location).is_dir()
+    fs, path = _fs(str(location))
+    return fs.isdir(path)
+
+
+def name(location) -> str:
+    return str(location).rstrip("/").rsplit("/", 1)[-1]
+
+
+def trace_files(location) -> list[str]:
+    """`location` itself, or the `.json`/`.json.gz` files directly in the directory `location`."""
+    if not is_dir(location):
+        return [str(location)]
+    if not is_url(location):
+        return sorted(str(p) for p in Path(location).iterdir() if p.is_file() and p.name.endswith(TRACE_SUFFIXES))
+    fs, path = _fs(str(location))
+    protocol = str(location).split("://", 1)[0]
+    found = [e["name"] for e in fs.ls(path, detail=True) if e["type"] == "file" and e["name"].endswith(TRACE_SUFFIXES)]
+    return sorted(f"{protocol}://{f.split('://', 1)[-1]}" for f in found)
+
+
+def identity(location) -> dict:
+    """What names this version of the file: its absolute path or URL, size and modification
+    time (or ETag)."""
+    try:
+        if not is_url(location):
+            stat = os.stat(location)
+            return {"path": str(Path(location).resolve()), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+        fs, path = _fs(str(location))
+        info = fs.info(path)
+        return {"path": str(location), "size": info.get("size"),
+                "mtime": str(info.get("mtime") or info.get("LastModified") or info.get("ETag") or info.get("created"))}
+    except OSError as e:
+        raise TraceError(location, f"cannot read: {e.strerror or e}") from None
+
+
+def read_bytes(location) -> bytes:
+    """The file's bytes, gunzipped when it is gzip; bad input raises TraceError."""
+    try:
+        if is_url(location):
+            fs, path = _fs(str(location))
+            with fs.open(path, "rb") as f:
+                raw = f.read()
+        else:
+            raw = Path(location).read_bytes()
+    except (OSError, FileNotFoundError) as e:
+        raise TraceError(location, f"cannot read: {getattr(e, 'strerror', None) or e}") from None
+    if raw[:2] == b"\x1f\x8b":
+        from isal import igzip, igzip_lib
+
+        try:
+            raw = igzip.decompress(raw)
+        except (OSError, EOFError, ValueError, igzip_lib.IsalError) as e:
+            raise TraceError(location, f"corrupt or truncated gzip ({e})") from None
+    if not raw.strip():
+        raise TraceError(location, "empty file")
+    return raw
