@@ -124,9 +124,21 @@ def census(kernels: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     return steps.select("step").join(per_step, on="step", how="left").sort("step")
 
 
+def material(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """What `comms` needs of one trace (small, for a worker to send back): its collective
+    kernels and its steps."""
+    return collective_kernels(trace), trace.steps.select("step")
+
+
+def census_of_run(materials: list[tuple[pl.DataFrame, pl.DataFrame]], ranks: list[int]) -> list[pl.DataFrame]:
+    """Per trace of one run (its `material`, its rank), the per-step census; the run's ranks
+    are matched."""
+    kernels = [k for k, _ in materials]
+    if len(materials) > 1:
+        kernels = matched_across_ranks(kernels, ranks)
+    return [census(k, steps) for k, (_, steps) in zip(kernels, materials)]
+
+
 def comms(traces: list[Trace]) -> list[pl.DataFrame]:
     """Per trace of one run, the per-step census; the run's ranks are matched."""
-    kernels = [collective_kernels(t) for t in traces]
-    if len(traces) > 1:
-        kernels = matched_across_ranks(kernels, [t.rank for t in traces])
-    return [census(k, t.steps) for k, t in zip(kernels, traces)]
+    return census_of_run([material(t) for t in traces], [t.rank for t in traces])

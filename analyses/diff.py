@@ -127,20 +127,6 @@ def host_items(trace: Trace) -> pl.DataFrame:
         fsdp=pl.lit(None, pl.String), unit=pl.lit(None, pl.String), ns="ns", row=pl.lit(None, pl.UInt32))
 
 
-def diff_items(a: pl.DataFrame, b: pl.DataFrame, by: str = "kernel") -> pl.DataFrame:
-    """Per identity (the columns of VIEWS[by]): a_ns, b_ns, delta_ns, a_count, b_count, largest
-    |delta| first."""
-    key = VIEWS[by]
-
-    def grouped(items, side):
-        return items.group_by(key).agg(pl.col("ns").sum().alias(f"{side}_ns"),
-                                       pl.len().cast(pl.Int64).alias(f"{side}_count"))
-
-    both = grouped(a, "a").join(grouped(b, "b"), on=key, how="full", coalesce=True, nulls_equal=True)
-    return by_delta(both.with_columns(pl.col("a_ns", "b_ns", "a_count", "b_count").fill_null(0))
-                    .with_columns(delta_ns=pl.col("b_ns") - pl.col("a_ns")), key)
-
-
 def by_delta(items: pl.DataFrame, key: list[str]) -> pl.DataFrame:
     """Items with `change`, largest |delta| first (then by key), in the documented column order."""
     extra = [c for c in items.columns if c not in (*key, *SUMS, "change")]
@@ -160,37 +146,60 @@ def top_with_other(items: pl.DataFrame, top: int, key: list[str]) -> pl.DataFram
     return pl.concat([items.head(top), other], how="diagonal_relaxed")
 
 
-def sync_diff(a: Trace, a_step: int, b: Trace, b_step: int) -> pl.DataFrame:
-    def side(t, step, name):
-        return host_syncs(t).filter(pl.col("step") == step).group_by("api").agg(
-            pl.len().cast(pl.Int64).alias(f"{name}_count"), pl.col("blocked_ns").sum().alias(f"{name}_blocked_ns"))
+@dataclass
+class Material:
+    """What the diff needs of one trace, small enough to travel from a worker: per step, its
+    time, items grouped by the view's key (ns, count), host syncs per API (count, blocked_ns)
+    and collectives per kind (count, bytes, exposed_ns)."""
 
-    return (side(a, a_step, "a").join(side(b, b_step, "b"), on="api", how="full", coalesce=True)
-            .with_columns(pl.exclude("api").fill_null(0)).sort("api"))
-
-
-def collective_diff(a: Trace, a_step: int, b: Trace, b_step: int) -> pl.DataFrame:
-    """Per collective kind: count, bytes and exposed time (`comms`: its share of the
-    partition's comm parts) on each side."""
-    def side(t, step, name):
-        return collective_kernels(t).filter(pl.col("step") == step).group_by(pl.col("coll_kind").alias("kind")).agg(
-            pl.len().cast(pl.Int64).alias(f"{name}_count"), pl.col("bytes").sum().alias(f"{name}_bytes"),
-            pl.col("exposed_ns").sum().alias(f"{name}_exposed_ns"))
-    return (side(a, a_step, "a").join(side(b, b_step, "b"), on="kind", how="full", coalesce=True)
-            .with_columns(pl.exclude("kind").fill_null(0)).sort("kind"))
+    path: str
+    rank: int
+    world_size: int | None
+    times: dict[int, int]
+    items: pl.DataFrame
+    syncs: pl.DataFrame
+    collectives: pl.DataFrame
 
 
-def diff_traces(a: Trace, b: Trace, a_step: int, b_step: int, top: int = 20, by: str = "kernel",
-                spread: pl.DataFrame | None = None) -> Diff:
+def material(trace: Trace, by: str = "kernel") -> Material:
+    key = VIEWS[by]
+    items = all_items(trace).group_by("step", *key).agg(ns=pl.col("ns").sum(), count=pl.len().cast(pl.Int64))
+    syncs = host_syncs(trace).group_by("step", "api").agg(
+        count=pl.len().cast(pl.Int64), blocked_ns=pl.col("blocked_ns").sum())
+    colls = collective_kernels(trace).group_by("step", pl.col("coll_kind").alias("kind")).agg(
+        count=pl.len().cast(pl.Int64), bytes=pl.col("bytes").sum(), exposed_ns=pl.col("exposed_ns").sum())
+    return Material(trace.path, trace.rank, trace.world_size, step_times(trace), items, syncs, colls)
+
+
+def side_by_side(a: pl.DataFrame, a_step: int, b: pl.DataFrame, b_step: int, key: list[str]) -> pl.DataFrame:
+    """A's and B's per-step rows of one step each, their other columns prefixed a_/b_, joined
+    on `key` (absent: 0)."""
+    def side(frame, step, prefix):
+        picked = frame.filter(pl.col("step") == step).drop("step")
+        return picked.rename({c: f"{prefix}_{c}" for c in picked.columns if c not in key})
+    both = side(a, a_step, "a").join(side(b, b_step, "b"), on=key, how="full", coalesce=True, nulls_equal=True)
+    return both.with_columns(pl.exclude(key).fill_null(0)).sort(key, nulls_last=True)
+
+
+def diff_pair(a: Material, b: Material, a_step: int, b_step: int, top: int, by: str,
+              spread: pl.DataFrame | None) -> Diff:
     """The diff of one rank's step in A against B; `spread`: per item, its delta's range over
     steps (joined on the view's key)."""
-    a_items, b_items = step_items(a, a_step), step_items(b, b_step)
-    items = diff_items(a_items, b_items, by)
+    key = VIEWS[by]
+    both = side_by_side(a.items, a_step, b.items, b_step, key)
+    items = by_delta(both.with_columns(delta_ns=pl.col("b_ns") - pl.col("a_ns")), key)
     if spread is not None:
-        items = items.join(spread, on=VIEWS[by], how="left", nulls_equal=True, maintain_order="left")
-    return Diff(a.rank, a_step, b_step, int(a_items["ns"].sum()), int(b_items["ns"].sum()),
-                top_with_other(items, top, VIEWS[by]), items, sync_diff(a, a_step, b, b_step),
-                collective_diff(a, a_step, b, b_step), a_items, b_items)
+        items = items.join(spread, on=key, how="left", nulls_equal=True, maintain_order="left")
+    return Diff(a.rank, a_step, b_step, a.times[a_step], b.times[b_step], top_with_other(items, top, key), items,
+                side_by_side(a.syncs, a_step, b.syncs, b_step, ["api"]),
+                side_by_side(a.collectives, a_step, b.collectives, b_step, ["kind"]))
+
+
+def diff_traces(a: Trace, b: Trace, a_step: int, b_step: int, top: int = 20, by: str = "kernel") -> Diff:
+    """One rank's step in A against B, with each side's per-activity items (`step_items`)."""
+    d = diff_pair(material(a, by), material(b, by), a_step, b_step, top, by, None)
+    d.a_items, d.b_items = step_items(a, a_step), step_items(b, b_step)
+    return d
 
 
 def step_times(trace: Trace) -> dict[int, int]:
@@ -208,16 +217,17 @@ def median_step(times: dict[int, int]) -> int:
     return ordered[(len(ordered) - 1) // 2]
 
 
-def item_spread(pairs: list[tuple[Trace, Trace]], steps: list[int], by: str) -> pl.DataFrame:
+def item_spread(pairs: list[tuple[Material, Material]], steps: list[int], by: str) -> pl.DataFrame:
     """Per item: the least and largest delta over `steps` (both sides' same-numbered steps;
     a step without the item counts 0), summed over the (A, B) pairs of ranks given."""
     key = VIEWS[by]
 
-    def per_step(traces, side):
-        items = pl.concat([all_items(t).filter(pl.col("step").is_in(steps)) for t in traces])
-        return items.group_by("step", *key).agg(pl.col("ns").sum().alias(side))
+    def per_step(side, column):
+        items = pl.concat([m.items.filter(pl.col("step").is_in(steps)) for m in side])
+        return items.group_by("step", *key).agg(pl.col("ns").sum().alias(column))
 
-    deltas = (per_step([a for a, _ in pairs], "a").join(per_step([b for _, b in pairs], "b"), on=["step", *key], how="full", coalesce=True, nulls_equal=True)
+    deltas = (per_step([a for a, _ in pairs], "a").join(per_step([b for _, b in pairs], "b"), on=["step", *key],
+                                                          how="full", coalesce=True, nulls_equal=True)
               .with_columns(delta=pl.col("b").fill_null(0) - pl.col("a").fill_null(0)))
     missing = pl.len() < len(steps)
     return deltas.group_by(key).agg(
@@ -225,10 +235,10 @@ def item_spread(pairs: list[tuple[Trace, Trace]], steps: list[int], by: str) -> 
         delta_max_ns=pl.when(missing).then(pl.max_horizontal(pl.col("delta").max(), 0)).otherwise(pl.col("delta").max()))
 
 
-def chosen_steps(a: Trace, b: Trace, steps) -> tuple[int, int, list[int], str | None]:
+def chosen_steps(a: Material, b: Material, steps) -> tuple[int, int, list[int], str | None]:
     """(A's step, B's step, the steps both have, warning) for `steps`: a step number, or
     "all" (each side's median step)."""
-    sa, sb = step_times(a), step_times(b)
+    sa, sb = a.times, b.times
     if not sa or not sb:
         raise TraceError(a.path if not sa else b.path, "no GPU work to compare")
     shared = sorted(set(sa) & set(sb))
@@ -242,17 +252,17 @@ def chosen_steps(a: Trace, b: Trace, steps) -> tuple[int, int, list[int], str | 
     return a_step, b_step, shared, note
 
 
-def diff_runs(a_traces: list[Trace], b_traces: list[Trace], steps="all", top: int = 20,
-              by: str = "kernel") -> RunDiff:
+def combine(a_side: list[Material], b_side: list[Material], steps="all", top: int = 20,
+            by: str = "kernel") -> RunDiff:
     """Per-rank diffs, their sum, and warnings, for the ranks both sides have."""
     warnings = []
-    a_ranks, b_ranks = {t.rank: t for t in a_traces}, {t.rank: t for t in b_traces}
-    if len(a_ranks) != len(b_ranks) or {t.world_size for t in a_traces} != {t.world_size for t in b_traces}:
-        warnings.append(f"A has {len(a_ranks)} rank(s) (world size {a_traces[0].world_size}), B has "
-                        f"{len(b_ranks)} (world size {b_traces[0].world_size}): comparing the ranks both have")
+    a_ranks, b_ranks = {m.rank: m for m in a_side}, {m.rank: m for m in b_side}
+    if len(a_ranks) != len(b_ranks) or {m.world_size for m in a_side} != {m.world_size for m in b_side}:
+        warnings.append(f"A has {len(a_ranks)} rank(s) (world size {a_side[0].world_size}), B has "
+                        f"{len(b_ranks)} (world size {b_side[0].world_size}): comparing the ranks both have")
     common = sorted(set(a_ranks) & set(b_ranks))
     if not common:
-        raise TraceError(f"{a_traces[0].path} / {b_traces[0].path}",
+        raise TraceError(f"{a_side[0].path} / {b_side[0].path}",
                          f"no rank in common (A: {sorted(a_ranks)}, B: {sorted(b_ranks)})")
     diffs, everywhere = [], None
     for rank in common:
@@ -262,10 +272,20 @@ def diff_runs(a_traces: list[Trace], b_traces: list[Trace], steps="all", top: in
             warnings.append(f"rank {rank}: {note}")
         everywhere = set(shared) if everywhere is None else everywhere & set(shared)
         spread = item_spread([(a, b)], shared, by) if steps == "all" and len(shared) > 1 else None
-        diffs.append(diff_traces(a, b, a_step, b_step, top, by, spread))
+        diffs.append(diff_pair(a, b, a_step, b_step, top, by, spread))
     pairs = [(a_ranks[r], b_ranks[r]) for r in common]
     spread = item_spread(pairs, sorted(everywhere), by) if steps == "all" and len(everywhere) > 1 else None
     return RunDiff(diffs, aggregate(diffs, top, by, spread), warnings)
+
+
+def diff_runs(a_traces: list[Trace], b_traces: list[Trace], steps="all", top: int = 20,
+              by: str = "kernel") -> RunDiff:
+    """`combine` of the traces' materials, each rank's diff with its per-activity items."""
+    result = combine([material(t, by) for t in a_traces], [material(t, by) for t in b_traces], steps, top, by)
+    traces = {("a", t.rank): t for t in a_traces} | {("b", t.rank): t for t in b_traces}
+    for d in result.per_rank:
+        d.a_items, d.b_items = step_items(traces["a", d.rank], d.a_step), step_items(traces["b", d.rank], d.b_step)
+    return result
 
 
 def aggregate(diffs: list[Diff], top: int, by: str, spread: pl.DataFrame | None) -> Diff:

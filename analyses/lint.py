@@ -7,13 +7,14 @@ each kind; the other verbs print the same findings as one note per kind on stder
 
 from __future__ import annotations
 
-from pathlib import Path
+from dataclasses import dataclass
 
 import polars as pl
 
 from tracekit.analyses.comms import collective_kernels
 from tracekit.analyses.timeline import timeline
-from tracekit.model import Run, Trace
+from tracekit.files import name
+from tracekit.model import Trace
 
 SCHEMA = {"severity": pl.String, "kind": pl.String, "count": pl.Int64, "ns": pl.Int64, "step": pl.Int64,
           "detail": pl.String}
@@ -26,14 +27,39 @@ def finding(severity: str, kind: str, detail: str, count: int | None = None, ns:
     return {"severity": severity, "kind": kind, "count": count, "ns": ns, "step": step, "detail": detail}
 
 
-def trace_findings(trace: Trace, other_cycles: list[str] = ()) -> pl.DataFrame:
+def trace_findings(trace: Trace) -> pl.DataFrame:
     """The findings of one trace, errors first."""
-    rows = load_findings(trace.facts) + steps_findings(trace) + device_findings(trace)
-    if other_cycles:
-        rows.append(finding("info", "other_cycles", f"{len(other_cycles)} other profiling cycle(s) of this rank "
-                            f"not used (--cycle chooses): {', '.join(Path(p).name for p in other_cycles)}",
-                            len(other_cycles)))
-    return by_severity(rows)
+    return by_severity(load_findings(trace.facts) + steps_findings(trace) + device_findings(trace))
+
+
+@dataclass
+class Checked:
+    """What a per-trace task gives back: the trace's findings, its first collectives (for the
+    clock-skew check across ranks), whether it has device work, and an analysis' result."""
+
+    findings: pl.DataFrame
+    firsts: pl.DataFrame
+    has_gpu: bool
+    value: object
+
+
+def checked(trace: Trace, analysis=None) -> Checked:
+    """`analysis(trace)` (none without one) with the trace's own lint material."""
+    value = analysis(trace) if analysis is not None else None
+    return Checked(trace_findings(trace), first_collectives(trace), trace.has_gpu, value)
+
+
+def itself(trace: Trace) -> Trace:
+    """The analysis that keeps the whole trace (for work done here, not in a worker)."""
+    return trace
+
+
+def first_collectives(trace: Trace) -> pl.DataFrame:
+    """pg, coll_kind, start, end (absolute ns on the rank's clock) of each process group's
+    first collective."""
+    k = collective_kernels(trace).filter(pl.col("seq") == 0)
+    return k.select("pg", "coll_kind", (pl.col("start") + trace.origin_us * 1000).alias("start"),
+                    (pl.col("end") + trace.origin_us * 1000).alias("end"))
 
 
 def by_severity(rows: list[dict]) -> pl.DataFrame:
@@ -149,26 +175,28 @@ def _launches_without_records(trace: Trace) -> list[dict]:
     return rows
 
 
-def run_findings(traces: list[Trace], from_directory: bool) -> pl.DataFrame:
-    """Findings across the ranks of one run: missing ranks (of a run directory), disagreeing
-    world sizes or schemas, clock skew at the first collective."""
+def run_findings(run) -> pl.DataFrame:
+    """Findings across the ranks of one run (a `runs.RunResult` of `Checked`): missing ranks
+    (of a run directory), disagreeing world sizes or schemas, clock skew at the first
+    collective."""
+    infos = [r.info for r in run.results]
     rows = []
-    sizes = {t.world_size for t in traces if t.world_size}
+    sizes = {t.world_size for t in infos if t.world_size}
     if len(sizes) > 1:
         rows.append(finding("error", "world_size_mismatch", f"the traces disagree on the world size: {sorted(sizes)}"))
-    missing = sorted(set(range(max(sizes))) - {t.rank for t in traces}) if sizes and from_directory else []
+    missing = sorted(set(range(max(sizes))) - {t.rank for t in infos}) if sizes and run.facts.get("directory") else []
     if missing:
         rows.append(finding("error", "missing_ranks",
                             f"{len(missing)} of {max(sizes)} ranks have no trace in the directory: {_ranges(missing)}",
                             len(missing)))
     for key, label in (("schema", "schema"), ("schema_version", "schemaVersion"), ("nccl_version", "NCCL version"),
                        ("backend", "backend")):
-        values = {t.rank: (t.facts if key == "schema" else t.meta).get(key) for t in traces}
+        values = {t.rank: (t.facts if key == "schema" else t.meta).get(key) for t in infos}
         if len(set(map(str, values.values()))) > 1:
             rows.append(finding("warning", "mixed_versions", f"ranks differ in {label}: " +
                                 ", ".join(f"rank {r}: {v}" for r, v in sorted(values.items()))))
-    if len(traces) > 1 and all(t.has_gpu for t in traces):  # kernels, not host ops, end together
-        rows += _clock_skew(traces)
+    if len(infos) > 1 and all(r.value.has_gpu for r in run.results):  # kernels, not host ops, end together
+        rows += _clock_skew({r.info.rank: r.value.firsts for r in run.results})
     return by_severity(rows)
 
 
@@ -183,17 +211,12 @@ def _ranges(ranks: list[int]) -> str:
     return ", ".join(f"{a}-{b}" if b > a else str(a) for a, b in runs)
 
 
-def _clock_skew(traces: list[Trace]) -> list[dict]:
+def _clock_skew(firsts: dict[int, pl.DataFrame]) -> list[dict]:
     """The first collective of the first process group that every rank ran: its start on
     each rank's clock. A collective ends at nearly the same instant everywhere, so ends that
     disagree by more than 100 µs mean the ranks' clocks disagree."""
-    firsts = []
-    for t in traces:
-        k = collective_kernels(t).filter(pl.col("seq") == 0).sort("start")
-        firsts.append(k.select("pg", "coll_kind", pl.lit(t.rank).alias("rank"),
-                               (pl.col("start") + t.origin_us * 1000).alias("start"),
-                               (pl.col("end") + t.origin_us * 1000).alias("end")))
-    everywhere = pl.concat(firsts).filter(pl.len().over("pg") == len(traces))
+    together = pl.concat([f.with_columns(rank=pl.lit(r)) for r, f in firsts.items()])
+    everywhere = together.filter(pl.len().over("pg") == len(firsts))
     if everywhere.height == 0:
         return []
     pg = everywhere.sort("start")["pg"][0]
@@ -204,18 +227,24 @@ def _clock_skew(traces: list[Trace]) -> list[dict]:
     severity = "warning" if end_spread > 100_000 else "info"
     return [finding(severity, "clock_skew", f"first collective ({first['coll_kind'][0]}, process group {pg}) starts "
                     f"spread {start_spread:,} ns ({offsets} ns); its ends spread {end_spread:,} ns",
-                    len(traces), start_spread)]
+                    len(firsts), start_spread)]
 
 
-def lint(runs: list[Run]) -> tuple[list[tuple[Trace, pl.DataFrame]], list[tuple[Run, pl.DataFrame]]]:
-    """(findings per trace, findings per run)."""
-    per_trace = [(t, trace_findings(t, run.facts.get("other_cycles", {}).get(t.path, [])))
-                 for run in runs for t in run.traces]
-    per_run = [(run, run_findings(run.traces, run.facts.get("directory", False))) for run in runs]
-    return per_trace, per_run
+def lint(runs) -> tuple[list, list]:
+    """(findings per trace, findings per run) of `runs.RunResult`s of `Checked`: each trace's
+    own findings with its other profiling cycles, as [(TraceInfo, frame)], and
+    [(RunResult, frame)]."""
+    per_trace = []
+    for run in runs:
+        for r in run.results:
+            others = run.facts.get("other_cycles", {}).get(r.info.path, [])
+            rows = [finding("info", "other_cycles", f"{len(others)} other profiling cycle(s) of this rank not used "
+                            f"(--cycle chooses): {', '.join(name(p) for p in others)}", len(others))] if others else []
+            per_trace.append((r.info, pl.concat([r.value.findings, by_severity(rows)])))
+    return per_trace, [(run, run_findings(run)) for run in runs]
 
 
-def notes(per_trace: list[tuple[Trace, pl.DataFrame]], per_run: list[tuple[Run, pl.DataFrame]]) -> list[str]:
+def notes(per_trace: list, per_run: list) -> list[str]:
     """One line per kind of warning or error over all traces: what the other verbs print on
     stderr (`info` findings — context, not trouble — only `tracekit lint` shows)."""
     rows = pl.concat([f.with_columns(path=pl.lit(t.path)) for t, f in per_trace] +

@@ -39,29 +39,37 @@ def sample_trace_path() -> str:
     return str(files("tracekit") / "data" / "fsdp1_rank0.trace.json.gz")
 
 
-def load_runs(paths, options: dict) -> list:
-    """The runs under `paths` (default: the embedded sample trace), with the lint findings of
-    each printed as notes on stderr, one line per kind."""
-    from tracekit.analyses.lint import lint, notes
-    from tracekit.loading import load_runs as load
+def analysed_runs(paths, options: dict, analysis=None, here: bool = False) -> list:
+    """`analysis(trace)` for every trace under `paths` (default: the embedded sample trace),
+    per run (`runs.analyse`: in worker processes or on a Dask cluster unless `here`), with the
+    lint findings printed as notes on stderr, one line per kind."""
+    from functools import partial
 
-    runs = load(paths or [sample_trace_path()], **options)
+    from tracekit.analyses.lint import checked, lint, notes
+    from tracekit.runs import analyse
+
+    load = {k: options[k] for k in ("comm_kernels", "cycle", "cache")}
+    where = {"workers": 1} if here else {"workers": options["workers"], "scheduler": options["scheduler"]}
+    runs = analyse(paths or [sample_trace_path()], partial(checked, analysis=analysis), **load, **where)
     for note in notes(*lint(runs)):
         click.echo(f"tracekit: {note}", err=True)
     return runs
 
 
-def ranks_of(runs, rank: int | None, paths) -> list:
-    """The runs' traces, or only those of `rank`."""
-    traces = [t for run in runs for t in run.traces if rank is None or t.rank == rank]
-    if not traces:
+def of_ranks(runs, rank: int | None, paths) -> list:
+    """[(TraceInfo, analysis result)] of the runs' traces, or of `rank`'s only."""
+    found = [(r.info, r.value.value) for run in runs for r in run.results if rank is None or r.info.rank == rank]
+    if not found:
         raise TraceError(", ".join(map(str, paths)), f"no trace of rank {rank}")
-    return traces
+    return found
 
 
 def load_traces(paths, rank: int | None, options: dict) -> list:
-    """Every rank's trace under `paths` (files or run directories), optionally one rank."""
-    return ranks_of(load_runs(paths, options), rank, paths)
+    """Every rank's trace under `paths` (files or run directories), optionally one rank, loaded
+    in this process (for the verbs that draw or write whole traces)."""
+    from tracekit.analyses.lint import itself
+
+    return [trace for _, trace in of_ranks(analysed_runs(paths, options, itself, here=True), rank, paths)]
 
 
 def emit(text: str) -> None:
@@ -125,13 +133,19 @@ def comm_patterns(ctx, param, value) -> tuple[str, ...]:
 
 
 def load_options(function):
-    """--comm-kernel, --cycle and --no-cache, passed on as `options` (the loader's keyword
-    arguments)."""
+    """--comm-kernel, --cycle, --no-cache, --workers and --scheduler, passed on as `options`."""
     @functools.wraps(function)
-    def with_options(*args, comm_kernels, cycle, no_cache, **kwargs):
-        options = {"comm_kernels": comm_kernels, "cycle": cycle, "cache": False if no_cache else None}
+    def with_options(*args, comm_kernels, cycle, no_cache, workers, scheduler, **kwargs):
+        options = {"comm_kernels": comm_kernels, "cycle": cycle, "cache": False if no_cache else None,
+                   "workers": workers, "scheduler": scheduler}
         return function(*args, options=options, **kwargs)
 
+    with_options = click.option("--workers", type=click.IntRange(min=1), default=None,
+                                help="Processes that load and analyse the ranks at once (default: "
+                                     "TRACEKIT_WORKERS, else the cores available).")(with_options)
+    with_options = click.option("--scheduler", default=None, metavar="tcp://HOST:PORT",
+                                help="Run the per-rank work on this Dask cluster instead (default: "
+                                     "TRACEKIT_SCHEDULER; the `dask` extra).")(with_options)
     with_options = click.option("--no-cache", is_flag=True,
                                 help="Decode the traces again instead of reading the trace cache "
                                      "(TRACEKIT_CACHE_DIR; `tracekit cache info`).")(with_options)
@@ -150,11 +164,13 @@ def verb(function):
     return main.command()(function)
 
 
-def per_step(traces, analysis, steps, agg):
-    """[(trace, frame)] of `analysis(trace)`: the chosen steps, and the statistic row."""
+def per_step(paths, rank, options, analysis, steps, agg):
+    """[(trace, frame)] of `analysis(trace)` for every trace: the chosen steps, and the
+    statistic row."""
     from tracekit.analyses.aggregate import selected, with_aggregate
 
-    return [(t, with_aggregate(selected(analysis(t), steps), agg)) for t in traces]
+    return [(info, with_aggregate(selected(frame, steps), agg))
+            for info, frame in of_ranks(analysed_runs(paths, options, analysis), rank, paths)]
 
 
 @verb
@@ -169,7 +185,7 @@ def summary(paths, steps, agg, rank, fmt, options, scope):
 
     from tracekit.analyses.summary import summary as analysis
 
-    emit(render(per_step(load_traces(paths, rank, options), partial(analysis, scope=scope), steps, agg), fmt))
+    emit(render(per_step(paths, rank, options, partial(analysis, scope=scope), steps, agg), fmt))
 
 
 @verb
@@ -178,7 +194,7 @@ def syncs(paths, steps, agg, rank, fmt, options):
     blame: the enclosing CPU ops, innermost first. CUPTI cuda_sync records are counted apart."""
     from tracekit.analyses.syncs import sync_ledger
 
-    emit(render(per_step(load_traces(paths, rank, options), sync_ledger, steps, agg), fmt))
+    emit(render(per_step(paths, rank, options, sync_ledger, steps, agg), fmt))
 
 
 @verb
@@ -186,12 +202,14 @@ def comms(paths, steps, agg, rank, fmt, options):
     """Collectives per process group: count, dtype, bytes, kernel and exposed time, algbw/busbw,
     and across the ranks of each run, transfer time vs waiting for peers."""
     from tracekit.analyses.aggregate import selected, with_aggregate
-    from tracekit.analyses.comms import comms as analysis
+    from tracekit.analyses.comms import census_of_run, material
 
-    runs = load_runs(paths, options)
-    ranks_of(runs, rank, paths)
-    report = [(t, with_aggregate(selected(f, steps), agg)) for run in runs
-              for t, f in zip(run.traces, analysis(run.traces)) if rank is None or t.rank == rank]
+    runs = analysed_runs(paths, options, material)
+    of_ranks(runs, rank, paths)
+    report = [(r.info, with_aggregate(selected(f, steps), agg)) for run in runs
+              for r, f in zip(run.results, census_of_run([r.value.value for r in run.results],
+                                                          [r.info.rank for r in run.results]))
+              if rank is None or r.info.rank == rank]
     emit(render(report, fmt))
 
 
@@ -206,7 +224,7 @@ def overlap(paths, steps, agg, rank, fmt, options, scope):
 
     from tracekit.analyses.overlap import overlap as analysis
 
-    emit(render(per_step(load_traces(paths, rank, options), partial(analysis, scope=scope), steps, agg), fmt))
+    emit(render(per_step(paths, rank, options, partial(analysis, scope=scope), steps, agg), fmt))
 
 
 @verb
@@ -218,7 +236,7 @@ def breakdown(paths, steps, agg, rank, fmt, options, scope):
 
     from tracekit.analyses.breakdown import breakdown as analysis
 
-    emit(render(per_step(load_traces(paths, rank, options), partial(analysis, scope=scope), steps, agg), fmt))
+    emit(render(per_step(paths, rank, options, partial(analysis, scope=scope), steps, agg), fmt))
 
 
 @main.command()
@@ -232,11 +250,14 @@ def lint(paths, rank, fmt, options, strict):
     dropped events, device work outside every step, lag across step boundaries, same-stream
     overlap, lost launch links, a truncated last step, missing ranks, mixed versions, clock
     skew. Exits 0 with findings (1 with --strict and an error)."""
-    from tracekit.analyses.lint import lint as analysis
-    from tracekit.loading import load_runs as load
-    from tracekit.render import render_lint
+    from functools import partial
 
-    per_trace, per_run = analysis(load(paths or [sample_trace_path()], **options))
+    from tracekit.analyses.lint import checked
+    from tracekit.analyses.lint import lint as analysis
+    from tracekit.render import render_lint
+    from tracekit.runs import analyse
+
+    per_trace, per_run = analysis(analyse(paths or [sample_trace_path()], partial(checked), **options))
     per_trace = [(t, f) for t, f in per_trace if rank is None or t.rank == rank]
     emit(render_lint(per_trace, per_run, fmt))
     errors = sum(int((f["severity"] == "error").sum()) for _, f in per_trace + per_run)
@@ -244,17 +265,27 @@ def lint(paths, rank, fmt, options, strict):
         sys.exit(1)
 
 
-def diffed(a, b, steps, rank, top: int, by: str, options: dict):
+def diffed(a, b, steps, rank, top: int, by: str, options: dict, whole: bool = False):
     """(A's traces, B's traces, the RunDiff) with every warning printed: world sizes, steps,
-    and the models named by the profile manifests when both have one."""
-    from tracekit.analyses.diff import diff_runs
+    and the models named by the profile manifests when both have one. The traces are loaded
+    here only when `whole` (for export); else each rank's diff material comes from a worker."""
+    from functools import partial
+
+    from tracekit.analyses.diff import combine, diff_runs, material
     from tracekit.analyses.variants import config_mismatch, fidelity_warnings, unprofiled_delta
     from tracekit.loading import profile_variant
 
     if isinstance(steps, list) and len(steps) != 1:
         raise click.BadParameter("diff compares one step, or all (the median step)", param_hint="--steps")
-    a_traces, b_traces = load_traces([a], rank, options), load_traces([b], rank, options)
-    result = diff_runs(a_traces, b_traces, steps if steps == "all" else steps[0], top, by)
+    step = steps if steps == "all" else steps[0]
+    if whole:
+        a_traces, b_traces = load_traces([a], rank, options), load_traces([b], rank, options)
+        result = diff_runs(a_traces, b_traces, step, top, by)
+    else:
+        a_traces = b_traces = None
+        sides = [[m for _, m in of_ranks(analysed_runs([p], options, partial(material, by=by)), rank, [p])]
+                 for p in (a, b)]
+        result = combine(*sides, step, top, by)
     (ma, va), (mb, vb) = profile_variant(a), profile_variant(b)
     warnings = result.warnings + config_mismatch(ma, mb)
     if ma and mb:
@@ -315,7 +346,7 @@ def export(paths, output, as_diff, steps, rank, options, top):
         return
     if len(paths) != 2:
         raise click.UsageError("--diff takes exactly two PATHS: A and B")
-    a_traces, b_traces, result = diffed(paths[0], paths[1], steps, rank, top, "kernel", options)
+    a_traces, b_traces, result = diffed(paths[0], paths[1], steps, rank, top, "kernel", options, whole=True)
     export_diff(a_traces, b_traces, result, (Path(paths[0]).name, Path(paths[1]).name), output, top)
     click.echo(f"tracekit: wrote {output}; view it with `tracekit open {output}`", err=True)
 

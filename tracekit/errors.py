@@ -13,6 +13,9 @@ class TraceError(TracekitError):
         self.reason = reason
         super().__init__(f"{self.path}: {reason}")
 
+    def __reduce__(self):  # raised in a worker process, re-raised here
+        return type(self), (self.path, self.reason)
+
 
 class UsageError(TracekitError):
     """An option that cannot work here (a bad pattern, a missing optional extra)."""

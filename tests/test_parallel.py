@@ -1,0 +1,36 @@
+"""Ranks analysed in worker processes or on a Dask cluster give exactly what one process gives."""
+
+import pytest
+from click.testing import CliRunner
+from conftest import DATA
+
+from tracekit.cli import main
+
+RUN = DATA / "h200x2-small"
+VERBS = [("summary", RUN / "fsdp2"), ("comms", RUN / "fsdp1"), ("syncs", RUN / "fsdp1"),
+         ("diff", RUN / "fsdp1", RUN / "fsdp2")]
+
+
+def output(*args):
+    result = CliRunner().invoke(main, [*map(str, args), "--format", "json", "--no-cache"])
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    distributed = pytest.importorskip("distributed")  # the test extra installs it: never skipped in CI
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as c:
+        yield c.scheduler_address
+
+
+@pytest.mark.parametrize("verb", VERBS, ids=lambda v: v[0])
+def test_workers_and_a_dask_cluster_give_the_same_json(verb, cluster):
+    one = output(*verb, "--workers", 1)
+    assert output(*verb, "--workers", 2) == one
+    assert output(*verb, "--scheduler", cluster) == one
+
+
+def test_an_unreachable_scheduler_is_one_line(tmp_path):
+    result = CliRunner().invoke(main, ["summary", "--scheduler", "tcp://127.0.0.1:9", str(RUN / "ddp")])
+    assert result.exit_code == 2 and result.stderr.startswith("tracekit: --scheduler tcp://127.0.0.1:9: cannot reach")

@@ -1,0 +1,99 @@
+"""Where per-trace work runs: here, in worker processes, or on a Dask cluster — one interface.
+
+`executor(workers, scheduler)` gives an object whose `map(fn, items)` returns `[fn(item)]` in
+order. A scheduler address (`--scheduler tcp://HOST:PORT`, or `TRACEKIT_SCHEDULER`) sends the
+work to that Dask cluster (`distributed.Client`, its futures; the optional extra `dask`);
+else `workers` processes on this machine (`--workers`, `TRACEKIT_WORKERS`, default: the
+cores available), or none when one would do. Only `fn`'s results travel back, so `fn` should
+return small results, not traces. A progress bar is shown on a terminal.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from concurrent.futures import ProcessPoolExecutor, as_completed
+
+from .errors import UsageError
+
+
+def cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def progress(total: int):
+    """A tqdm bar on stderr when it is a terminal and there is more than one item; else None."""
+    if total < 2 or not sys.stderr.isatty():
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit="trace", file=sys.stderr, leave=False)
+
+
+class Here:
+    def map(self, fn, items: list) -> list:
+        bar = progress(len(items))
+        out = []
+        for item in items:
+            out.append(fn(item))
+            if bar:
+                bar.update()
+        if bar:
+            bar.close()
+        return out
+
+
+class Processes:
+    """A pool of `n` fresh interpreters (spawned: polars' threads do not survive a fork)."""
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def map(self, fn, items: list) -> list:
+        import multiprocessing
+
+        with ProcessPoolExecutor(min(self.n, len(items)), mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = {pool.submit(fn, item): i for i, item in enumerate(items)}
+            out, bar = [None] * len(items), progress(len(items))
+            for future in as_completed(futures):
+                out[futures[future]] = future.result()
+                if bar:
+                    bar.update()
+            if bar:
+                bar.close()
+        return out
+
+
+class Cluster:
+    """A Dask cluster: the same work as futures on its workers, which must see the traces'
+    paths (a shared filesystem, or fsspec URLs)."""
+
+    def __init__(self, address: str):
+        try:
+            from distributed import Client
+        except ImportError:
+            raise UsageError("--scheduler needs Dask: pip install 'torch-tracekit[dask]'") from None
+        try:
+            self.client = Client(address, timeout="10s")
+        except OSError as e:
+            raise UsageError(f"--scheduler {address}: cannot reach the Dask scheduler ({e})") from None
+
+    def map(self, fn, items: list) -> list:
+        futures = self.client.map(fn, items, pure=False)
+        bar = progress(len(items))
+        if bar:
+            from distributed import as_completed as completed
+
+            for _ in completed(futures):
+                bar.update()
+            bar.close()
+        return self.client.gather(futures)
+
+
+def executor(workers: int | None = None, scheduler: str | None = None, items: int = 2):
+    """Where to run `items` pieces of work (see the module docstring)."""
+    scheduler = scheduler or os.environ.get("TRACEKIT_SCHEDULER")
+    if scheduler:
+        return Cluster(scheduler)
+    workers = workers or int(os.environ.get("TRACEKIT_WORKERS") or cores())
+    return Processes(workers) if workers > 1 and items > 1 else Here()

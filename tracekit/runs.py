@@ -1,0 +1,87 @@
+"""Analysing runs rank by rank where the work can run in parallel: each trace file is loaded
+*and analysed* by one task (here, in a worker process or on a Dask worker: `executor.py`);
+only the task's result and the trace's identity (`TraceInfo`) travel back, and what needs
+several ranks (collective matching, diffs, lint across ranks) is done here on those results.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import partial
+
+from . import files
+from .errors import TraceError
+from .executor import executor
+from .loading import NotATrace, cycles_by_name, cycles_by_rank, load_trace
+from .model import Trace
+
+
+@dataclass
+class TraceInfo:
+    """What the reports need of a trace besides an analysis' result."""
+
+    path: str
+    rank: int
+    world_size: int | None
+    meta: dict
+    facts: dict
+    origin_us: int
+
+    @classmethod
+    def of(cls, trace: Trace) -> TraceInfo:
+        return cls(trace.path, trace.rank, trace.world_size, trace.meta, trace.facts, trace.origin_us)
+
+
+@dataclass
+class Analysed:
+    info: TraceInfo
+    value: object
+
+
+@dataclass
+class RunResult:
+    """A run (a directory, or one file): its traces' results in rank order, and its facts
+    (directory, skipped files, other profiling cycles: as `model.Run`)."""
+
+    path: str
+    results: list[Analysed]
+    facts: dict = field(default_factory=dict)
+
+
+def analysed(file: str, task, comm_kernels: tuple[str, ...], cache: bool | None) -> Analysed | NotATrace:
+    """One task: load the trace (cache first) and analyse it; what it is when not a trace."""
+    try:
+        trace = load_trace(file, comm_kernels=comm_kernels, cache=cache)
+    except NotATrace as e:
+        return e
+    return Analysed(TraceInfo.of(trace), task(trace))
+
+
+def analyse(paths, task, *, comm_kernels: tuple[str, ...] = (), cycle: str = "last", cache: bool | None = None,
+            workers: int | None = None, scheduler: str | None = None) -> list[RunResult]:
+    """`task(trace)` for every trace under `paths` (files, directories or URLs), one run per
+    path, profiling cycles chosen as `loading.load_run` does."""
+    plans = []
+    for path in paths:
+        if files.is_dir(path):
+            chosen, others = cycles_by_name(files.trace_files(path), cycle)
+            plans.append((str(path), chosen, {"directory": True, "other_cycles": others}))
+        else:
+            plans.append((str(path), [str(path)], {}))
+    jobs = [f for _, chosen, _ in plans for f in chosen]
+    work = partial(analysed, task=task, comm_kernels=comm_kernels, cache=cache)
+    done = dict(zip(jobs, executor(workers, scheduler, len(jobs)).map(work, jobs)))
+    runs = []
+    for path, chosen, facts in plans:
+        results = [done[f] for f in chosen if isinstance(done[f], Analysed)]
+        if not facts and not results:
+            raise done[chosen[0]]
+        if not results:
+            raise TraceError(path, "no trace files in this directory")
+        if facts:
+            kept, more = cycles_by_rank([r.info for r in results], cycle)
+            facts = {**facts, "skipped": [f for f in chosen if not isinstance(done[f], Analysed)],
+                     "other_cycles": {**facts["other_cycles"], **more}}
+            results = [r for r in results if any(r.info is k for k in kept)]
+        runs.append(RunResult(path, sorted(results, key=lambda r: r.info.rank), facts))
+    return runs
