@@ -1,10 +1,20 @@
-"""Load benchmark: tracekit summary vs a typed msgspec decode vs orjson vs HTA, in one run.
+"""Load and scale benchmark: tracekit against a typed msgspec decode, orjson, json and HTA, and
+ranks in parallel, all measured in one run and printed as ratios.
 
-Builds (or takes) a trace of at least 150 MB by replicating a real H200 trace over many steps
-with shifted timestamps, correlation and External ids, then runs each reader in a fresh
-process and prints wall time and peak RSS as ratios:
+    python benchmarks/load_bench.py [--mb 150] [--trace FILE] [--hta] [--ranks 8] [--rank-mb 20]
+                                    [--dask-ranks 64] [--workers N] [--skip-scale]
 
-    python benchmarks/load_bench.py [--mb 150] [--trace FILE] [--hta]
+1. One trace of at least `--mb` MB, built by replicating the embedded real H200 trace over many
+   steps (shifted timestamps, correlation and External ids), written as Kineto writes it. Each
+   reader runs in a fresh interpreter (imports not timed); time and peak RSS are given as
+   ratios to the typed msgspec decode of the same file (every event into tracekit's own
+   structs in one call: the JSON floor) and to the file's size. `cold` rows decode the file
+   (the trace cache is empty and written meanwhile), `warm` rows read the cache the cold run
+   wrote.
+2. `--ranks` rank traces of `--rank-mb` MB: `tracekit summary` over their directory, one process
+   (`--workers 1`) against `--workers N` (default: the cores here), the cache off.
+3. `--dask-ranks` small rank traces on a local Dask cluster of 2 workers (`--scheduler`)
+   against one process.
 
 Ratios, not thresholds: nothing here is asserted in the tests.
 """
@@ -15,6 +25,7 @@ import argparse
 import gzip
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -22,48 +33,57 @@ import time
 from pathlib import Path
 
 SOURCE = Path(__file__).resolve().parents[1] / "tracekit" / "data" / "fsdp1_rank0.trace.json.gz"
+SUMMARY = ("import tracekit.loading as tracekit\nfrom tracekit.analyses.summary import summary",
+           "summary(tracekit.load(PATH))")
 
-# name: (imports, timed statements); PATH is the trace file.
+# name: (imports, timed statements, environment); PATH is the trace file.
 READERS = {
-    "tracekit summary": ("import tracekit.loading as tracekit\nfrom tracekit.analyses.summary import summary",
-                         "summary(tracekit.load(PATH))"),
-    "tracekit load": ("import tracekit.loading as tracekit", "tracekit.load(PATH)"),
-    # The other verbs on the same trace, to catch an analysis that grows faster than the trace.
+    "tracekit summary, cold": (*SUMMARY, {}),
+    "tracekit summary, warm": (*SUMMARY, {}),
+    "tracekit summary, no cache": (*SUMMARY, {"TRACEKIT_NO_CACHE": "1"}),
+    "tracekit load, no cache": ("import tracekit.loading as tracekit", "tracekit.load(PATH)", {"TRACEKIT_NO_CACHE": "1"}),
+    # The other verbs, cold, to catch an analysis that grows faster than the trace.
     "tracekit syncs": ("import tracekit.loading as tracekit\nfrom tracekit.analyses.syncs import sync_ledger",
-                       "sync_ledger(tracekit.load(PATH))"),
+                       "sync_ledger(tracekit.load(PATH))", {"TRACEKIT_NO_CACHE": "1"}),
     "tracekit breakdown": ("import tracekit.loading as tracekit\nfrom tracekit.analyses.breakdown import breakdown",
-                           "breakdown(tracekit.load(PATH))"),
-    "tracekit diff (self)": (
-        "import tracekit.loading as tracekit\nfrom tracekit.analyses.diff import diff_runs",
-        "trace = tracekit.load(PATH)\ndiff_runs([trace], [trace], None, 20, 'kernel')"),
+                           "breakdown(tracekit.load(PATH))", {"TRACEKIT_NO_CACHE": "1"}),
+    "tracekit diff (self)": ("import tracekit.loading as tracekit\nfrom tracekit.analyses.diff import diff_runs",
+                             "trace = tracekit.load(PATH)\ndiff_runs([trace], [trace])", {"TRACEKIT_NO_CACHE": "1"}),
     "tracekit export": ("import os, tempfile\nfrom tracekit.export import export_traces",
-                        "export_traces([PATH], os.path.join(tempfile.mkdtemp(), 'x.pftrace'))"),
-    # The JSON floor: every event decoded into tracekit's own typed structs, in one call.
+                        "export_traces([PATH], os.path.join(tempfile.mkdtemp(), 'x.pftrace'), "
+                        "{'comm_kernels': (), 'cache': False})", {}),
     "msgspec typed decode": (
         "import msgspec\nfrom tracekit.kineto import Event\n"
         "class Document(msgspec.Struct):\n    traceEvents: list[Event]",
-        "msgspec.json.decode(open(PATH, 'rb').read(), type=Document)"),
-    "orjson.loads": ("import orjson", "orjson.loads(open(PATH, 'rb').read())"),
-    "json.loads": ("import json", "json.loads(open(PATH, 'rb').read())"),
+        "msgspec.json.decode(open(PATH, 'rb').read(), type=Document)", {}),
+    "orjson.loads": ("import orjson", "orjson.loads(open(PATH, 'rb').read())", {}),
+    "json.loads": ("import json", "json.loads(open(PATH, 'rb').read())", {}),
     "HTA TraceAnalysis": (
         "import os, shutil, tempfile\nfrom hta.trace_analysis import TraceAnalysis",
-        "d = tempfile.mkdtemp()\nshutil.copy(PATH, os.path.join(d, 'rank0.json'))\nTraceAnalysis(trace_dir=d)"),
+        "d = tempfile.mkdtemp()\nshutil.copy(PATH, os.path.join(d, 'rank0.json'))\nTraceAnalysis(trace_dir=d)", {}),
 }
 
 
-def build(target_mb: int, out: Path) -> Path:
-    """Replicate SOURCE's step until the JSON is at least target_mb megabytes."""
+def kineto_text(event: dict) -> str:
+    """An event as Kineto writes it: on lines of its own, indented under `traceEvents`."""
+    return "\n  " + json.dumps(event, indent=2).replace("\n", "\n  ")
+
+
+def build(target_mb: float, out: Path, rank: int = 0, world: int = 1) -> Path:
+    """Replicate SOURCE's step until the JSON is at least target_mb megabytes, as `rank` of
+    `world`, written as Kineto writes it."""
     doc = json.loads(gzip.open(SOURCE).read())
     events = doc["traceEvents"]
     timed = [e for e in events if "ts" in e and e.get("ph") != "M" and isinstance(e.get("pid"), int)]
     span = max(float(e["ts"]) + float(e.get("dur", 0)) for e in timed) - min(float(e["ts"]) for e in timed)
-    one_copy = len(json.dumps(timed))
-    copies = max(1, -(-target_mb * 1_000_000 // one_copy))
+    one_copy = sum(len(kineto_text(e)) + 1 for e in timed)
+    copies = max(1, -(-int(target_mb * 1_000_000) // one_copy))
     meta = [e for e in events if e not in timed]
+    head = {k: v for k, v in doc.items() if k != "traceEvents"}
+    head["distributedInfo"] = {**head.get("distributedInfo", {}), "rank": rank, "world_size": world}
     with open(out, "w") as f:
-        head = {k: v for k, v in doc.items() if k != "traceEvents"}
         f.write(json.dumps(head)[:-1] + ', "traceEvents": [')
-        f.write(",".join(json.dumps(e) for e in meta))
+        f.write(",".join(kineto_text(e) for e in meta))
         for i in range(copies):
             shift, id_shift = i * (span + 1000.0), i * 10_000_000
             for e in timed:
@@ -78,21 +98,82 @@ def build(target_mb: int, out: Path) -> Path:
                     e2["args"] = args
                 if isinstance(e2.get("id"), int):
                     e2["id"] += id_shift
-                f.write("," + json.dumps(e2))
-        f.write("]}")
+                f.write("," + kineto_text(e2))
+        f.write("\n]}")
     return out
 
 
-def measure(reader: tuple[str, str], path: Path) -> tuple[float, int]:
+def measure(reader: tuple, path: Path, cache: Path) -> tuple[float, int]:
     """(seconds, peak RSS bytes) of a reader run in a fresh interpreter, imports not timed."""
-    imports, statements = reader
+    imports, statements, env = reader
     script = (f"import resource, sys, time\nPATH = sys.argv[1]\n{imports}\nt = time.perf_counter()\n"
               f"{statements}\nprint(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)")
-    out = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True, text=True,
+                         env={**os.environ, "TRACEKIT_CACHE_DIR": str(cache), **env})
     if out.returncode:
         raise RuntimeError(out.stderr.strip().splitlines()[-1])
     seconds, rss = out.stdout.split()
     return float(seconds), int(rss)
+
+
+def cli_seconds(*args, env=None) -> float:
+    t = time.perf_counter()
+    out = subprocess.run([sys.executable, "-m", "tracekit", *map(str, args)], capture_output=True, text=True,
+                         env={**os.environ, **(env or {})})
+    if out.returncode:
+        raise RuntimeError(out.stderr.strip().splitlines()[-1])
+    return time.perf_counter() - t
+
+
+def readers(args, work: Path) -> None:
+    path = args.trace or build(args.mb, work / f"bench_{args.mb}mb.json")
+    size = os.path.getsize(path)
+    print(f"trace: {path} ({size / 1e6:.0f} MB)")
+    cache = work / "cache"
+    results = {}
+    for name, reader in READERS.items():
+        if name.startswith("HTA") and not args.hta:
+            continue
+        if name.endswith("cold"):
+            shutil.rmtree(cache, ignore_errors=True)
+        try:
+            results[name] = measure(reader, path, cache)
+        except RuntimeError as e:
+            print(f"{name}: failed ({e})")
+    floor_s = results["msgspec typed decode"][0]
+    print(f"{'reader':<28} {'seconds':>8} {'÷ typed decode':>15} {'peak RSS ÷ file':>16}")
+    for name, (seconds, rss) in results.items():
+        print(f"{name:<28} {seconds:8.2f} {seconds / floor_s:15.2f} {rss / size:16.2f}")
+    warm, cold = results["tracekit summary, warm"][0], results["tracekit summary, cold"][0]
+    print(f"warm ÷ cold summary: {warm / cold:.3f}")
+
+
+def ranks(args, work: Path) -> None:
+    folder = work / f"ranks{args.ranks}"
+    folder.mkdir(exist_ok=True)
+    for r in range(args.ranks):
+        build(args.rank_mb, folder / f"rank{r}.pt.trace.json", r, args.ranks)
+    workers = args.workers or len(os.sched_getaffinity(0))
+    off = {"TRACEKIT_NO_CACHE": "1"}
+    one = cli_seconds("summary", "--format", "json", "--workers", 1, folder, env=off)
+    many = cli_seconds("summary", "--format", "json", "--workers", workers, folder, env=off)
+    print(f"{args.ranks} ranks of {args.rank_mb} MB, summary: --workers 1 {one:.2f} s, --workers {workers} "
+          f"{many:.2f} s, ratio {many / one:.2f} ({len(os.sched_getaffinity(0))} cores)")
+
+
+def dask(args, work: Path) -> None:
+    from distributed import LocalCluster
+
+    folder = work / f"ranks{args.dask_ranks}"
+    folder.mkdir(exist_ok=True)
+    for r in range(args.dask_ranks):
+        build(1, folder / f"rank{r}.pt.trace.json", r, args.dask_ranks)
+    off = {"TRACEKIT_NO_CACHE": "1"}
+    with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster:
+        on_dask = cli_seconds("summary", "--format", "json", "--scheduler", cluster.scheduler_address, folder, env=off)
+    one = cli_seconds("summary", "--format", "json", "--workers", 1, folder, env=off)
+    print(f"{args.dask_ranks} ranks of 1 MB, summary: one process {one:.2f} s, local Dask cluster of 2 workers "
+          f"{on_dask:.2f} s, ratio {on_dask / one:.2f}")
 
 
 def main() -> None:
@@ -100,22 +181,23 @@ def main() -> None:
     parser.add_argument("--mb", type=int, default=150)
     parser.add_argument("--trace", type=Path, help="an existing trace instead of building one")
     parser.add_argument("--hta", action="store_true", help="also time HTA (slow on large traces)")
+    parser.add_argument("--ranks", type=int, default=8)
+    parser.add_argument("--rank-mb", type=float, default=20)
+    parser.add_argument("--dask-ranks", type=int, default=64, help="0: skip the Dask run")
+    parser.add_argument("--workers", type=int)
+    parser.add_argument("--skip-readers", action="store_true")
+    parser.add_argument("--skip-scale", action="store_true")
     args = parser.parse_args()
-    path = args.trace or build(args.mb, Path(tempfile.gettempdir()) / f"tracekit_bench_{args.mb}mb.json")
-    size = os.path.getsize(path)
-    print(f"trace: {path} ({size / 1e6:.0f} MB)")
-    results = {}
-    for name, reader in READERS.items():
-        if name.startswith("HTA") and not args.hta:
-            continue
-        try:
-            results[name] = measure(reader, path)
-        except RuntimeError as e:
-            print(f"{name}: failed ({e})")
-    floor_s = results["msgspec typed decode"][0]
-    print(f"{'reader':<22} {'seconds':>8} {'÷ typed decode':>15} {'peak RSS ÷ file':>16}")
-    for name, (seconds, rss) in results.items():
-        print(f"{name:<22} {seconds:8.2f} {seconds / floor_s:15.2f} {rss / size:16.2f}")
+    work = Path(tempfile.mkdtemp(prefix="tracekit-bench-"))
+    try:
+        if not args.skip_readers:
+            readers(args, work)
+        if not args.skip_scale:
+            ranks(args, work)
+            if args.dask_ranks:
+                dask(args, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

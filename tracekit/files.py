@@ -71,6 +71,24 @@ def identity(location) -> dict:
         raise TraceError(location, f"cannot read: {e.strerror or e}") from None
 
 
+def open_stream(location):
+    """A binary file object of the file's text: gunzipped (ISA-L) when it is gzip."""
+    from isal import igzip
+
+    if is_url(location):
+        fs, path = _fs(str(location))
+        raw = fs.open(path, "rb")
+    else:
+        raw = open(location, "rb")
+    if raw.read(2) == b"\x1f\x8b":
+        raw.seek(0)
+        unzipped = igzip.IGzipFile(fileobj=raw, mode="rb")
+        unzipped.myfileobj = raw  # closed with it (gzip.GzipFile's own attribute for that)
+        return unzipped
+    raw.seek(0)
+    return raw
+
+
 def read_bytes(location) -> bytes:
     """The file's bytes, gunzipped when it is gzip; bad input raises TraceError."""
     try:
@@ -83,11 +101,12 @@ def read_bytes(location) -> bytes:
     except (OSError, FileNotFoundError) as e:
         raise TraceError(location, f"cannot read: {getattr(e, 'strerror', None) or e}") from None
     if raw[:2] == b"\x1f\x8b":
-        from isal import igzip, igzip_lib
+        from isal import igzip
+        from isal.igzip_lib import IsalError
 
         try:
             raw = igzip.decompress(raw)
-        except (OSError, EOFError, ValueError, igzip_lib.IsalError) as e:
+        except (OSError, EOFError, ValueError, IsalError) as e:
             raise TraceError(location, f"corrupt or truncated gzip ({e})") from None
     if not raw.strip():
         raise TraceError(location, "empty file")

@@ -16,12 +16,14 @@ from pathlib import Path
 import msgspec
 import numpy as np
 import polars as pl
+from isal.igzip_lib import IsalError
 
 from . import cache as trace_cache
 from . import files
 from .classify import classified
 from .errors import TraceError
 from .kineto import CATEGORIES, DECODER, EVENTS, LOOSE_DECODER, LOOSE_EVENTS, NO_LOOSE_ARGS, LooseArgs
+from .stream import RAWS, EventStream, Unsplittable
 from .model import Run, Trace
 from .steps import assign_steps, steps_table, whole_trace_step
 
@@ -143,15 +145,12 @@ def load_trace(path, *, comm_kernels: tuple[str, ...] = (), cache: bool | None =
 
 
 def decode(path, comm_kernels: tuple[str, ...]) -> Trace:
-    """Decode one Kineto trace file into a `Trace` with steps assigned."""
-    raw = files.read_bytes(path)
-    doc, facts = _top_level(path, raw)
-    raws = doc.traceEvents
-    if not raws:
-        raise TraceError(path, "no complete ('X') events in the trace")
-    parts = [_chunk_tables(raws, first, facts) for first in range(0, len(raws), CHUNK)]
-    doc.traceEvents = []  # the raw views; with them goes the file's text
-    del raw, raws
+    """Decode one Kineto trace file into a `Trace` with steps assigned: a block at a time
+    where the text allows (`stream.py`), else whole."""
+    try:
+        parts, doc, facts = streamed(path)
+    except (Unsplittable, TraceError, msgspec.DecodeError, OSError, EOFError, ValueError, IsalError):
+        parts, doc, facts = whole(path)  # which names what is wrong with a bad file
     tables = {name: pl.concat([p[name] for p in parts], how="diagonal_relaxed").drop("idx", strict=False)
               for name in (*TABLES, "extent")}
     del parts
@@ -189,12 +188,44 @@ def decode(path, comm_kernels: tuple[str, ...]) -> Trace:
                  marks=marks, steps=steps, meta=meta, origin_us=origin_us, facts=facts)
 
 
-def _top_level(path: Path, raw: bytes):
+def fresh_facts(array_form: bool = False) -> dict:
+    return {"events": 0, "unknown_categories": Counter(), "dropped": Counter(), "lenient_events": 0,
+            "exact_timestamps": 0, "metadata": None, "old_names": False, "array_form": array_form}
+
+
+def streamed(path) -> tuple[list, object, dict]:
+    """(per-piece tables, the top level, facts), the file read a block at a time."""
+    facts = fresh_facts()
+    events = EventStream(path)
+    parts = [_chunk_tables(piece, facts) for piece in events.pieces()]
+    try:
+        doc = DECODER.decode(events.metadata)
+    except msgspec.ValidationError as e:
+        facts["metadata"] = str(e)
+        doc = LOOSE_DECODER.decode(events.metadata)
+    if not facts["events"]:
+        raise TraceError(path, "no complete ('X') events in the trace")
+    return parts, doc, facts
+
+
+def whole(path) -> tuple[list, object, dict]:
+    """(per-chunk tables, the top level, facts), the file read whole: each event kept as raw
+    JSON (a view into the text), decoded `CHUNK` at a time."""
+    raw = files.read_bytes(path)
+    doc, facts = _top_level(path, raw)
+    raws = doc.traceEvents
+    if not raws:
+        raise TraceError(path, "no complete ('X') events in the trace")
+    parts = [_chunk_tables(b"[" + b",".join(raws[i:i + CHUNK]) + b"]", facts) for i in range(0, len(raws), CHUNK)]
+    doc.traceEvents = []  # the raw views; with them goes the file's text
+    return parts, doc, facts
+
+
+def _top_level(path, raw: bytes):
     """(the decoded top level with raw events, fresh facts). A JSON array at the top is the
     Chrome trace format's array form; metadata of unexpected types is skipped (noted)."""
     array_form = raw.lstrip()[:1] == b"["
-    facts = {"events": 0, "unknown_categories": Counter(), "dropped": Counter(), "lenient_events": 0,
-             "exact_timestamps": 0, "metadata": None, "old_names": False, "array_form": array_form}
+    facts = fresh_facts(array_form)
     try:
         if array_form:
             return LOOSE_DECODER.decode(b'{"traceEvents":' + raw + b"}"), facts
@@ -213,11 +244,11 @@ def _is_not_a_trace(message: str) -> bool:
     return " - at `" not in message or message.endswith(" - at `$.traceEvents`")
 
 
-def _decode(raws: list, facts: dict, exact: bool = False) -> tuple[list, bool]:
-    """(events, loose): the chunk as typed `Event`s, or as `LooseEvent`s when a field has an
-    unexpected type or `exact` asks for timestamps as text. An element that is not an event
-    object is dropped (counted); `args` that is not an object is ignored."""
-    text = b"[" + b",".join(raws) + b"]"
+def _decode(text: bytes, facts: dict, exact: bool = False) -> tuple[list, bool]:
+    """(events, loose): the chunk (a JSON array's text) as typed `Event`s, or as `LooseEvent`s
+    when a field has an unexpected type or `exact` asks for timestamps as text. An element
+    that is not an event object is dropped (counted); `args` that is not an object is ignored.
+    Text that is not a JSON array raises msgspec.DecodeError."""
     if not exact:
         try:
             return EVENTS.decode(text), False
@@ -227,7 +258,7 @@ def _decode(raws: list, facts: dict, exact: bool = False) -> tuple[list, bool]:
         events = LOOSE_EVENTS.decode(text)
     except msgspec.ValidationError:  # some element is no object: decode one by one
         events = []
-        for one in raws:
+        for one in RAWS.decode(text):
             try:
                 events.append(LOOSE_EVENTS.decode(b"[" + one + b"]")[0])
             except msgspec.ValidationError:
@@ -239,11 +270,10 @@ def _decode(raws: list, facts: dict, exact: bool = False) -> tuple[list, bool]:
     return events, True
 
 
-def _chunk_tables(raws: list, first: int, facts: dict) -> dict[str, pl.DataFrame]:
-    """Decode events [first, first + CHUNK) and return their rows of each table (absolute
-    `ts_ns`, `dur_ns`), and the `extent` of its complete events (first start, last end,
-    count): the structs are freed when this returns."""
-    chunk = raws[first:first + CHUNK]
+def _chunk_tables(chunk: bytes, facts: dict) -> dict[str, pl.DataFrame]:
+    """Decode a chunk of events (a JSON array's text) and return their rows of each table
+    (absolute `ts_ns`, `dur_ns`), and the `extent` of its complete events (first start, last
+    end, count): the structs are freed when this returns."""
     events, loose = _decode(chunk, facts)
     complete = [e for e in events if e.ph == "X"]
     table = _event_table(complete, loose, facts)
@@ -356,7 +386,7 @@ def strings(values: list) -> pl.Series:
 
 def dims(values: list) -> pl.Series:
     """Grid/block sizes as `x`-joined text ([24017, 1, 1] → "24017x1x1")."""
-    return strings(["x".join(map(str, v)) if isinstance(v, list) else v for v in values])
+    return strings(list(map(str, values))).str.strip_chars("[]'").str.replace_all(", ", "x").replace("None", None)
 
 
 def digits(values: list) -> pl.Series:
@@ -370,13 +400,12 @@ COMM_ARGS = {"collective": strings, "in_nelems": ints, "out_nelems": ints, "grou
 
 
 def _with_args(events: list, table: pl.DataFrame, columns: dict, old: bool) -> pl.DataFrame:
-    """`table` (rows of `events`, by idx) with pid, tid, ext_id and the named args, each
+    """`table` (rows of `events`, by idx) with tid, ext_id and the named args, each
     column made by its converter (`ints`: a value of another type becomes null). `old`: the
     External id may be spelled `external id` (PyTorch 1.8–1.10)."""
     chosen = gather(events, table["idx"])
     args = list(map(attrgetter("args"), chosen))
-    made = {"pid": ints(list(map(attrgetter("pid"), chosen))), "tid": ints(list(map(attrgetter("tid"), chosen))),
-            "ext_id": ints(list(map(attrgetter("external_id"), args)))}
+    made = {"tid": ints(list(map(attrgetter("tid"), chosen))), "ext_id": ints(list(map(attrgetter("external_id"), args)))}
     if old:
         made["ext_id"] = made["ext_id"].fill_null(ints(list(map(attrgetter("external_id_2021"), args))))
     for name, convert in columns.items():
@@ -388,7 +417,7 @@ def _ops_table(events: list, table: pl.DataFrame, old: bool) -> pl.DataFrame:
     """CPU ops; the collective args are read only for `record_param_comms` ops."""
     ops = _with_args(events, table, {}, old)
     records = ops.filter(pl.col("name") == "record_param_comms").select("idx")
-    comm = _with_args(events, records, COMM_ARGS, old).drop("pid", "tid", "ext_id")
+    comm = _with_args(events, records, COMM_ARGS, old).drop("tid", "ext_id")
     return ops.join(comm, on="idx", how="left", maintain_order="left")
 
 
@@ -399,10 +428,11 @@ def _gpu_table(events: list, table: pl.DataFrame, old: bool) -> pl.DataFrame:
         "device": ints, "stream": ints, "correlation": ints, "bytes": ints,
         "grid": dims, "block": dims, **COMM_ARGS,
     }, old)
-    if gpu["stream"].null_count():
-        tids = list(map(attrgetter("tid"), gather(events, gpu["idx"])))
-        gpu = gpu.with_columns(stream=pl.col("stream").fill_null(digits(tids)))
-    return gpu.with_columns(device=pl.col("device").fill_null(pl.col("pid"))).rename({"cat": "kind"})
+    if gpu["stream"].null_count() or gpu["device"].null_count():
+        chosen = gather(events, gpu["idx"])
+        gpu = gpu.with_columns(stream=pl.col("stream").fill_null(digits(list(map(attrgetter("tid"), chosen)))),
+                               device=pl.col("device").fill_null(ints(list(map(attrgetter("pid"), chosen)))))
+    return gpu.rename({"cat": "kind"})
 
 
 def gather(events: list, idx: pl.Series) -> list:

@@ -17,10 +17,10 @@ class Trace:
 
     - `gpu`: kernel, gpu_memcpy, gpu_memset activities (name, kind, category, device, stream,
       start, end, correlation, ext_id, bytes, grid, block, collective args, step).
-    - `calls`: cuda_runtime / cuda_driver calls (name, pid, tid, start, end, correlation,
+    - `calls`: cuda_runtime / cuda_driver calls (name, cat, tid, start, end, correlation,
       ext_id, step).
-    - `ops`: cpu_op, user_annotation, python_function (name, cat, pid, tid, start, end,
-      ext_id, collective args, step).
+    - `ops`: cpu_op, user_annotation, python_function (name, cat, tid, start, end, ext_id,
+      collective args, step).
     - `marks`: cuda_sync and gpu_user_annotation events (name, cat, device, stream, start,
       end, ext_id, correlation, sync_kind).
     - `steps`: one row per step (step, cpu_start, cpu_end).

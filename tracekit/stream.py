@@ -1,0 +1,111 @@
+"""Reading a trace's events a block at a time, so that the file is never whole in memory.
+
+A pretty-printed trace (Kineto's, or any JSON written with indentation) starts each element
+of `traceEvents` on a line of its own at one indentation: the text between the array's `[`
+and its first `{` is the separator every element after it follows a comma with. JSON strings
+cannot hold a raw newline, and nested objects are indented deeper, so that separator occurs
+only between elements. A compact trace separates its elements with `}, {` or `},{`, which a
+nested list of objects could hold too: a cut there gives a piece that does not parse.
+`EventStream` reads blocks (plain, gzip through ISA-L, or an fsspec file), cuts them at the
+last separator, and gives each piece as the text of a JSON array of events; the top-level
+members around the array are kept as a small JSON object (`metadata`).
+
+Where that does not hold — an array at the top, `traceEvents` far from the start — it raises
+`Unsplittable` before giving anything, and the caller reads the file whole. A piece that then
+fails to parse as an array means a wrong cut: the caller starts again with the whole file.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from . import files
+
+BLOCK = 8 << 20  # bytes read at a time
+PIECE = 16 << 20  # bytes of events given at a time (about 50,000 Kineto events)
+HEAD_LIMIT = 64 << 20  # `traceEvents` must start within this many bytes
+WHITESPACE = b" \t\r\n"
+RAWS = msgspec.json.Decoder(list[msgspec.Raw])
+
+
+class Unsplittable(Exception):
+    """This file cannot be read a block at a time; read it whole."""
+
+
+class EventStream:
+    """`pieces()` gives the events as JSON-array texts; then `metadata` is the top level
+    without them (`{"schemaVersion": …, "traceEvents": [], …}`)."""
+
+    def __init__(self, location):
+        self.file = files.open_stream(location)
+        self.metadata = b""
+
+    def read(self) -> bytes:
+        return self.file.read(BLOCK)
+
+    def pieces(self):
+        try:
+            yield from self._pieces()
+        finally:
+            self.file.close()
+
+    def _pieces(self):
+        buf = self.read()
+        while b'"traceEvents"' not in buf:
+            more = self.read()
+            if not more or len(buf) > HEAD_LIMIT or buf.lstrip()[:1] != b"{":
+                raise Unsplittable
+            buf += more
+        key = buf.index(b'"traceEvents"')
+        head, rest = buf[:key], buf[key + len(b'"traceEvents"'):].lstrip(WHITESPACE)
+        if rest[:1] != b":" or rest[1:].lstrip(WHITESPACE)[:1] != b"[":
+            raise Unsplittable
+        body = rest[1:].lstrip(WHITESPACE)[1:]  # after "["
+        while len(body.lstrip(WHITESPACE)) == 0:
+            more = self.read()
+            if not more:
+                raise Unsplittable
+            body += more
+        first = len(body) - len(body.lstrip(WHITESPACE))
+        space, body = body[:first], body[first:]
+        if body[:1] not in b"{]":
+            raise Unsplittable
+        # the separator, and how many of its bytes end the piece before it
+        separator, kept = (b"," + space + b"{", 0) if b"\n" in space else \
+            (b"}, {", 1) if b"}, {" in body else (b"},{", 1)
+        buf = bytearray(b" " + body)  # buf[0], before the first "{", becomes the "[" of each piece
+        eof = False
+        while True:
+            while (len(buf) < PIECE or buf.rfind(separator) == -1) and not eof:
+                block = self.read()
+                eof = not block
+                buf += block
+            cut = buf.rfind(separator)
+            if cut == -1:
+                break
+            end = cut + kept  # the separator's comma: it becomes the "]"
+            buf[0], buf[end] = ord("["), ord("]")
+            with memoryview(buf)[:end + 1] as piece:  # no copy; released before `buf` changes
+                yield piece
+            del buf[:cut + len(separator) - 2]  # the byte before the next "{" is the next buf[0]
+            if eof and buf.rfind(separator) == -1:
+                break
+        yield self._last(head, bytes(buf[1:]))
+
+    def _last(self, head: bytes, body: bytes) -> bytes:
+        """The last events, found before the `]` that ends the array: the one after which the
+        rest of the text closes the top-level object and before which the events parse."""
+        end = len(body)
+        while (end := body.rfind(b"]", 0, end)) != -1:
+            tail = body[end + 1:].strip(WHITESPACE)
+            members = b"{" + tail[1:] if tail[:1] == b"," else b"{}" if tail == b"}" else None
+            if members is None:
+                continue
+            try:
+                msgspec.json.decode(members)
+                RAWS.decode(b"[" + body[:end] + b"]")
+            except msgspec.DecodeError:
+                continue
+            self.metadata = head + b'"traceEvents": []' + (tail if tail[:1] == b"," else b"}")
+            return b"[" + body[:end] + b"]"
+        raise Unsplittable
