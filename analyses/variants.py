@@ -10,7 +10,9 @@ what the runtime counted (docs/metrics.md, docs/profile.md).
   that step. Compared: `Event.synchronize` ↔ host `cudaEventSynchronize` (GPU traces), and
   each collective kind ↔ the Python collective calls of that kind, for all_gather and
   reduce_scatter always and for other kinds when the runtime saw any. Kinds issued from C++
-  (DDP's reducer all-reduces) are invisible to the runtime counters and not compared.
+  (DDP's reducer all-reduces) are invisible to the runtime counters and not compared. Nor are
+  collectives of a one-rank GPU run: NCCL runs a one-rank collective as a device copy, with
+  no collective kernel to count (FSDP1 at world size 1 still calls `all_reduce`).
 - `parity_check`: each variant's first-step loss and grad norm against the first variant's
   (the same weights and data: they must agree within `PARITY`).
 """
@@ -63,15 +65,40 @@ def recorded_step(run: Run) -> dict[int, dict]:
     return rows
 
 
+def training_steps(r: dict) -> list[float]:
+    """A rank's timed steps (ms) that did not save a checkpoint: what training alone costs."""
+    ckpt = r.get("checkpoint")
+    return ckpt["step_ms_without_save"] if ckpt else r["step_ms"]["all"]
+
+
 def pooled_steps(entry: dict) -> np.ndarray:
-    return pooled([r["step_ms"]["all"] for r in entry["ranks"]])
+    return pooled([training_steps(r) for r in entry["ranks"]])
 
 
 def recompile_ms(r: dict) -> float:
-    """The timed steps that recompiled, less the median of those that did not (ms)."""
+    """Σ over the warm-up and timed steps that recompiled of (its time − the median of the
+    timed steps that did not), in ms: what recompiling cost. The first step, which compiles
+    from nothing, is not counted."""
     times, hit = r["step_ms"]["all"], set(r.get("recompiled_steps", []))
-    rest = [t for i, t in enumerate(times) if i not in hit] or times
-    return round(sum(times[i] - statistics.median(rest) for i in hit), 3)
+    rest = statistics.median([t for i, t in enumerate(times) if i not in hit] or times)
+    warmup = r.get("warmup_step_ms", [])
+    slow = [times[i] for i in hit] + [warmup[i] for i in r.get("recompiled_warmup_steps", [])]
+    return round(sum(t - rest for t in slow), 3)
+
+
+def checkpoint_columns(r: dict) -> dict:
+    """Per save (medians, ms): how long the loop was blocked, how long until the save was
+    complete; the size of one save; and `ckpt_cost_ms`, what saving cost the loop per save in
+    all: (Σ timed steps − their count × the median step without a save) ÷ saves — the stall
+    plus any slowing of the steps around it (an async save's writing competes for the host)."""
+    ckpt = r.get("checkpoint")
+    if not ckpt or not ckpt["stall_ms"]:
+        return {}
+    times = r["step_ms"]["all"]
+    extra = sum(times) - len(times) * statistics.median(ckpt["step_ms_without_save"])
+    return {"ckpt_mode": ckpt["mode"], "ckpt_stall_ms": round(statistics.median(ckpt["stall_ms"]), 3),
+            "ckpt_total_ms": round(statistics.median(ckpt["total_ms"]), 3), "ckpt_bytes": ckpt["bytes"],
+            "ckpt_cost_ms": round(extra / len(ckpt["stall_ms"]), 3)}
 
 
 def variant_table(manifest: dict, runs: dict[str, Run]) -> pl.DataFrame:
@@ -98,13 +125,14 @@ def variant_table(manifest: dict, runs: dict[str, Run]) -> pl.DataFrame:
                 "d_step_ms_ci": [round(d_lo, 3), round(d_hi, 3)] if variant != ok[0] else None,
                 "verdict": verdict(d_lo, d_hi) if variant != ok[0] else "base",
                 "drift_pct": round(drift_pct(steps), 1), "n_steps": len(steps),
-                "rank_step_ms": round(r["step_ms"]["median"], 3),
+                "rank_step_ms": round(statistics.median(training_steps(r)), 3),
                 "profiled_step_ms": round(statistics.median(profiled), 3) if profiled else None,
                 "profiler_overhead": round(statistics.median(profiled) / r["step_ms"]["median"], 3) if profiled else None,
                 "tokens_per_s": entry.get("tokens_per_s"),
                 "peak_allocated_bytes": peak, "model_state_bytes": state,
                 "other_bytes": peak - state if peak is not None and state is not None else None,
                 "recompiles": r.get("recompiles"), "recompile_ms": recompile_ms(r) if r.get("recompiles") else 0.0,
+                **checkpoint_columns(r),
                 "cpu_ns": s.get("cpu_ns"), "gpu_span_ns": s.get("gpu_span_ns"), "gpu_busy_ns": s.get("gpu_busy_ns"),
                 "exposed_comm_ns": s.get("exposed_comm_ns"), "idle_ns": s.get("idle_ns"),
                 "host_bound": s.get("host_bound"),
@@ -115,9 +143,9 @@ def variant_table(manifest: dict, runs: dict[str, Run]) -> pl.DataFrame:
     return pl.DataFrame(rows, infer_schema_length=None)
 
 
-def report_warnings(table: pl.DataFrame) -> list[str]:
-    """What makes a comparison of these variants shaky: drift, profiler overhead, host-bound
-    steps (they measure Python, not kernels)."""
+def report_warnings(table: pl.DataFrame, profile_mode: str = "full") -> list[str]:
+    """What makes a comparison of these variants shaky: drift, profiler overhead (under
+    `profile_mode`), host-bound steps (they measure Python, not kernels)."""
     if "rank" not in table.columns:
         return []
     out = []
@@ -127,8 +155,10 @@ def report_warnings(table: pl.DataFrame) -> list[str]:
             out.append(f"{variant}: step time drifted {drift:+.1f} % over the timed steps (warm-up not over?)")
         worst = rows["profiler_overhead"].drop_nulls().max()
         if worst is not None and worst > OVERHEAD_WARN:
+            hint = "--profile-mode light records less" if profile_mode == "full" else \
+                "already --profile-mode light: the profiler's per-op cost on a host-bound step"
             out.append(f"{variant}: profiled steps took {worst:.2f}× the unprofiled ones: the trace shows a "
-                       "slower step than the one timed (--profile-mode light)")
+                       f"slower step than the one timed ({hint})")
         bound = rows.filter(pl.col("host_bound").fill_null(False))["rank"].to_list()
         if bound:
             out.append(f"{variant}: host-bound on rank(s) {bound}: the GPU idles for the host most of the "
@@ -193,6 +223,7 @@ def count_check(manifest: dict, runs: dict[str, Run]) -> pl.DataFrame:
     for variant, run in runs.items():
         traced = step_rows(run)
         gpu = run.traces[0].has_gpu
+        one_rank_gpu = gpu and run.traces[0].world_size == 1
         for r in manifest["variants"][variant]["ranks"]:
             per_step = r.get("runtime_counts_per_step") or [r["runtime_counts"]]
             for step, counted in zip(traced[r["rank"]][-len(per_step):], per_step):
@@ -204,6 +235,8 @@ def count_check(manifest: dict, runs: dict[str, Run]) -> pl.DataFrame:
                 compared = set(runtime) | set(ALWAYS_COMPARED)
                 if not gpu:
                     compared.discard("syncs.cudaEventSynchronize")
+                if one_rank_gpu:
+                    compared = {c for c in compared if not c.startswith("collectives.")}
                 for col in sorted(compared):
                     trace_n, runtime_n = step.get(col) or 0, runtime.get(col, 0)
                     rows.append({"variant": variant, "rank": r["rank"], "step": step["step"], "count": col,
@@ -243,10 +276,11 @@ def capacity_table(result: dict) -> pl.DataFrame:
     probes = probes.with_columns(size=pl.col("preset").replace_strict(order, return_dtype=pl.Int64))
     rows = []
     for (variant,), tried in probes.sort("size", "batch").group_by("variant", maintain_order=True):
+        tried = tried.with_row_index("order")
         ok = tried.filter(pl.col("status") == "ok")
         best = ok.row(-1, named=True) if ok.height else None
-        failed = tried.filter(pl.col("status") != "ok")
-        stop = failed.row(-1, named=True) if failed.height else None
+        failed = tried.filter((pl.col("status") != "ok") & (pl.col("order") > (best["order"] if best else -1)))
+        stop = failed.row(0, named=True) if failed.height else None
         rows.append({"variant": variant, "largest_preset": best and best["preset"], "largest_batch": best and best["batch"],
                      "peak_allocated_bytes": best and best["peak_allocated_bytes"],
                      "stopped_by": stop and f"{stop['status']} at {stop['preset']} batch {stop['batch']}",

@@ -4,10 +4,11 @@ A save writes the model and optimizer state with torch.distributed.checkpoint (D
 `OUT/<variant>/ckpt/step<N>`, the state taken with `get_state_dict`, which handles DDP, FSDP1
 and FSDP2 alike. Per save:
 - `stall_ms`: the time the training loop was blocked — all of `dcp.save` (sync), or until
-  `dcp.async_save` returned (async: the state is staged, the writing goes on in a thread);
-- `total_ms`: until the save was complete (async: until its future resolved, waited for at the
-  next save or after the last timed step);
-- `bytes`: the size of what the save wrote, all ranks together.
+  `dcp.async_save` returned (async: the state is staged, the writing goes on in a thread),
+  including any wait for the previous asynchronous save to finish writing first;
+- `total_ms`: from the same start until the save was complete (async: until its future
+  resolved, waited for at the next save or after the last timed step);
+- `bytes`: the size of one save (the last), all ranks' files together.
 Asynchronous saves talk over a gloo process group of their own: their background thread's
 collectives must not interleave with training's on the default group.
 """
@@ -40,8 +41,8 @@ class Checkpointer:
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import get_state_dict
 
-        self.finish()
         started = time.perf_counter()
+        self.finish()
         model_state, optimizer_state = get_state_dict(model, optimizer)
         target = self.folder / f"step{step}"
         state = {"model": model_state, "optim": optimizer_state}
@@ -66,8 +67,8 @@ class Checkpointer:
 
     def record(self) -> dict:
         """The manifest's `checkpoint` entry (after `finish`)."""
-        written = sum(f.stat().st_size for folder in self.saved if folder.exists() for f in folder.rglob("*")
-                      if f.is_file())
+        last = self.saved[-1] if self.saved else None
+        written = sum(f.stat().st_size for f in last.rglob("*") if f.is_file()) if last and last.exists() else 0
         return {"mode": self.mode, "every": self.every, "stall_ms": self.stall_ms, "total_ms": self.total_ms,
                 "bytes": written}
 

@@ -151,9 +151,11 @@ def run_variant(variant: str, cfg: dict, rank: int, device: torch.device, out: P
     loss, norm = step(record_grad_norm=True)
     first = {"loss": loss.detach().item(), "grad_norm": norm}
     first_compiled = compiled_frames()  # compiling for the first step is compiling, not recompiling
+    warmup_ms, warmup_recompiled = [], []
     for _ in range(cfg["warmup"] - 1):
-        step()
-    synchronize(device)
+        frames = compiled_frames()
+        warmup_ms.append(timed(step))
+        warmup_recompiled.append(compiled_frames() > frames)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     checkpoint = Checkpointer(cfg["checkpoint"], cfg["checkpoint_every"], out / variant / "ckpt") \
@@ -185,6 +187,7 @@ def run_variant(variant: str, cfg: dict, rank: int, device: torch.device, out: P
         "batch_per_rank": model_cfg.batch,
         "recompiles": compiled_frames() - first_compiled,
         "recompiled_steps": [i for i, r in enumerate(recompiled) if r],
+        "warmup_step_ms": warmup_ms, "recompiled_warmup_steps": [i for i, r in enumerate(warmup_recompiled) if r],
     }
     if checkpoint:
         checkpoint.finish()

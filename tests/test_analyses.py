@@ -65,6 +65,18 @@ def test_partition_parts_and_idle_causes(tmp_path):
     assert summary(fsdp_like(tmp_path))["gpu_span_ns"][0] == 500 * US
 
 
+def test_host_idle_and_host_bound(tmp_path):
+    """fsdp_like's idle time while the host runs ops or calls: aten::item 10 + aten::foo 20 µs
+    of a 500 µs span (not host-bound). Kernels [10,20) and [1010,1020) around an op [15,1005):
+    the idle [20,1010) is the op's for 985 µs, then 5 µs of nothing recorded — host-bound."""
+    row = summary(fsdp_like(tmp_path)).row(0, named=True)
+    assert (row["host_idle_ns"], row["host_bound"]) == (30 * US, False)
+    events = [synth.step(1, 0.0, 2000.0), *synth.launched("k1", 1.0, 10.0, 10.0, corr=1),
+              synth.op("aten::python_work", 15.0, 990.0), *synth.launched("k2", 1000.0, 1010.0, 10.0, corr=2)]
+    row = summary(tracekit.load(synth.write(tmp_path, "bound.json", synth.doc(events)))).row(0, named=True)
+    assert (row["gpu_span_ns"], row["host_idle_ns"], row["host_bound"]) == (1010 * US, 985 * US, True)
+
+
 def test_item_shares(tmp_path):
     """k1 keeps [100,300) — the all-gather under it wins nothing there; the all-gather gets
     its exposed 100 µs; the copy 10, k2 100."""

@@ -520,7 +520,7 @@ def show_report(out, fmt: str) -> None:
     manifest, runs = load_profile(out)
     table = variant_table(manifest, runs)
     emit(render_frame(table, fmt))
-    for warning in report_warnings(table):
+    for warning in report_warnings(table, manifest["config"].get("profile_mode", "full")):
         click.echo(f"tracekit: warning: {warning}", err=True)
     if fmt in ("table", "md"):
         for (a, b), result in variant_diffs(runs, top=8).items():
