@@ -1,7 +1,7 @@
 """Load and scale benchmark: tracekit against a typed msgspec decode, orjson, json and HTA, and
 ranks in parallel, all measured in one run and printed as ratios.
 
-    python benchmarks/load_bench.py [--mb 150] [--trace FILE] [--hta] [--ranks 8] [--rank-mb 20]
+    python benchmarks/load_bench.py [--mb 150] [--trace FILE] [--hta] [--ranks 8] [--rank-mb 50]
                                     [--dask-ranks 64] [--workers N] [--skip-scale]
 
 1. One trace of at least `--mb` MB, built by replicating the embedded real H200 trace over many
@@ -182,7 +182,7 @@ def main() -> None:
     parser.add_argument("--trace", type=Path, help="an existing trace instead of building one")
     parser.add_argument("--hta", action="store_true", help="also time HTA (slow on large traces)")
     parser.add_argument("--ranks", type=int, default=8)
-    parser.add_argument("--rank-mb", type=float, default=20)
+    parser.add_argument("--rank-mb", type=float, default=50)
     parser.add_argument("--dask-ranks", type=int, default=64, help="0: skip the Dask run")
     parser.add_argument("--workers", type=int)
     parser.add_argument("--skip-readers", action="store_true")

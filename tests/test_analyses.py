@@ -1,5 +1,6 @@
 """Every analysis definition, pinned on synthetic traces with hand-computed answers (µs → ns)."""
 
+import numpy as np
 import pytest
 import synth
 
@@ -93,7 +94,7 @@ def test_overlapping_kernels_share_equally_and_round_exactly(tmp_path):
               *synth.launched("k2", 0.001, 0.105, 0.011, corr=2, stream=8)]
     shares = timeline(tracekit.load(synth.write(tmp_path, "t.json", synth.doc(events)))).shares
     assert sorted(shares["share_ns"].to_list()) == [8, 8]
-    assert largest_remainder(pytest.importorskip("numpy").array([7.5, 8.5]), 16).tolist() == [8, 8]
+    assert largest_remainder(np.array([7.5, 8.5]), 16).tolist() == [8, 8]
 
 
 def test_sync_ledger_blame_and_gpu_idle(tmp_path):

@@ -1,7 +1,7 @@
 """Where per-trace work runs: here, in worker processes, or on a Dask cluster — one interface.
 
 `executor(workers, scheduler)` gives an object whose `map(fn, items)` returns `[fn(item)]` in
-order. A scheduler address (`--scheduler tcp://HOST:PORT`, or `TRACEKIT_SCHEDULER`) sends the
+order (once: a cluster's connection is closed after it). A scheduler address (`--scheduler tcp://HOST:PORT`, or `TRACEKIT_SCHEDULER`) sends the
 work to that Dask cluster (`distributed.Client`, its futures; the optional extra `dask`);
 else `workers` processes on this machine (`--workers`, `TRACEKIT_WORKERS`, default: the
 cores available), or none when one would do. Only `fn`'s results travel back, so `fn` should
@@ -43,8 +43,14 @@ class Here:
         return out
 
 
+def share_cores(threads: int) -> None:
+    """A worker's initializer, run before it imports polars: its thread pool gets `threads`."""
+    os.environ.setdefault("POLARS_MAX_THREADS", str(threads))
+
+
 class Processes:
-    """A pool of `n` fresh interpreters (spawned: polars' threads do not survive a fork)."""
+    """A pool of `n` fresh interpreters (spawned: polars' threads do not survive a fork), the
+    cores shared out among them."""
 
     def __init__(self, n: int):
         self.n = n
@@ -52,7 +58,9 @@ class Processes:
     def map(self, fn, items: list) -> list:
         import multiprocessing
 
-        with ProcessPoolExecutor(min(self.n, len(items)), mp_context=multiprocessing.get_context("spawn")) as pool:
+        n = min(self.n, len(items))
+        with ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn"), initializer=share_cores,
+                                 initargs=(max(1, cores() // n),)) as pool:
             futures = {pool.submit(fn, item): i for i, item in enumerate(items)}
             out, bar = [None] * len(items), progress(len(items))
             for future in as_completed(futures):
@@ -79,15 +87,17 @@ class Cluster:
             raise UsageError(f"--scheduler {address}: cannot reach the Dask scheduler ({e})") from None
 
     def map(self, fn, items: list) -> list:
-        futures = self.client.map(fn, items, pure=False)
-        bar = progress(len(items))
-        if bar:
-            from distributed import as_completed as completed
+        """The results, then the connection closed (one map per command)."""
+        with self.client:
+            futures = self.client.map(fn, items, pure=False)
+            bar = progress(len(items))
+            if bar:
+                from distributed import as_completed as completed
 
-            for _ in completed(futures):
-                bar.update()
-            bar.close()
-        return self.client.gather(futures)
+                for _ in completed(futures):
+                    bar.update()
+                bar.close()
+            return self.client.gather(futures)
 
 
 def executor(workers: int | None = None, scheduler: str | None = None, items: int = 2):
