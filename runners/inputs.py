@@ -31,8 +31,9 @@ def parse_inputs(text: str, seq: int) -> dict:
     raise ValueError(f"--inputs {text!r}: choose fixed, variable-length, variable-mask or buckets:L1,L2,...")
 
 
-def batch(config, inputs: dict, seed: int, rank: int, step: int, device) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """(tokens, targets, padded length) of training step `step` on `rank`."""
+def batch(config, inputs: dict, seed: int, rank: int, step: int, device) -> tuple[torch.Tensor, torch.Tensor, int, int]:
+    """(tokens, targets, padded length, real tokens) of training step `step` on `rank`; real
+    tokens are the targets the loss counts (padding and masked prefixes left out)."""
     g = torch.Generator().manual_seed((seed * 1000 + rank) * 100_003 + step)
     b, seq = config.batch, config.seq
     tokens = torch.randint(1, config.vocab, (b, seq + 1), generator=g)
@@ -50,4 +51,8 @@ def batch(config, inputs: dict, seed: int, rank: int, step: int, device) -> tupl
         inputs_, targets = inputs_[:, :length], targets[:, :length]
         inputs_[pad], targets[pad] = 0, IGNORE
         seq = length
-    return inputs_.to(device), targets.to(device), seq
+    real = int((targets != IGNORE).sum())
+    if torch.device(device).type == "cuda":  # an asynchronous copy, as a data loader's: no host sync
+        return (inputs_.pin_memory().to(device, non_blocking=True), targets.pin_memory().to(device, non_blocking=True),
+                seq, real)
+    return inputs_.to(device), targets.to(device), seq, real

@@ -56,6 +56,7 @@ def make_config(options: dict) -> dict:
         raise ProfileError(str(e)) from None
     rules = [(o["warmup"] >= 1 and o["steps"] >= 1, "--warmup and --steps must be at least 1"),
              (o["profile_steps"] >= 0, "--profile-steps must be 0 or more"),
+             (o["repeats"] >= 1, "--repeats must be at least 1"),
              (o["checkpoint"] in (None, *MODES), f"--checkpoint: {' or '.join(MODES)}"),
              (o["checkpoint_every"] >= 1, "--checkpoint-every must be at least 1"),
              (o["memory_fraction"] is None or 0 < o["memory_fraction"] <= 1, "--memory-fraction lies in (0, 1]"),
@@ -100,6 +101,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def tokens_per_s(ranks: list[dict]) -> float:
+    """Real tokens (targets the loss counts: no padding) trained per second, all ranks
+    together, over the timed steps that did not save a checkpoint: Σ over ranks of the mean
+    real tokens per such step ÷ the slowest rank's median such step."""
+    tokens, slowest = 0.0, 0.0
+    for r in ranks:
+        kept = [i for i in range(len(r["step_ms"]["all"])) if i not in set(r.get("saved_steps", []))]
+        tokens += statistics.mean(r["real_tokens"][i] for i in kept)
+        slowest = max(slowest, statistics.median(r["step_ms"]["all"][i] for i in kept))
+    return round(tokens / (slowest / 1000), 1)
+
+
 def profile(cfg: dict) -> dict | None:
     """Run every variant; returns the manifest (None on ranks other than 0 under torchrun)."""
     from .worker import worker_main
@@ -118,10 +131,8 @@ def profile(cfg: dict) -> dict | None:
                               monitor_interval=0.5)
         results = elastic_launch(launch, worker_main)(cfg)[0]
     manifest = {"config": cfg, "versions": versions(), "variants": results}
-    for entry in results.values():  # throughput over the timed steps, all ranks together
+    for entry in results.values():
         if entry.get("status") == "ok":
-            tokens = sum(r["batch_per_rank"] * statistics.mean(r["seq_lens"]) for r in entry["ranks"])
-            slowest = max(r["step_ms"]["median"] for r in entry["ranks"])
-            entry["tokens_per_s"] = round(tokens / (slowest / 1000), 1)
+            entry["tokens_per_s"] = tokens_per_s(entry["ranks"])
     write_json_atomically(out / MANIFEST, manifest)
     return manifest

@@ -31,10 +31,13 @@ import torch.distributed as dist
 from .checkpoint import Checkpointer
 from .counters import RuntimeCounts
 from .inputs import batch, parse_inputs
+from .clock import PHASES, PhaseClock, columns
 from .model import Transformer, model_config
 from .parallelize import VARIANTS, after_optimizer_step, parallelize, precision_path, why_skipped
+from .recording import profiler
 
 TRACE_NAME = "rank{rank}.pt.trace.json.gz"
+NAMES_TRACE_NAME = "names/rank{rank}.pt.trace.json.gz"  # the `full` step that names a `lean` recording
 # Test hooks: "<rank>:<variant>" makes that rank raise in the variant's timed steps;
 # "<variant>@<preset>:<batch>" makes the variant run out of memory at that preset from that batch on.
 FAILURE_HOOK, OOM_HOOK = "TRACEKIT_FAIL", "TRACEKIT_OOM"
@@ -77,22 +80,6 @@ def grad_norm(model, wrap: str) -> float:
     return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
 
 
-def profiler(device: torch.device, cfg: dict, path: Path):
-    """torch.profiler recording `profile_steps` steps after one warm-up step (ProfilerStep#1..K)
-    into `path`. Mode `full`: shapes (and stacks with --with-stack); `light`: neither."""
-    from torch.profiler import ProfilerActivity, profile, schedule
-
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    kwargs = {}
-    config_type = getattr(torch._C._profiler, "_ExperimentalConfig", None)
-    if device.type == "cuda" and config_type and "enable_cuda_sync_events" in (config_type.__init__.__doc__ or ""):
-        kwargs["experimental_config"] = config_type(enable_cuda_sync_events=True)
-    full = cfg["profile_mode"] == "full"
-    return profile(activities=activities, schedule=schedule(wait=0, warmup=1, active=cfg["profile_steps"], repeat=1),
-                   on_trace_ready=lambda prof: prof.export_chrome_trace(str(path)),
-                   record_shapes=full, with_stack=full and cfg["with_stack"], **kwargs)
-
-
 def compiled_frames() -> int:
     """Frames torch.compile has compiled so far in this process (its own counter)."""
     from torch._dynamo.utils import counters
@@ -100,8 +87,8 @@ def compiled_frames() -> int:
     return int(counters["frames"]["total"])
 
 
-def run_variant(variant: str, cfg: dict, rank: int, device: torch.device, out: Path) -> dict:
-    """Measure and record one variant on this rank; returns its measurements."""
+def run_variant(variant: str, cfg: dict, rank: int, device: torch.device, out: Path, record: bool) -> dict:
+    """Measure one variant on this rank (and record it when `record`); returns its measurements."""
     mixed = cfg["precision"] == "bf16"
     wrap = VARIANTS[variant]["wrap"]
     model_cfg = model_config(cfg["preset"], **cfg["overrides"])
@@ -123,71 +110,92 @@ def run_variant(variant: str, cfg: dict, rank: int, device: torch.device, out: P
     native_ddp = wrap == "ddp" and not VARIANTS[variant].get("lightning")  # Lightning autocasts itself
     autocast = (torch.autocast(device.type, dtype=torch.bfloat16) if mixed and native_ddp
                 else contextlib.nullcontext())
-    seq_lens, step_index = [], 0
+    seq_lens, real_tokens, step_index = [], [], 0
     fail_here = os.environ.get(FAILURE_HOOK) == f"{rank}:{variant}"
 
-    def step(record_grad_norm: bool = False):
+    def step(clock: PhaseClock, record_grad_norm: bool = False):
+        """One training step, its phases marked on `clock`."""
         nonlocal step_index
-        tokens, targets, length = batch(model_cfg, inputs, cfg["seed"], rank, step_index, device)
-        seq_lens.append(length)
-        step_index += 1
-        with autocast:
-            logits = model(tokens)
-        loss = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
-        parallel.backward(loss)
+        clock.start()
+        with clock.phase("forward"):
+            tokens, targets, length, real = batch(model_cfg, inputs, cfg["seed"], rank, step_index, device)
+            seq_lens.append(length)
+            real_tokens.append(real)
+            step_index += 1
+            with autocast:
+                logits = model(tokens)
+            loss = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
+        with clock.phase("backward"):
+            parallel.backward(loss)
         norm = grad_norm(model, wrap) if record_grad_norm else None
-        optimizer.step()
-        after_optimizer_step(model, variant)
-        optimizer.zero_grad(set_to_none=True)
+        with clock.phase("optimizer"):
+            optimizer.step()
+            after_optimizer_step(model, variant)
+            optimizer.zero_grad(set_to_none=True)
         return loss, norm
 
-    def timed(work) -> float:
+    def run_steps(works) -> tuple[list[float], list[PhaseClock], float]:
+        """Run `work(clock)` for each of `works` back to back, as training does: the device is
+        drained before the first and after the last, never between. Returns each step's time
+        (ms: its span on the device clock, first phase mark to last; the host clock off CUDA),
+        the clocks, and the wall time of the whole loop (ms, drained at both ends)."""
+        clocks = [PhaseClock(device) for _ in works]
         synchronize(device)
         t = time.perf_counter()
-        work()
+        for work, clock in zip(works, clocks):
+            work(clock)
         synchronize(device)
-        return (time.perf_counter() - t) * 1000
+        wall = (time.perf_counter() - t) * 1000
+        return [c.ms()["device" if device.type == "cuda" else "host"]["step"] for c in clocks], clocks, wall
 
-    loss, norm = step(record_grad_norm=True)
+    loss, norm = step(PhaseClock(device), record_grad_norm=True)
     first = {"loss": loss.detach().item(), "grad_norm": norm}
     first_compiled = compiled_frames()  # compiling for the first step is compiling, not recompiling
-    warmup_ms, warmup_recompiled = [], []
-    for _ in range(cfg["warmup"] - 1):
+    warmup_recompiled = []
+
+    def warmup_step(clock):
         frames = compiled_frames()
-        warmup_ms.append(timed(step))
+        step(clock)
         warmup_recompiled.append(compiled_frames() > frames)
+    warmup_ms, warmup_clocks, _ = run_steps([warmup_step] * (cfg["warmup"] - 1))
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     checkpoint = Checkpointer(cfg["checkpoint"], cfg["checkpoint_every"], out / variant / "ckpt") \
         if cfg["checkpoint"] else None
-    times, saved, recompiled = [], [], []
-    for i in range(cfg["steps"]):
-        if fail_here:
-            raise RuntimeError(f"injected failure on rank {rank} ({FAILURE_HOOK})")
-        frames = compiled_frames()
-        save = checkpoint is not None and checkpoint.due(i)
+    phases = PHASES if checkpoint else PHASES[:-1]
+    saved, recompiled = [], []
 
-        def work():
-            step()
+    def timed_step(i: int):
+        def work(clock):
+            if fail_here:
+                raise RuntimeError(f"injected failure on rank {rank} ({FAILURE_HOOK})")
+            frames = compiled_frames()
+            save = checkpoint is not None and checkpoint.due(i)
+            step(clock)
             if save:
-                checkpoint.save(model, optimizer, i)
-        times.append(timed(work))
-        saved.append(save)
-        recompiled.append(compiled_frames() > frames)
-    timed_lens = seq_lens[cfg["warmup"]:]
+                with clock.phase("checkpoint"):
+                    checkpoint.save(model, optimizer, i)
+            saved.append(save)
+            recompiled.append(compiled_frames() > frames)
+        return work
+    times, clocks, wall = run_steps([timed_step(i) for i in range(cfg["steps"])])
+    timed_from = len(seq_lens) - cfg["steps"]
     peak_allocated, peak_reserved = memory(device, "max_memory_allocated"), memory(device, "max_memory_reserved")
     result = {
         "rank": rank, "build_s": round(build_s, 3), "memory_after_wrap_bytes": mem_after_wrap,
         "step_ms": {"median": statistics.median(times), "min": min(times), "max": max(times), "all": times},
+        "timed_wall_ms": round(wall, 3),
+        "phase_ms": columns(clocks, phases), "saved_steps": [i for i, s in enumerate(saved) if s],
         "peak_allocated_bytes": peak_allocated, "peak_reserved_bytes": peak_reserved,
         "local_param_fraction": local_numel(model) / total_numel,
         "model_state_bytes": model_state_bytes(local_numel(model)),
         "precision_path": precision_path(variant, mixed),
-        "first_step": first, "seq_lens": timed_lens,
+        "first_step": first, "seq_lens": seq_lens[timed_from:], "real_tokens": real_tokens[timed_from:],
         "batch_per_rank": model_cfg.batch,
         "recompiles": compiled_frames() - first_compiled,
         "recompiled_steps": [i for i, r in enumerate(recompiled) if r],
-        "warmup_step_ms": warmup_ms, "recompiled_warmup_steps": [i for i, r in enumerate(warmup_recompiled) if r],
+        "warmup_step_ms": warmup_ms, "warmup_phase_ms": columns(warmup_clocks, phases[:3]),
+        "recompiled_warmup_steps": [i for i, r in enumerate(warmup_recompiled) if r],
     }
     if checkpoint:
         checkpoint.finish()
@@ -199,10 +207,27 @@ def run_variant(variant: str, cfg: dict, rank: int, device: torch.device, out: P
             dist.barrier()
             if rank == 0:
                 checkpoint.remove()
-    if cfg["profile_steps"]:
-        result.update(profiled(step, timed, cfg, rank, device, out / variant / TRACE_NAME.format(rank=rank)))
-        result["trace"] = str((out / variant / TRACE_NAME.format(rank=rank)).relative_to(out))
+    if record and cfg["profile_steps"]:
+        result.update(recorded_figures(step, cfg, device, out, variant, rank))
     return result
+
+
+def recorded_figures(step, cfg: dict, device: torch.device, out: Path, variant: str, rank: int) -> dict:
+    """The recorded steps: `--profile-steps` steps in `--profile-mode` (the trace `diff`
+    attributes), then, in `lean` mode, one `full` step into `names/` (names and blame), each
+    with its times, phases and runtime counts; and `profiler_overhead`, the median recorded
+    step ÷ the median timed step."""
+    modes = [(cfg["profile_mode"], cfg["profile_steps"], TRACE_NAME)]
+    if cfg["profile_mode"] == "lean":
+        modes.append(("full", 1, NAMES_TRACE_NAME))
+    recorded = []
+    for mode, steps, name in modes:
+        path = out / variant / name.format(rank=rank)
+        recorded.append({**record_steps(step, cfg, device, mode, steps, path), "trace": str(path.relative_to(out))})
+    main = recorded[0]
+    return {"recorded": recorded, "trace": main["trace"], "profile_mode": main["mode"],
+            "profiled_step_ms": main["step_ms"], "runtime_counts_per_step": main["runtime_counts_per_step"],
+            "runtime_counts": main["runtime_counts_per_step"][-1]}
 
 
 def model_state_bytes(local_params: int) -> dict:
@@ -212,21 +237,30 @@ def model_state_bytes(local_params: int) -> dict:
             "total": 16 * local_params}
 
 
-def profiled(step, timed, cfg: dict, rank: int, device: torch.device, path: Path) -> dict:
-    """The profiled steps: their wall times and the runtime's counts of each."""
+def record_steps(step, cfg: dict, device: torch.device, mode: str, steps: int, path: Path) -> dict:
+    """`steps` training steps recorded in `mode` into `path`, after one warm-up step of the
+    profiler. The GPU is drained before the first recorded step and after the last, never
+    between them (as in training): a recorded step's time (`step_ms`) is its span on the
+    device clock (the host clock off CUDA), first phase mark to last."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp.json.gz")
-    times, counts = [], []
-    with profiler(device, cfg, tmp) as prof:
-        timed(step)  # the profiler's warm-up step
+    clocks, counts = [], []
+    with profiler(device, mode, steps, cfg["with_stack"], lambda prof: prof.export_chrome_trace(str(tmp))) as prof:
+        step(PhaseClock(device))  # the profiler's warm-up step
+        synchronize(device)
         prof.step()
-        for _ in range(cfg["profile_steps"]):
+        for _ in range(steps):
+            clock = PhaseClock(device)
             with RuntimeCounts() as runtime:
-                times.append(timed(step))
+                step(clock)
+            clocks.append(clock)
             counts.append(dict(runtime.counts))
             prof.step()
+    synchronize(device)
     os.replace(tmp, path)
-    return {"profiled_step_ms": times, "runtime_counts_per_step": counts, "runtime_counts": counts[-1]}
+    phases = columns(clocks, PHASES[:3])
+    return {"mode": mode, "step_ms": phases["device" if device.type == "cuda" else "host"]["step"],
+            "phase_ms": phases, "runtime_counts_per_step": counts}
 
 
 def init_group(store, prefix: str, backend: str, rank: int, world: int, device: torch.device, timeout_s: float):
@@ -262,31 +296,54 @@ def worker_main(cfg: dict) -> dict:
     run_id = os.environ.get("TORCHELASTIC_RUN_ID", "run")
     out, timeout = Path(cfg["out"]), cfg["collective_timeout_s"]
     results = {}
-    for i, variant in enumerate(cfg["variants"], 1):
-        where = f"[{i}/{len(cfg['variants'])}] {variant}"
-        reason = why_skipped(variant, device)
-        if reason:
-            log(rank, f"{where}: skipped ({reason})")
-            results[variant] = {"status": "skipped", "message": reason}
-            continue
-        log(rank, f"{where}: building, {cfg['warmup']} warm-up + {cfg['steps']} timed steps, then "
-                  f"{cfg['profile_steps']} profiled step(s)")
-        init_group(store, f"tracekit/{run_id}/{variant}", backend, rank, world, device, timeout)
-        try:
-            mine = {"status": "ok", "message": "", "ranks": [run_variant(variant, cfg, rank, device, out)]}
-        except torch.OutOfMemoryError as e:
-            mine = {"status": "oom", "message": str(e).splitlines()[0], "at": time.time()}
-        except Exception as e:  # recorded; the other variants still run
-            mine = {"status": "error", "message": f"{type(e).__name__}: {e}".splitlines()[0],
-                    "traceback": traceback.format_exc(), "at": time.time()}
-        entry = merge_ranks(agreed(store, f"tracekit/{run_id}/status/{variant}", rank, world, mine, 2 * timeout))
-        with contextlib.suppress(Exception):
-            dist.destroy_process_group()
-        results[variant] = entry
-        detail = f"median {statistics.median([r['step_ms']['median'] for r in entry['ranks']]):.1f} ms" \
-            if entry["status"] == "ok" else entry["message"]
-        log(rank, f"{where}: {entry['status']} ({detail})")
+    for repeat, order in enumerate(repeat_orders(cfg["variants"], cfg["repeats"])):
+        last = repeat == cfg["repeats"] - 1  # the repeat that records traces
+        for i, variant in enumerate(order, 1):
+            where = f"[{i}/{len(order)}] {variant}" + (f" (repeat {repeat + 1}/{cfg['repeats']})"
+                                                       if cfg["repeats"] > 1 else "")
+            reason = why_skipped(variant, device)
+            if reason:
+                log(rank, f"{where}: skipped ({reason})")
+                results[variant] = {"status": "skipped", "message": reason}
+                continue
+            log(rank, f"{where}: building, {cfg['warmup']} warm-up + {cfg['steps']} timed steps"
+                      + (f", then {cfg['profile_steps']} recorded step(s)" if last else ""))
+            init_group(store, f"tracekit/{run_id}/{repeat}/{variant}", backend, rank, world, device, timeout)
+            try:
+                mine = {"status": "ok", "message": "",
+                        "ranks": [run_variant(variant, cfg, rank, device, out, record=last)]}
+            except torch.OutOfMemoryError as e:
+                mine = {"status": "oom", "message": str(e).splitlines()[0], "at": time.time()}
+            except Exception as e:  # recorded; the other variants still run
+                mine = {"status": "error", "message": f"{type(e).__name__}: {e}".splitlines()[0],
+                        "traceback": traceback.format_exc(), "at": time.time()}
+            entry = merge_ranks(agreed(store, f"tracekit/{run_id}/status/{repeat}/{variant}", rank, world, mine,
+                                       2 * timeout))
+            with contextlib.suppress(Exception):
+                dist.destroy_process_group()
+            repeats = results.get(variant, {}).get("repeats", []) + [repeat_record(repeat, i - 1, entry)]
+            if last:
+                results[variant] = {**entry, "repeats": repeats}
+            else:
+                results[variant] = {"repeats": repeats}
+            detail = f"median {statistics.median([r['step_ms']['median'] for r in entry['ranks']]):.1f} ms" \
+                if entry["status"] == "ok" else entry["message"]
+            log(rank, f"{where}: {entry['status']} ({detail})")
     return results
+
+
+def repeat_orders(variants: list[str], repeats: int) -> list[list[str]]:
+    """The variants' order in each repeat, alternated (A B C, C B A, A B C, …) so that no
+    variant always runs first, or right after the same one."""
+    return [list(variants) if r % 2 == 0 else list(reversed(variants)) for r in range(repeats)]
+
+
+def repeat_record(repeat: int, position: int, entry: dict) -> dict:
+    """What one repeat of a variant measured: per rank its timed steps and their phases."""
+    ranks = [{"rank": r["rank"], "step_ms": r["step_ms"]["all"], "phase_ms": r["phase_ms"],
+              "saved_steps": r["saved_steps"]} for r in entry.get("ranks", [])]
+    return {"repeat": repeat, "position": position, "status": entry["status"], "message": entry["message"],
+            "ranks": ranks}
 
 
 def merge_ranks(per_rank: list[dict]) -> dict:

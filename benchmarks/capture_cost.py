@@ -1,0 +1,118 @@
+"""What each capture mode costs a training step, measured in one process (GPU).
+
+One rank, FSDP2 per block (`runners/parallelize.py`) on a preset, bf16. A period is the mean
+step over `--steps` consecutive steps (drained before the first and after the last, never
+between: the steady-state period). This machine's step time wanders by tens of percent
+within a process, so each mode's period is measured right after a `bare` one and their
+ratio kept; `--rounds` rounds, the modes' order alternated:
+- `bare`: no phase marks, no profiler; `timers`: the runner's phase clocks (CUDA events and
+  host clock at each phase boundary); `cuda-only`: CUDA activities alone (no step markers);
+- `lean`, `lean+sync` (with CUPTI synchronization records), `light`, `full`: the capture
+  modes of `runners/recording.py`, with the phase clocks.
+Prints one JSON object: per mode, each round's (bare, mode) periods (ms) and the median of
+the ratios.
+
+    torchrun --nproc-per-node 1 benchmarks/capture_cost.py --preset large --batch 16
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+
+from tracekit.runners.clock import PhaseClock
+from tracekit.runners.model import Transformer, model_config
+from tracekit.runners.parallelize import parallelize
+from tracekit.runners.recording import profiler
+
+MODES = ("timers", "cuda-only", "lean", "lean+sync", "light", "full")
+
+
+class NoClock(PhaseClock):
+    """Phase boundaries without marks (the `bare` step)."""
+
+    def _mark(self, phase):
+        pass
+
+    @contextlib.contextmanager
+    def phase(self, name):
+        yield
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--preset", default="large")
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    dist.init_process_group("nccl")
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+    torch.cuda.set_device(device)
+    cfg = model_config(args.preset, batch=args.batch)
+    torch.manual_seed(0)
+    model = parallelize(Transformer(cfg).to(device), "fsdp2", device, True).model
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    tokens = torch.randint(1, cfg.vocab, (cfg.batch, cfg.seq), device=device)
+
+    def step(clock):
+        clock.start()
+        with clock.phase("forward"):
+            loss = torch.nn.functional.cross_entropy(model(tokens).float().flatten(0, 1), tokens.flatten())
+        with clock.phase("backward"):
+            loss.backward()
+        with clock.phase("optimizer"):
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+
+    def period(mode: str) -> float:
+        clock = NoClock if mode == "bare" else PhaseClock
+        if mode in ("bare", "timers"):
+            prof = contextlib.nullcontext()
+        elif mode == "cuda-only":
+            from torch.profiler import ProfilerActivity, profile, schedule
+            prof = profile(activities=[ProfilerActivity.CUDA], schedule=schedule(wait=0, warmup=1, active=args.steps),
+                           on_trace_ready=lambda p: None)
+        else:
+            prof = profiler(device, mode.replace("+sync", ""), args.steps, False, lambda p: None)
+            if mode == "lean+sync":
+                prof.experimental_config = torch._C._profiler._ExperimentalConfig(enable_cuda_sync_events=True)
+        with prof as p:
+            step(clock(device))  # the profiler's warm-up step
+            torch.cuda.synchronize()
+            if p is not None:
+                p.step()
+            t = time.perf_counter()
+            for _ in range(args.steps):
+                step(clock(device))
+                if p is not None and _ < args.steps - 1:
+                    p.step()
+            torch.cuda.synchronize()
+            ms = (time.perf_counter() - t) * 1000 / args.steps
+            if p is not None:
+                p.step()
+        return ms
+
+    for _ in range(3):
+        period("bare")
+    rounds = {m: [] for m in MODES}
+    for r in range(args.rounds):
+        for mode in (MODES if r % 2 == 0 else reversed(MODES)):
+            rounds[mode].append((round(period("bare"), 3), round(period(mode), 3)))
+    print(json.dumps({"preset": args.preset, "batch": args.batch, "steps": args.steps, "gpu": torch.cuda.get_device_name(),
+                      "torch": torch.__version__,
+                      "modes": {m: {"bare_and_mode_ms": v,
+                                    "ratio_to_bare": round(statistics.median(b / a for a, b in v), 3)}
+                                for m, v in rounds.items()}}, indent=1))
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

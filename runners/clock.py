@@ -1,0 +1,77 @@
+"""Phase timers: where a training step's time goes, measured in every step the runner makes.
+
+A step is marked at its start and at the end of each phase, in program order: `forward`
+(fetching the batch, the model's forward and the loss), `backward` (the backward pass, with the gradient
+reduction it launches), `optimizer` (optimizer step, zero_grad and per-step technique work
+such as float8 scale updates), and `checkpoint` (a save, in steps that save). At each mark:
+- the host clock (`time.perf_counter_ns`): a phase's **host time** is the time from the
+  previous mark to its own on the host — how long the Python program spent issuing it;
+- on CUDA, an event recorded on the current stream: a phase's **device time** is
+  `elapsed_time` from the previous mark's event to its own — from the moment the stream
+  reached the phase's start to the moment it finished everything queued before the phase's
+  end, waiting for the host included. Work on other streams (NCCL) counts where the current
+  stream waits for it.
+Reading the events needs them complete: `ms` is called after the step was synchronised.
+Each phase also runs inside a `tracekit#<phase>` annotation, so the trace knows the phases
+even when it records no CPU ops (`analyses/phases.py`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+import torch
+
+PHASES = ("forward", "backward", "optimizer", "checkpoint")
+ANNOTATION = "tracekit#{}"
+
+
+class PhaseClock:
+    """The marks of one step: (phase or None for the start, host ns, CUDA event or None)."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+        self.marks: list[tuple[str | None, int, object]] = []
+
+    def _mark(self, phase: str | None) -> None:
+        event = None
+        if self.cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+        self.marks.append((phase, time.perf_counter_ns(), event))
+
+    def start(self) -> None:
+        self._mark(None)
+
+    @contextlib.contextmanager
+    def phase(self, name: str):
+        with torch.profiler.record_function(ANNOTATION.format(name)):
+            yield
+        self._mark(name)
+
+    def ms(self) -> dict[str, dict[str, float] | None]:
+        """{"host": {phase: ms}, "device": {phase: ms} or None off CUDA}; the step's span is
+        `"step"` in each (first mark to last)."""
+        host, device = {}, {} if self.cuda else None
+        for (_, h0, e0), (phase, h1, e1) in zip(self.marks, self.marks[1:]):
+            host[phase] = host.get(phase, 0.0) + (h1 - h0) / 1e6
+            if device is not None:
+                device[phase] = device.get(phase, 0.0) + e0.elapsed_time(e1)
+        host["step"] = (self.marks[-1][1] - self.marks[0][1]) / 1e6
+        if device is not None:
+            device["step"] = self.marks[0][2].elapsed_time(self.marks[-1][2])
+        return {"host": host, "device": device}
+
+
+def columns(clocks: list[PhaseClock], phases: tuple[str, ...]) -> dict:
+    """Per-step phase times as lists aligned with the steps: {"host": {phase: [ms, …]},
+    "device": {…} or None}; a phase a step did not have (a checkpoint) counts 0."""
+    readings = [c.ms() for c in clocks]
+    out = {}
+    for clock in ("host", "device"):
+        if any(r[clock] is None for r in readings):
+            out[clock] = None
+            continue
+        out[clock] = {p: [round(r[clock].get(p, 0.0), 4) for r in readings] for p in (*phases, "step")}
+    return out
