@@ -11,7 +11,8 @@ time − A's (integer ns).
 - name: the kernel identity (`names.kernel_identity`), `<collective kind> <dtype>` for
   collectives, the cause for idle parts.
 - op: the CPU op that launched it; phase: forward / backward / optimizer (`phases.py`), so
-  that the same kernel pairs across FSDP1 and FSDP2.
+  that the same kernel pairs across FSDP1 and FSDP2; an idle part takes the phase of the
+  device's next activity (`idle_items`).
 - The FSDP-aware view (`by="fsdp"`) groups the same items by (kind, phase, FSDP label).
 - A trace without device activity (CPU-only, gloo): a step's time is its CPU window, split
   among the outermost CPU ops of the step's thread (kind `cpu`), the rest `host: other`.
@@ -72,7 +73,8 @@ class RunDiff:
     per_rank: list[Diff]
     together: Diff
     warnings: list[str]
-    unprofiled: dict | None = None  # `variants.unprofiled_delta`, when both sides come with a profile manifest
+    real: dict | None = None  # `variants.real_delta`, when both sides come with a profile manifest
+    reconciled: pl.DataFrame | None = None  # `variants.reconciliation` of `real` with `phase_attribution`
 
     @property
     def shown(self) -> Diff:
@@ -91,14 +93,13 @@ def all_items(trace: Trace) -> pl.DataFrame:
     if "diff-items" not in trace.derived and not trace.has_gpu:
         trace.derived["diff-items"] = host_items(trace)
     if "diff-items" not in trace.derived:
-        line = timeline(trace)
-        idle = (line.segments.filter(pl.col("category") == "idle")
-                .group_by("step", "category", "cause").agg(share_ns=(pl.col("end") - pl.col("start")).sum()))
-        items = pl.concat([line.shares.select("step", "row", "category", "cause", "share_ns"), idle],
+        line, context = timeline(trace), launch_context(trace)
+        items = pl.concat([line.shares.select("step", "row", "category", "cause", "share_ns"), idle_items(trace)],
                           how="diagonal_relaxed")
         names = trace.gpu.select("name").unique().with_columns(identity=kernel_identity(pl.col("name")))
         gpu = trace.gpu.with_row_index("row").select("row", "dtype", "name").join(names, on="name", how="left")
-        joined = items.join(gpu, on="row", how="left").join(launch_context(trace), on="row", how="left")
+        joined = (items.join(gpu, on="row", how="left").join(context, on="row", how="left")
+                  .with_columns(phase=pl.coalesce("phase", "idle_phase")))
         trace.derived["diff-items"] = joined.select(
             "step", pl.col("category").replace({"memset": "memcpy"}).alias("kind"),
             pl.when(pl.col("category") == "idle").then(pl.col("cause").str.replace(r" \(.*\)$", ""))
@@ -107,6 +108,20 @@ def all_items(trace: Trace) -> pl.DataFrame:
             .otherwise(pl.col("identity")).alias("name"),
             "op", "phase", "fsdp", "unit", pl.col("share_ns").alias("ns"), "row")
     return trace.derived["diff-items"]
+
+
+def idle_items(trace: Trace) -> pl.DataFrame:
+    """The step's idle time per (cause, phase): an idle segment belongs to the phase of the
+    device's next activity — the work the device was waiting for (`idle_phase`; null when
+    nothing follows on the device)."""
+    segments = timeline(trace).segments.filter(pl.col("category") == "idle").select(
+        "step", "device", "start", "end", "category", "cause")
+    following = trace.gpu.with_row_index("next_row").select("next_row", "device", next_start="start").sort("next_start")
+    phases = launch_context(trace).select(next_row="row", idle_phase="phase")
+    return (segments.sort("end").join_asof(following, left_on="end", right_on="next_start", by="device",
+                                           strategy="forward", check_sortedness=False)
+            .join(phases, on="next_row", how="left")
+            .group_by("step", "category", "cause", "idle_phase").agg(share_ns=(pl.col("end") - pl.col("start")).sum()))
 
 
 def host_items(trace: Trace) -> pl.DataFrame:
@@ -299,6 +314,17 @@ def aggregate(diffs: list[Diff], top: int, by: str, spread: pl.DataFrame | None)
     return Diff(None, diffs[0].a_step, diffs[0].b_step, sum(d.a_step_ns for d in diffs),
                 sum(d.b_step_ns for d in diffs), top_with_other(summed, top, key), summed,
                 summed_by([d.syncs for d in diffs], "api"), summed_by([d.collectives for d in diffs], "kind"))
+
+
+def phase_attribution(diff: Diff, ranks: int = 1) -> pl.DataFrame:
+    """Per phase, the diff's Δ split into device time (compute, comm, memcpy items) and idle
+    (idle items, by the phase of the work they waited for), ns, divided by `ranks` (a sum
+    over ranks → the mean rank). Items without a phase (host-only traces) are left out."""
+    return (diff.all_items.filter(pl.col("phase").is_not_null())
+            .group_by("phase").agg(
+                device_delta_ns=pl.col("delta_ns").filter(pl.col("kind") != "idle").sum() // ranks,
+                idle_delta_ns=pl.col("delta_ns").filter(pl.col("kind") == "idle").sum() // ranks)
+            .sort("phase"))
 
 
 def summed_by(frames: list[pl.DataFrame], key: str) -> pl.DataFrame:

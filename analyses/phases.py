@@ -2,8 +2,12 @@
 
 For each activity, the annotations and ops enclosing its launching call (same thread,
 start ≤ call start, end ≥ call end) give:
-- `phase`: `optimizer` inside `Optimizer.step#…`/`Optimizer.zero_grad#…`; `backward` inside
-  an autograd engine function or an FSDP backward hook; else `forward`;
+- `phase`: the runner's own `tracekit#<phase>` annotation whose time range holds the launch
+  (any thread: the autograd engine launches backward kernels from its own threads while the
+  main thread waits inside `tracekit#backward`) — forward, backward, optimizer, checkpoint;
+  without one (traces of other harnesses), `optimizer` inside `Optimizer.step#…`/
+  `Optimizer.zero_grad#…`, `backward` inside an autograd engine function or an FSDP backward
+  hook, else `forward`;
 - `fsdp`: the innermost FSDP label (FSDP1's `FullyShardedDataParallel.forward`, which wraps
   the module's whole forward, is not one) — FSDP2 `FSDP::pre_forward (blocks.3)`,
   `fsdp::all_gather_copy_in`, `FSDP::post_backward_reduce (…)`…, FSDP1
@@ -21,6 +25,7 @@ from tracekit.model import Trace
 FSDP_LABEL = r"^(FSDP::|fsdp::|FullyShardedDataParallel\.)"
 MODULE_FORWARD = "FullyShardedDataParallel.forward"
 MARKERS = FSDP_LABEL + r"|^Optimizer\.(step|zero_grad)#|^autograd::engine::evaluate_function"
+RUNNER_PHASE = r"^tracekit#(forward|backward|optimizer|checkpoint)$"  # runners/clock.py
 
 
 def launch_context(trace: Trace) -> pl.DataFrame:
@@ -41,11 +46,17 @@ def launch_context(trace: Trace) -> pl.DataFrame:
     coarse = found.group_by("row").agg(
         optimizer=pl.col("m_name").str.starts_with("Optimizer.").any(),
         backward=(pl.col("m_name").str.starts_with("autograd::") | pl.col("m_name").str.contains("backward")).any())
+    runner = trace.ops.filter(pl.col("name").str.contains(RUNNER_PHASE)).select(
+        r_start="start", r_end="end", runner_phase=pl.col("name").str.extract(RUNNER_PHASE, 1))
+    by_runner = (launches.filter(pl.col("c_start").is_not_null())
+                 .join_where(runner, pl.col("r_start") <= pl.col("c_start"), pl.col("r_end") >= pl.col("c_end"))
+                 .group_by("row").agg(pl.col("runner_phase").first()))
     launcher = trace.ops.filter(pl.col("cat") == "cpu_op").select("ext_id", op=pl.col("name")).unique("ext_id")
     return (launches.select("row", "ext_id").join(fsdp, on="row", how="left").join(coarse, on="row", how="left")
-            .join(launcher, on="ext_id", how="left")
+            .join(by_runner, on="row", how="left").join(launcher, on="ext_id", how="left")
             .with_columns(
-                phase=pl.when(pl.col("optimizer")).then(pl.lit("optimizer"))
+                phase=pl.when(pl.col("runner_phase").is_not_null()).then(pl.col("runner_phase"))
+                .when(pl.col("optimizer")).then(pl.lit("optimizer"))
                 .when(pl.col("backward")).then(pl.lit("backward")).otherwise(pl.lit("forward")),
                 fsdp=pl.col("label").str.replace(r" \(.*\)$", ""),
                 unit=pl.col("label").str.extract(r"\((.*)\)$", 1))

@@ -25,7 +25,8 @@ import numpy as np
 import polars as pl
 
 from tracekit.analyses.diff import RunDiff, diff_runs, median_step, step_times
-from tracekit.analyses.noise import DRIFT_WARN, delta_ci, drift_pct, median_ci, pooled, verdict
+from tracekit.analyses.noise import (DRIFT_WARN, delta_ci, drift_pct, effective_steps, median_ci, pooled,
+                                     repeats_delta_ci, verdict)
 from tracekit.analyses.summary import summary
 from tracekit.model import Run
 
@@ -66,13 +67,69 @@ def recorded_step(run: Run) -> dict[int, dict]:
 
 
 def training_steps(r: dict) -> list[float]:
-    """A rank's timed steps (ms) that did not save a checkpoint: what training alone costs."""
+    """A rank's timed steps (ms) that did not save a checkpoint: what training alone costs
+    (`r` a rank's measurements, or one repeat's record of them)."""
+    steps = r["step_ms"]["all"] if isinstance(r["step_ms"], dict) else r["step_ms"]
     ckpt = r.get("checkpoint")
-    return ckpt["step_ms_without_save"] if ckpt else r["step_ms"]["all"]
+    if ckpt and "saved_steps" not in r:
+        return ckpt["step_ms_without_save"]
+    saved = set(r.get("saved_steps", []))
+    return [t for i, t in enumerate(steps) if i not in saved]
 
 
 def pooled_steps(entry: dict) -> np.ndarray:
     return pooled([training_steps(r) for r in entry["ranks"]])
+
+
+def phase_clock(ranks: list[dict]) -> str | None:
+    """`device` where the phase timers have CUDA events, else `host`; None without timers."""
+    timers = ranks[0].get("phase_ms") if ranks else None
+    if not timers:
+        return None
+    return "device" if timers.get("device") else "host"
+
+
+def repeat_series(entry: dict) -> list[dict[str, np.ndarray]]:
+    """Per repeat that ran: `step` (the training steps pooled over ranks) and, where the phase
+    timers ran, each phase's time in those steps pooled over ranks (the slowest rank's per
+    step) — device time on CUDA, host time otherwise (`runners/clock.py`)."""
+    out = []
+    for record in [x for x in entry.get("repeats") or [entry] if x.get("status", "ok") == "ok"]:
+        ranks = record["ranks"]
+        series = {"step": pooled([training_steps(r) for r in ranks])}
+        clock = phase_clock(ranks)
+        if clock:
+            for phase in ranks[0]["phase_ms"][clock]:
+                if phase not in ("step", "checkpoint"):
+                    series[phase] = pooled([kept(r, r["phase_ms"][clock][phase]) for r in ranks])
+        out.append(series)
+    return out
+
+
+def kept(r: dict, values: list[float]) -> list[float]:
+    """`values` (one per timed step) of the steps that did not save a checkpoint."""
+    saved = set(r.get("saved_steps", []))
+    return [v for i, v in enumerate(values) if i not in saved]
+
+
+def compare(a: list[dict[str, np.ndarray]], b: list[dict[str, np.ndarray]], key: str) -> dict:
+    """B − A of `key` (`step` or a phase), ms: both medians, Δ with its 95 % interval and the
+    verdict — across repeats (paired by repeat) when both sides have two or more, else over
+    the one run's steps (docs/metrics.md, "Noise and verdicts")."""
+    pairs = [(x[key], y[key]) for x, y in zip(a, b) if key in x and key in y]
+    if not pairs:
+        return {}
+    a_all, b_all = np.concatenate([x for x, _ in pairs]), np.concatenate([y for _, y in pairs])
+    n_steps = min(min(len(x), len(y)) for x, y in pairs)
+    if len(pairs) >= 2:
+        d, lo, hi = repeats_delta_ci([float(np.median(y) - np.median(x)) for x, y in pairs])
+        effective = float(len(pairs))
+    else:
+        d, lo, hi, effective = delta_ci(*pairs[0])
+    d, lo, hi = float(d), float(lo), float(hi)
+    return {"a_ms": round(float(np.median(a_all)), 3), "b_ms": round(float(np.median(b_all)), 3),
+            "d_ms": round(d, 3), "d_ms_ci": [round(lo, 3), round(hi, 3)], "repeats": len(pairs),
+            "verdict": verdict(lo, hi, n_steps, effective, len(pairs))}
 
 
 def recompile_ms(r: dict) -> float:
@@ -101,17 +158,30 @@ def checkpoint_columns(r: dict) -> dict:
             "ckpt_cost_ms": round(extra / len(ckpt["stall_ms"]), 3)}
 
 
-def variant_table(manifest: dict, runs: dict[str, Run]) -> pl.DataFrame:
+def base_variant(manifest: dict, baseline: str | None = None) -> str | None:
+    """The variant others are compared with: `baseline`, else the first that ran."""
+    ok = [v for v, e in manifest["variants"].items() if e.get("status") == "ok"]
+    if baseline is None:
+        return ok[0] if ok else None
+    if baseline not in ok:
+        raise ValueError(f"--baseline {baseline}: not a variant that ran (ran: {', '.join(ok) or 'none'})")
+    return baseline
+
+
+def variant_table(manifest: dict, runs: dict[str, Run], baseline: str | None = None) -> pl.DataFrame:
     rows = []
-    ok = [v for v, e in manifest["variants"].items() if e["status"] == "ok"]
-    base = pooled_steps(manifest["variants"][ok[0]]) if ok else None
+    base_name = base_variant(manifest, baseline)
+    base = repeat_series(manifest["variants"][base_name]) if base_name else None
     for variant, entry in manifest["variants"].items():
-        if entry["status"] != "ok":
-            rows.append({"variant": variant, "status": entry["status"], "message": entry.get("message")})
+        if entry.get("status") != "ok":
+            rows.append({"variant": variant, "status": entry.get("status"), "message": entry.get("message")})
             continue
-        steps = pooled_steps(entry)
-        median, lo, hi = median_ci(steps)
-        d, d_lo, d_hi = delta_ci(base, steps)
+        series = repeat_series(entry)
+        steps = np.concatenate([s["step"] for s in series])
+        medians = [float(np.median(s["step"])) for s in series]
+        _, lo, hi = median_ci(series[0]["step"]) if len(series) == 1 else repeats_delta_ci(medians)
+        lo, hi = float(lo), float(hi)
+        delta = compare(base, series, "step")
         recorded = recorded_step(runs[variant]) if variant in runs else {}
         for r in entry["ranks"]:
             s = recorded.get(r["rank"], {})
@@ -120,12 +190,15 @@ def variant_table(manifest: dict, runs: dict[str, Run]) -> pl.DataFrame:
             peak = r["peak_allocated_bytes"]
             rows.append({
                 "variant": variant, "rank": r["rank"], "status": "ok", "precision": r.get("precision_path"),
-                "step_ms": round(median, 3), "step_ms_ci": [round(lo, 3), round(hi, 3)],
-                "d_step_ms": round(d, 3),
-                "d_step_ms_ci": [round(d_lo, 3), round(d_hi, 3)] if variant != ok[0] else None,
-                "verdict": verdict(d_lo, d_hi) if variant != ok[0] else "base",
-                "drift_pct": round(drift_pct(steps), 1), "n_steps": len(steps),
+                "step_ms": round(float(np.median(steps)), 3), "step_ms_ci": [round(lo, 3), round(hi, 3)],
+                "d_step_ms": delta["d_ms"],
+                "d_step_ms_ci": delta["d_ms_ci"] if variant != base_name else None,
+                "verdict": delta["verdict"] if variant != base_name else "base",
+                "repeats": len(series), "n_steps": len(series[-1]["step"]),
+                "effective_steps": round(effective_steps(series[-1]["step"]), 1),
+                "drift_pct": round(drift_pct(series[-1]["step"]), 1),
                 "rank_step_ms": round(statistics.median(training_steps(r)), 3),
+                "profile_mode": r.get("profile_mode", manifest["config"].get("profile_mode")) if profiled else None,
                 "profiled_step_ms": round(statistics.median(profiled), 3) if profiled else None,
                 "profiler_overhead": round(statistics.median(profiled) / r["step_ms"]["median"], 3) if profiled else None,
                 "tokens_per_s": entry.get("tokens_per_s"),
@@ -141,6 +214,53 @@ def variant_table(manifest: dict, runs: dict[str, Run]) -> pl.DataFrame:
                 "loss": r["first_step"]["loss"], "grad_norm": r["first_step"]["grad_norm"],
             })
     return pl.DataFrame(rows, infer_schema_length=None)
+
+
+PHASE_ORDER = ("forward", "backward", "optimizer")
+
+
+def recorded_phases(entry: dict) -> dict[str, float]:
+    """Per phase, the median over the recorded steps (the ones `diff` attributes) of its time
+    pooled over ranks, ms; `step` their span."""
+    ranks = [r for r in entry.get("ranks", []) if r.get("recorded")]
+    clock = phase_clock([r["recorded"][0] for r in ranks]) if ranks else None
+    if not clock:
+        return {}
+    phases = ranks[0]["recorded"][0]["phase_ms"][clock]
+    return {p: round(float(np.median(pooled([r["recorded"][0]["phase_ms"][clock][p] for r in ranks]))), 3)
+            for p in phases}
+
+
+def phase_table(manifest: dict, baseline: str | None = None) -> pl.DataFrame:
+    """One row per (variant, phase): the phase's median time in the timed steps (device time
+    on CUDA, host time otherwise), its share of the step, B − A against the base with its
+    interval and verdict, and the same phase in the recorded steps (`recorded_ms`) with its
+    Δ — where the recorded steps' time went against where the timed steps' did."""
+    base_name = base_variant(manifest, baseline)
+    if not base_name:
+        return pl.DataFrame()
+    base_entry = manifest["variants"][base_name]
+    base, base_recorded = repeat_series(base_entry), recorded_phases(base_entry)
+    rows = []
+    for variant, entry in manifest["variants"].items():
+        if entry.get("status") != "ok" or not phase_clock(entry["ranks"]):
+            continue
+        series, recorded = repeat_series(entry), recorded_phases(entry)
+        step = float(np.median(np.concatenate([s["step"] for s in series])))
+        for phase in [p for p in (*PHASE_ORDER, "step") if p in series[0]]:
+            c = compare(base, series, phase)
+            ms = float(np.median(np.concatenate([s[phase] for s in series])))
+            rows.append({
+                "variant": variant, "phase": phase, "clock": phase_clock(entry["ranks"]), "ms": round(ms, 3),
+                "pct_of_step": round(100 * ms / step, 1) if step else None,
+                "d_ms": c["d_ms"], "d_ms_ci": c["d_ms_ci"] if variant != base_name else None,
+                "verdict": c["verdict"] if variant != base_name else "base",
+                "recorded_ms": recorded.get(phase),
+                "d_recorded_ms": round(recorded[phase] - base_recorded[phase], 3)
+                if phase in recorded and phase in base_recorded else None})
+    return pl.DataFrame(rows, schema={"variant": pl.String, "phase": pl.String, "clock": pl.String, "ms": pl.Float64,
+                                      "pct_of_step": pl.Float64, "d_ms": pl.Float64, "d_ms_ci": pl.List(pl.Float64),
+                                      "verdict": pl.String, "recorded_ms": pl.Float64, "d_recorded_ms": pl.Float64})
 
 
 def report_warnings(table: pl.DataFrame, profile_mode: str = "full") -> list[str]:
@@ -166,44 +286,78 @@ def report_warnings(table: pl.DataFrame, profile_mode: str = "full") -> list[str
     return out
 
 
-def unprofiled_delta(a: dict, a_variant: str, b: dict, b_variant: str) -> dict | None:
-    """B's unprofiled step time − A's (ms) with its CI and verdict, and each side's profiler
-    overhead, from two profile manifests; None when either variant has no timed steps."""
+def real_delta(a: dict, a_variant: str, b: dict, b_variant: str) -> dict | None:
+    """What the timed steps say of B − A, from two profile manifests: `step` and each phase
+    (`compare`), each side's recorded phases (`recorded_phases`) and profiler overhead (the
+    worst rank's median recorded ÷ median timed step). None when either has no timed steps."""
     ea, eb = a["variants"].get(a_variant), b["variants"].get(b_variant)
     if not ea or not eb or ea.get("status") != "ok" or eb.get("status") != "ok":
         return None
-    d, lo, hi = delta_ci(pooled_steps(ea), pooled_steps(eb))
+    sa, sb = repeat_series(ea), repeat_series(eb)
 
     def overhead(entry):
         values = [statistics.median(r["profiled_step_ms"]) / r["step_ms"]["median"]
                   for r in entry["ranks"] if r.get("profiled_step_ms")]
         return round(max(values), 3) if values else None
 
-    return {"d_step_ms": round(d, 3), "d_step_ms_ci": [round(lo, 3), round(hi, 3)], "verdict": verdict(lo, hi),
+    return {"step": compare(sa, sb, "step"),
+            "phases": {p: compare(sa, sb, p) for p in PHASE_ORDER if p in sa[0] and p in sb[0]},
+            "a_recorded": recorded_phases(ea), "b_recorded": recorded_phases(eb),
+            "a_profile_mode": ea["ranks"][0].get("profile_mode"), "b_profile_mode": eb["ranks"][0].get("profile_mode"),
             "a_profiler_overhead": overhead(ea), "b_profiler_overhead": overhead(eb)}
 
 
-def fidelity_warnings(profiled_ms: float, unprofiled: dict) -> list[str]:
-    """When the profiled diff and the unprofiled timing disagree in sign, or the profiler
-    slowed a side by more than 25 %."""
+def reconciliation(real: dict, attributed: pl.DataFrame) -> pl.DataFrame:
+    """Per phase and for the whole step: the real Δ (timed steps, with interval and verdict)
+    beside the Δ of the recorded steps' phase timers and the Δ the trace attributes
+    (`attributed`: phase, device_delta_ns, idle_delta_ns per rank on average), split into
+    device time and idle; `unexplained_ms` = real − attributed, and `within`, whether the
+    attributed Δ lies inside the real Δ's interval."""
+    rows = []
+    by_phase = {r["phase"]: r for r in attributed.iter_rows(named=True)}
+    whole = {"device_delta_ns": int(attributed["device_delta_ns"].sum()),
+             "idle_delta_ns": int(attributed["idle_delta_ns"].sum())}
+    for phase, c in [*real["phases"].items(), ("step", real["step"])]:
+        if not c:
+            continue
+        got = whole if phase == "step" else by_phase.get(phase, {"device_delta_ns": 0, "idle_delta_ns": 0})
+        traced = (got["device_delta_ns"] + got["idle_delta_ns"]) / 1e6
+        recorded = (real["b_recorded"].get(phase, np.nan) - real["a_recorded"].get(phase, np.nan))
+        lo, hi = c["d_ms_ci"]
+        rows.append({"phase": phase, "real_d_ms": c["d_ms"], "real_d_ms_ci": c["d_ms_ci"], "verdict": c["verdict"],
+                     "recorded_d_ms": None if np.isnan(recorded) else round(float(recorded), 3),
+                     "attributed_d_ms": round(traced, 3), "device_d_ms": round(got["device_delta_ns"] / 1e6, 3),
+                     "idle_d_ms": round(got["idle_delta_ns"] / 1e6, 3),
+                     "unexplained_ms": round(c["d_ms"] - traced, 3), "within": bool(lo <= traced <= hi)})
+    return pl.DataFrame(rows, schema={
+        "phase": pl.String, "real_d_ms": pl.Float64, "real_d_ms_ci": pl.List(pl.Float64), "verdict": pl.String,
+        "recorded_d_ms": pl.Float64, "attributed_d_ms": pl.Float64, "device_d_ms": pl.Float64,
+        "idle_d_ms": pl.Float64, "unexplained_ms": pl.Float64, "within": pl.Boolean})
+
+
+def fidelity_warnings(real: dict, table: pl.DataFrame) -> list[str]:
+    """Where the attributed Δ falls outside the real Δ's interval (by phase and whole step),
+    and when the profiler slowed a side's recorded steps by more than `OVERHEAD_WARN`."""
     out = []
-    if unprofiled["verdict"] != "no change" and (profiled_ms > 0) != (unprofiled["d_step_ms"] > 0):
-        out.append(f"the profiled steps say B − A = {profiled_ms:+.3f} ms but the unprofiled timed steps say "
-                   f"{unprofiled['d_step_ms']:+.3f} ms {unprofiled['d_step_ms_ci']}: the diff explains steps that "
-                   "are not the ones timed")
+    for r in table.filter(~pl.col("within")).iter_rows(named=True):
+        where = "the step" if r["phase"] == "step" else f"the {r['phase']} phase"
+        out.append(f"{where}: the trace attributes {r['attributed_d_ms']:+.3f} ms but the timed steps say "
+                   f"{r['real_d_ms']:+.3f} ms {r['real_d_ms_ci']}: {r['unexplained_ms']:+.3f} ms unexplained")
     for side in ("a", "b"):
-        overhead = unprofiled[f"{side}_profiler_overhead"]
+        overhead = real[f"{side}_profiler_overhead"]
         if overhead is not None and overhead > OVERHEAD_WARN:
-            out.append(f"{side.upper()}'s profiled steps took {overhead:.2f}× its unprofiled ones")
+            out.append(f"{side.upper()}'s recorded steps ({real[f'{side}_profile_mode']} mode) took {overhead:.2f}× "
+                       "its timed ones")
     return out
 
 
-def variant_diffs(runs: dict[str, Run], top: int) -> dict[tuple[str, str], RunDiff]:
-    """Each variant against the first one that ran (`diff.diff_runs`); CPU-only runs have no
-    GPU span to attribute and give none."""
+def variant_diffs(runs: dict[str, Run], top: int, base: str | None = None) -> dict[tuple[str, str], RunDiff]:
+    """Each variant against `base` (default: the first that ran; `diff.diff_runs`); CPU-only
+    runs have no GPU span to attribute and give none."""
     names = [n for n, run in runs.items() if run.traces[0].has_gpu]
-    return {(names[0], other): diff_runs(runs[names[0]].traces, runs[other].traces, "all", top)
-            for other in names[1:]}
+    base = base if base in names else (names[0] if names else None)
+    return {(base, other): diff_runs(runs[base].traces, runs[other].traces, "all", top)
+            for other in names if other != base}
 
 
 MODEL_KEYS = ("preset", "overrides", "seed")
@@ -217,32 +371,43 @@ def config_mismatch(a: dict | None, b: dict | None) -> list[str]:
             for key in MODEL_KEYS if a["config"].get(key) != b["config"].get(key)]
 
 
-def count_check(manifest: dict, runs: dict[str, Run]) -> pl.DataFrame:
-    """One row per (variant, rank, profiled step, counted thing): runtime, trace, match."""
+def count_check(manifest: dict, runs: dict[str, Run], names: dict[str, Run] | None = None) -> pl.DataFrame:
+    """One row per (variant, recording, rank, recorded step, counted thing): runtime, trace,
+    match. `runs` are the attributed recordings, `names` the `full` steps that name `lean`
+    ones. A `lean` recording without device activity (CPU) holds no ops: nothing to count."""
     rows = []
-    for variant, run in runs.items():
-        traced = step_rows(run)
-        gpu = run.traces[0].has_gpu
-        one_rank_gpu = gpu and run.traces[0].world_size == 1
-        for r in manifest["variants"][variant]["ranks"]:
-            per_step = r.get("runtime_counts_per_step") or [r["runtime_counts"]]
-            for step, counted in zip(traced[r["rank"]][-len(per_step):], per_step):
-                runtime: dict[str, int] = {}
-                for key, n in counted.items():
-                    if key in RUNTIME_KEYS:
-                        col = ".".join(RUNTIME_KEYS[key])
-                        runtime[col] = runtime.get(col, 0) + n
-                compared = set(runtime) | set(ALWAYS_COMPARED)
-                if not gpu:
-                    compared.discard("syncs.cudaEventSynchronize")
-                if one_rank_gpu:
-                    compared = {c for c in compared if not c.startswith("collectives.")}
-                for col in sorted(compared):
-                    trace_n, runtime_n = step.get(col) or 0, runtime.get(col, 0)
-                    rows.append({"variant": variant, "rank": r["rank"], "step": step["step"], "count": col,
-                                 "runtime": runtime_n, "trace": trace_n, "match": trace_n == runtime_n})
-    return pl.DataFrame(rows, schema={"variant": pl.String, "rank": pl.Int64, "step": pl.Int64, "count": pl.String,
-                                      "runtime": pl.Int64, "trace": pl.Int64, "match": pl.Boolean})
+    for variant, entry in manifest["variants"].items():
+        recordings = [(0, runs.get(variant)), (1, (names or {}).get(variant))]
+        for index, run in [(i, run) for i, run in recordings if run is not None]:
+            traced = step_rows(run)
+            gpu = run.traces[0].has_gpu
+            one_rank_gpu = gpu and run.traces[0].world_size == 1
+            for r in entry["ranks"]:
+                recording = r["recorded"][index] if r.get("recorded") else \
+                    {"mode": manifest.get("config", {}).get("profile_mode", "full"),
+                     "runtime_counts_per_step": r.get("runtime_counts_per_step") or [r["runtime_counts"]]}
+                if recording["mode"] == "lean" and not gpu:
+                    continue
+                per_step = recording["runtime_counts_per_step"]
+                for step, counted in zip(traced[r["rank"]][-len(per_step):], per_step):
+                    runtime: dict[str, int] = {}
+                    for key, n in counted.items():
+                        if key in RUNTIME_KEYS:
+                            col = ".".join(RUNTIME_KEYS[key])
+                            runtime[col] = runtime.get(col, 0) + n
+                    compared = set(runtime) | set(ALWAYS_COMPARED)
+                    if not gpu:
+                        compared.discard("syncs.cudaEventSynchronize")
+                    if one_rank_gpu:
+                        compared = {c for c in compared if not c.startswith("collectives.")}
+                    for col in sorted(compared):
+                        trace_n, runtime_n = step.get(col) or 0, runtime.get(col, 0)
+                        rows.append({"variant": variant, "recording": recording["mode"], "rank": r["rank"],
+                                     "step": step["step"], "count": col, "runtime": runtime_n, "trace": trace_n,
+                                     "match": trace_n == runtime_n})
+    return pl.DataFrame(rows, schema={"variant": pl.String, "recording": pl.String, "rank": pl.Int64,
+                                      "step": pl.Int64, "count": pl.String, "runtime": pl.Int64, "trace": pl.Int64,
+                                      "match": pl.Boolean})
 
 
 def parity_check(manifest: dict) -> pl.DataFrame:

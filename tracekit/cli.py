@@ -272,7 +272,8 @@ def diffed(a, b, steps, rank, top: int, by: str, options: dict, whole: bool = Fa
     from functools import partial
 
     from tracekit.analyses.diff import combine, diff_runs, material
-    from tracekit.analyses.variants import config_mismatch, fidelity_warnings, unprofiled_delta
+    from tracekit.analyses.diff import phase_attribution
+    from tracekit.analyses.variants import config_mismatch, fidelity_warnings, real_delta, reconciliation
     from tracekit.loading import profile_variant
 
     if isinstance(steps, list) and len(steps) != 1:
@@ -289,9 +290,10 @@ def diffed(a, b, steps, rank, top: int, by: str, options: dict, whole: bool = Fa
     (ma, va), (mb, vb) = profile_variant(a), profile_variant(b)
     warnings = result.warnings + config_mismatch(ma, mb)
     if ma and mb:
-        result.unprofiled = unprofiled_delta(ma, va, mb, vb)
-        if result.unprofiled:
-            warnings += fidelity_warnings(result.together.step_delta_ns / len(result.per_rank) / 1e6, result.unprofiled)
+        result.real = real_delta(ma, va, mb, vb)
+        if result.real:
+            result.reconciled = reconciliation(result.real, phase_attribution(result.together, len(result.per_rank)))
+            warnings += fidelity_warnings(result.real, result.reconciled)
     for warning in warnings:
         click.echo(f"tracekit: warning: {warning}", err=True)
     return a_traces, b_traces, result
@@ -434,8 +436,13 @@ def timeline(paths, output, step, rank, options):
 @click.option("--steps", type=int, default=20, show_default=True, help="Timed unprofiled steps.")
 @click.option("--profile-steps", type=int, default=1, show_default=True,
               help="Steps recorded with the profiler after the timed ones (0: none).")
-@click.option("--profile-mode", type=click.Choice(["full", "light"]), default="full", show_default=True,
-              help="full records shapes (and stacks with --with-stack); light neither, for less overhead.")
+@click.option("--profile-mode", type=click.Choice(["lean", "light", "full"]), default="lean", show_default=True,
+              help="lean: device activity and annotations only (the recorded step costs about what the timed "
+                   "one does), then one full step for names; light: every CPU op; full: every CPU op with shapes "
+                   "(and stacks with --with-stack). docs/profile.md.")
+@click.option("--repeats", type=int, default=1, show_default=True,
+              help="Run the whole variant matrix this many times, the order alternated (A B, B A, ...); the "
+                   "report's intervals are then across repeats. Traces are recorded in the last repeat.")
 @click.option("--with-stack", is_flag=True, help="Record Python stacks in the trace (full mode).")
 @click.option("--checkpoint", type=click.Choice(["sync", "async"]), default=None,
               help="Save model and optimizer state with torch.distributed.checkpoint during the timed steps.")
@@ -492,7 +499,8 @@ def capacity(out, variants, presets, batches, seq, overwrite, fmt, **options):
         raise click.BadParameter("whole numbers, e.g. 1,2,4,8", param_hint="--batches") from None
     if os.environ.get("RANK", "0") == "0":
         prepare_out(Path(out), overwrite)
-    defaults = {"seed": 0, "inputs": "fixed", "with_stack": False, "profile_mode": "light", "checkpoint_every": 5,
+    defaults = {"seed": 0, "inputs": "fixed", "with_stack": False, "profile_mode": "lean", "repeats": 1,
+                "checkpoint_every": 5,
                 "keep_checkpoints": False, "global_batch": None,
                 "overrides": {"blocks": None, "hidden": None, "heads": None, "seq": seq, "batch": None}}
     result = run_capacity({**defaults, **options, "out": str(out),
@@ -540,7 +548,7 @@ def check(out, fmt):
     from tracekit.loading import load_profile
 
     manifest, runs = load_profile(out)
-    counts, parity = count_check(manifest, runs), parity_check(manifest)
+    counts, parity = count_check(manifest, runs, load_profile(out, names=True)[1]), parity_check(manifest)
     if fmt == "json":
         emit(json.dumps({"counts": counts.to_dicts(), "parity": parity.to_dicts()}, indent=1))
     else:

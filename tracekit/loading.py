@@ -490,19 +490,23 @@ def profile_variant(path) -> tuple[dict | None, str | None]:
     return manifest, (path.parent if path.is_file() else path).name
 
 
-def load_profile(out) -> tuple[dict, dict[str, Run]]:
+def load_profile(out, names: bool = False) -> tuple[dict, dict[str, Run]]:
     """A `tracekit profile` output: (manifest, {variant: Run}) for the variants that ran and
-    recorded traces."""
+    recorded traces — the attributed recording (OUT/<variant>), or with `names` the `full`
+    step that names a `lean` recording (OUT/<variant>/names; variants without one left out)."""
     out = Path(out)
     manifest = read_manifest(out / "manifest.json")
     runs = {}
     for variant, entry in manifest["variants"].items():
         if entry.get("status") != "ok" or not all(r.get("trace") for r in entry["ranks"]):
             continue  # failed, or run with --profile-steps 0: no traces
-        if not (out / variant).is_dir():
-            raise TraceError(out / variant, "missing: the manifest lists it as ok")
-        runs[variant] = load_run(out / variant)
+        folder = out / variant / "names" if names else out / variant
+        if names and not all(len(r.get("recorded", [])) > 1 for r in entry["ranks"]):
+            continue
+        if not folder.is_dir():
+            raise TraceError(folder, "missing: the manifest lists it as ok")
+        runs[variant] = load_run(folder)
         missing = {r["rank"] for r in entry["ranks"]} - {t.rank for t in runs[variant].traces}
         if missing:
-            raise TraceError(out / variant, f"missing rank(s) {sorted(missing)}")
+            raise TraceError(folder, f"missing rank(s) {sorted(missing)}")
     return manifest, runs

@@ -103,8 +103,9 @@ def render_diff(a_path: str, b_path: str, result, fmt: str) -> str:
     diff = result.shown
     if fmt == "json":
         doc = diff_doc(a_path, b_path, diff, result.per_rank if len(result.per_rank) > 1 else None)
-        if result.unprofiled:
-            doc["unprofiled"] = result.unprofiled
+        if result.real:
+            doc["real"] = result.real
+            doc["reconciliation"] = result.reconciled.to_dicts()
         return json.dumps(doc, indent=1)
     if fmt == "csv":
         return diff.items.write_csv()
@@ -112,11 +113,17 @@ def render_diff(a_path: str, b_path: str, result, fmt: str) -> str:
     head = (f"A {a_path} step {diff.a_step}: {diff.a_step_ns:,} ns\n"
             f"B {b_path} step {diff.b_step}: {diff.b_step_ns:,} ns\n"
             f"B − A ({who}): {diff.step_delta_ns:+,} ns = sum of delta_ns below")
-    if result.unprofiled:
-        u = result.unprofiled
-        head += (f"\nunprofiled timed steps: B − A = {u['d_step_ms']:+.3f} ms, 95 % CI {u['d_step_ms_ci']} "
-                 f"({u['verdict']}); profiler overhead A {u['a_profiler_overhead']}×, B {u['b_profiler_overhead']}×")
-    parts = [head, render_frame(diff.items, fmt)]
+    parts = [head]
+    if result.real:
+        u = result.real
+        overhead = ", ".join(f"{side} {u[f'{side.lower()}_profiler_overhead']}× ({u[f'{side.lower()}_profile_mode']})"
+                             for side in "AB" if u[f"{side.lower()}_profiler_overhead"] is not None)
+        parts += [f"real Δ (the timed steps): B − A = {u['step']['d_ms']:+.3f} ms, 95 % interval "
+                  f"{u['step']['d_ms_ci']}: {u['step']['verdict']}"
+                  + (f"; recorded steps ÷ timed: {overhead}" if overhead else "")
+                  + "\nper phase, real (timers) vs recorded (timers) vs attributed (trace, mean rank):",
+                  render_frame(result.reconciled, fmt)]
+    parts.append(render_frame(diff.items, fmt))
     for title, frame in (("syncs", diff.syncs), ("collectives", diff.collectives)):
         if frame.height:
             parts += [f"{title}:", render_frame(frame, fmt)]
