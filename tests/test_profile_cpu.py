@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 import tracekit
@@ -29,6 +30,11 @@ def out(tmp_path_factory):
 
 def profiled(tmp_path_factory, *args, env=None):
     """A CPU profile run (2 gloo workers, tiny preset) with `args`; its manifest."""
+    return json.loads((profiled_run(tmp_path_factory, *args, env=env) / "manifest.json").read_text())
+
+
+def profiled_run(tmp_path_factory, *args, env=None):
+    """A CPU profile run (2 gloo workers, tiny preset) with `args`; its output folder."""
     import os
 
     out = tmp_path_factory.mktemp("profile") / "run"
@@ -36,7 +42,7 @@ def profiled(tmp_path_factory, *args, env=None):
     result = subprocess.run([sys.executable, "-m", "tracekit", *map(str, command)], capture_output=True, text=True,
                             timeout=300, env={**os.environ, **(env or {})})
     assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads((out / "manifest.json").read_text())
+    return out
 
 
 def test_every_variant_ran_on_both_ranks(out):
@@ -54,15 +60,38 @@ def test_every_variant_ran_on_both_ranks(out):
 
 
 def test_trace_collectives_equal_what_the_runtime_counted(out):
+    """The lean recording of a CPU run holds no ops to count; the full step that names it
+    does, and its collectives equal the runtime's count of that step."""
     manifest, runs = tracekit.loading.load_profile(out)
-    table = count_check(manifest, runs)
+    names = tracekit.loading.load_profile(out, names=True)[1]
+    table = count_check(manifest, runs, names)
     assert table.height > 0 and table["match"].all(), table
+    assert set(table["recording"]) == {"full"}
     for variant in ("fsdp1", "fsdp2"):
         for r in manifest["variants"][variant]["ranks"]:
-            runtime = r["runtime_counts"]
+            assert [x["mode"] for x in r["recorded"]] == ["lean", "full"]
+            runtime = r["recorded"][1]["runtime_counts_per_step"][0]
             gathers = sum(runtime.get(k, 0) for k in ("all_gather_into_tensor", "all_gather_single", "all_gather"))
-            step = summary(runs[variant].traces[r["rank"]]).row(0, named=True)
+            step = summary(names[variant].traces[r["rank"]]).row(0, named=True)
             assert gathers > 0 and step["collectives.all_gather"] == gathers
+
+
+def test_every_timed_and_recorded_step_has_its_phases(out):
+    """phase_ms for every timed, warm-up and recorded step of every rank (host clock on CPU),
+    and the timed steps' phases add up to the wall time of the timed loop, read by a clock of
+    its own around the loop, within 2 %."""
+    manifest = json.loads((out / "manifest.json").read_text())
+    for entry in manifest["variants"].values():
+        for r in entry["ranks"]:
+            host = r["phase_ms"]["host"]
+            assert r["phase_ms"]["device"] is None
+            assert set(host) == {"forward", "backward", "optimizer", "step"}
+            assert all(len(v) == 6 for v in host.values())
+            assert len(r["warmup_phase_ms"]["host"]["forward"]) == 1
+            for recording in r["recorded"]:
+                assert all(len(v) == len(recording["step_ms"]) for v in recording["phase_ms"]["host"].values())
+            phases = sum(sum(host[p]) for p in ("forward", "backward", "optimizer"))
+            assert phases == pytest.approx(r["timed_wall_ms"], rel=0.02)
 
 
 def test_same_model_and_data_in_every_variant(out):
@@ -83,12 +112,34 @@ def test_check_passes_and_report_carries_noise_and_verdicts(out):
     for r in rows:
         lo, hi = r["step_ms_ci"]
         assert lo <= r["step_ms"] <= hi and r["n_steps"] == 6 and r["profiled_step_ms"] > 0
+        assert r["profile_mode"] == "lean" and r["profiler_overhead"] > 0
         if r["variant"] == "ddp":
             assert (r["verdict"], r["d_step_ms"], r["d_step_ms_ci"]) == ("base", 0.0, None)
-        else:
+        else:  # 6 timed steps: figures, no verdict
             d_lo, d_hi = r["d_step_ms_ci"]
-            assert d_lo <= r["d_step_ms"] <= d_hi
-            assert r["verdict"] == ("faster" if d_hi < 0 else "slower" if d_lo > 0 else "no change")
+            assert d_lo <= r["d_step_ms"] <= d_hi and r["verdict"] == "too few steps"
+
+
+def test_repeats_alternate_the_order_and_the_interval_is_across_them(tmp_path_factory):
+    """--repeats 2: each variant ran twice, in the order ddp fsdp2 then fsdp2 ddp; the report's
+    Δ interval is the t interval (1 df) of the two per-repeat Δs of the pooled medians."""
+    from scipy import stats
+
+    run = profiled_run(tmp_path_factory, "--variants", "ddp,fsdp2", "--steps", 10, "--profile-steps", 1,
+                       "--repeats", 2)
+    manifest = json.loads((run / "manifest.json").read_text())
+    for variant, positions in (("ddp", [0, 1]), ("fsdp2", [1, 0])):
+        repeats = manifest["variants"][variant]["repeats"]
+        assert [(x["repeat"], x["position"]) for x in repeats] == list(zip([0, 1], positions))
+    medians = {v: [np.median(np.max([r["step_ms"] for r in x["ranks"]], axis=0)) for x in e["repeats"]]
+               for v, e in manifest["variants"].items()}
+    deltas = np.subtract(medians["fsdp2"], medians["ddp"])
+    half = stats.t.ppf(0.975, 1) * np.std(deltas, ddof=1) / np.sqrt(2)
+    rows = json.loads(tracekit_cli("report", "--format", "json", run).stdout)
+    row = next(r for r in rows if r["variant"] == "fsdp2")
+    assert row["repeats"] == 2 and row["d_step_ms"] == pytest.approx(deltas.mean(), abs=1e-3)
+    assert row["d_step_ms_ci"] == pytest.approx([deltas.mean() - half, deltas.mean() + half], abs=1e-3)
+    assert row["verdict"] in ("inconclusive", "faster in 2 repeats", "slower in 2 repeats")
 
 
 def test_diff_of_all_profiled_steps(out):
@@ -97,7 +148,9 @@ def test_diff_of_all_profiled_steps(out):
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
     assert doc["step"] in (1, 2, 3) and sum(i["delta_ns"] for i in doc["items"]) == doc["step_delta_ns"]
-    assert doc["unprofiled"]["verdict"] in ("faster", "slower", "no change")
+    assert doc["real"]["step"]["verdict"] == "too few steps"
+    phases = {r["phase"] for r in doc["reconciliation"]}
+    assert phases == {"forward", "backward", "optimizer", "step"}
     assert all("delta_min_ns" in i for i in doc["items"] if i["kind"] != "other")
 
 
@@ -196,12 +249,12 @@ def test_a_failing_variant_is_recorded_and_the_others_still_run(tmp_path, monkey
 
     real = worker.run_variant
 
-    def flaky(variant, *args):
+    def flaky(variant, *args, **kwargs):
         if variant == "fsdp1":
             raise RuntimeError("boom")
         if variant == "fsdp2":
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
-        return real(variant, *args)
+        return real(variant, *args, **kwargs)
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -212,7 +265,7 @@ def test_a_failing_variant_is_recorded_and_the_others_still_run(tmp_path, monkey
     monkeypatch.setattr(worker, "run_variant", flaky)
     cfg = {"out": str(tmp_path), "variants": ["fsdp1", "fsdp2", "ddp"], "preset": "tiny", "overrides": {},
            "device": "cpu", "nproc": 1, "precision": "fp32", "seed": 0, "warmup": 1, "steps": 1, "with_stack": False,
-           "profile_steps": 1, "profile_mode": "full", "inputs": "fixed", "checkpoint": None, "checkpoint_every": 5,
+           "profile_steps": 1, "profile_mode": "full", "repeats": 1, "inputs": "fixed", "checkpoint": None, "checkpoint_every": 5,
            "keep_checkpoints": False, "memory_fraction": None, "collective_timeout_s": 60, "global_batch": None}
     results = worker.worker_main(cfg)
     assert results["fsdp1"]["status"] == "error" and results["fsdp1"]["message"] == "rank 0: RuntimeError: boom"
