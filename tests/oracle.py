@@ -62,15 +62,17 @@ def reference(trace, scope="step"):
     "comm_alone", "parts": Counter((category, cause) → ns), "shares": {row → Fraction}}}."""
     gpu = [dict(r, row=i, device=r["device"] if r["device"] is not None else 0)
            for i, r in enumerate(trace.gpu.to_dicts())]
-    if scope == "trace":  # device work whose launch is in the trace, or that has no launch
+    if scope == "launched":  # device work whose launch is in the trace, or that has no correlation
         launched = {c["correlation"] for c in trace.calls.to_dicts()}
-        gpu = [dict(r, step=None) for r in gpu if r["correlation"] is None or r["correlation"] in launched]
+        gpu = [r for r in gpu if r["correlation"] is None or r["correlation"] in launched]
+    if scope != "step":  # a whole-trace scope: every activity (of the scope) its own, no step
+        gpu = [dict(r, step=None) for r in gpu]
     calls = outermost(trace.calls.to_dicts())
     ops = outermost([o for o in trace.ops.to_dicts() if not o["name"].startswith("ProfilerStep#")])
     times = sorted({r[k] for rows in (gpu, calls, ops) for r in rows for k in ("start", "end")})
     groups = defaultdict(list)
     for r in gpu:
-        if scope == "trace" or r["step"] is not None:
+        if scope != "step" or r["step"] is not None:
             groups[(r["step"], r["device"])].append(r)
     out = {}
     for (step, device), own in groups.items():
@@ -100,4 +102,30 @@ def reference(trace, scope="step"):
             for r in running[winner]:
                 shares[r["row"]] += Fraction(w, n[winner])
         out[(step, device)] = dict(fig, parts=drop_zero(parts), shares=dict(shares))
+    return out
+
+
+def whole_trace(trace):
+    """{device: {"busy", "comm", "compute", "overlap"}} over every device activity of the trace,
+    launch record or not: the union of all of them, of the `comm` ones, of the `compute` ones,
+    and the time both of those run — a plain sweep over the start/end events of the rows, in
+    Python, counting what runs between consecutive event times."""
+    events = defaultdict(list)
+    for r in trace.gpu.select("device", "category", "start", "end").to_dicts():
+        device = r["device"] if r["device"] is not None else 0
+        events[device] += [(r["start"], 1, r["category"]), (r["end"], -1, r["category"])]
+    out = {}
+    for device, rows in events.items():
+        rows.sort(key=lambda e: e[0])
+        running, fig, last = Counter(), Counter(), None
+        for t, step, category in rows:
+            if last is not None and t > last:
+                w, busy = t - last, sum(running.values()) > 0
+                fig["busy"] += w * busy
+                fig["comm"] += w * (running["comm"] > 0)
+                fig["compute"] += w * (running["compute"] > 0)
+                fig["overlap"] += w * (running["comm"] > 0 and running["compute"] > 0)
+            running[category] += step
+            last = t
+        out[device] = {k: fig[k] for k in ("busy", "comm", "compute", "overlap")}
     return out

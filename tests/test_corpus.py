@@ -58,12 +58,13 @@ TRACELENS = sorted((WILD / "tracelens").rglob("*.json.gz"))
 
 @pytest.mark.parametrize("path", TRACELENS, ids=ids)
 def test_tracelens_span_and_busy(path):
-    """TraceLens' gpu_timeline (its own regression reference): total_time is the whole-trace
-    span of the device activities, busy_time their union. TraceLens works in float µs, so a
+    """TraceLens' gpu_timeline (its own regression reference, made without
+    --include_unlinked_kernels): total_time is the whole-trace span of the launched device
+    activities (`--scope launched`), busy_time their union. TraceLens works in float µs, so a
     few ns per activity of rounding are allowed."""
     truth = tracelens_truth(path)
     trace = tracekit.load(path)
-    row = summary(trace, "trace").row(0, named=True)
+    row = summary(trace, "launched").row(0, named=True)
     slack = trace.gpu.height
     assert abs(row["gpu_span_ns"] - truth["total_time"]) <= slack
     assert abs(row["gpu_busy_ns"] - truth["busy_time"]) <= slack

@@ -116,6 +116,8 @@ def test_every_verb_agrees_with_the_oracle(tmp_path_factory, doc):
     trace = tracekit.load(path)
     check(trace, "step")
     check(trace, "trace")
+    check(trace, "launched")
+    check(trace, "launched")
     if trace.gpu.filter(pl.col("step").is_not_null()).height:
         result = diff_runs([trace], [trace])
         (d,) = result.per_rank
@@ -149,3 +151,4 @@ def test_real_traces_agree_with_the_oracle(name):
     trace = tracekit.load(path)
     check(trace, "step")
     check(trace, "trace")
+    check(trace, "launched")
