@@ -2,6 +2,7 @@
 odd field types, the 2021 schema, unknown categories, other libraries' communication
 kernels, epoch timestamps with nanoseconds, profiling cycles, missing optional extras."""
 
+import gzip
 import json
 import sys
 
@@ -92,6 +93,9 @@ KERNELS = {  # name → (category, collective kind)
     "void deep_ep::intranode::dispatch<8, 768, 8192>(int4*, float*)": ("comm", "all_to_all"),
     "void deep_ep::internode_ll::combine<false, 7168>(void*)": ("comm", "all_to_all"),
     "void notify_dispatch<8>(int const*, int*)": ("comm", "all_to_all"),
+    "void dpsk::ep::internode::dispatch<true, 8, 1, 4096>(int4*, float*)": ("comm", "all_to_all"),  # DeepSeek
+    "void dpsk::ep::intranode::cached_notify<8>(int*)": ("comm", "all_to_all"),
+    "void dpsk::ep::internode::notify_dispatch<false, 8>(int const*)": ("comm", "all_to_all"),
     "ncclDevKernel_Generic_4(ncclDevKernelArgsStorage<4096ul>)": ("comm", "other"),
     "void rcclGenericKernel<1, false>(ncclDevKernelArgsStorage<4096ul>)": ("comm", "other"),
     "void vllm::cross_device_reduce_1stage<__nv_bfloat16, 8>(vllm::RankData*)": ("comm", "all_reduce"),
@@ -195,3 +199,16 @@ def test_lint_measures_lag_orphans_and_same_stream_overlap(tmp_path, lag):
         assert (found["gpu_lag"]["step"], found["gpu_lag"]["ns"]) == (1, 20_000)
     else:
         assert "gpu_lag" not in found
+
+
+def test_a_utf8_byte_order_mark_is_read(tmp_path):
+    """A BOM before the JSON (some editors and Windows tools write one): plain, gzipped, and
+    large enough to be read a block at a time, the same trace as without it."""
+    events = [synth.step(1, 0.0, 100.0), *synth.launched("k", 1.0, 2.0, 3.0, corr=1)]
+    text = json.dumps(synth.doc(events), indent=1).encode()
+    plain = tracekit.load(synth.write(tmp_path, "plain.json", synth.doc(events)))
+    for name, data in (("bom.json", b"\xef\xbb\xbf" + text), ("bom.json.gz", gzip.compress(b"\xef\xbb\xbf" + text))):
+        (tmp_path / name).write_bytes(data)
+        trace = tracekit.load(tmp_path / name)
+        assert trace.gpu.select("name", "start", "end").equals(plain.gpu.select("name", "start", "end"))
+        assert cli("summary", "--format", "json", tmp_path / name).exit_code == 0
