@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from tracekit.analyses.comms import collective_kernels
+from tracekit.analyses.comms import collective_kernels, counts_per_group
 from tracekit.analyses.timeline import timeline
 from tracekit.files import name
 from tracekit.model import Trace
@@ -35,10 +35,12 @@ def trace_findings(trace: Trace) -> pl.DataFrame:
 @dataclass
 class Checked:
     """What a per-trace task gives back: the trace's findings, its first collectives (for the
-    clock-skew check across ranks), whether it has device work, and an analysis' result."""
+    clock-skew check across ranks) and its collectives per process group (pg, n), whether it
+    has device work, and an analysis' result."""
 
     findings: pl.DataFrame
     firsts: pl.DataFrame
+    group_counts: pl.DataFrame
     has_gpu: bool
     value: object
 
@@ -46,7 +48,9 @@ class Checked:
 def checked(trace: Trace, analysis=None) -> Checked:
     """`analysis(trace)` (none without one) with the trace's own lint material."""
     value = analysis(trace) if analysis is not None else None
-    return Checked(trace_findings(trace), first_collectives(trace), trace.has_gpu, value)
+    kernels = collective_kernels(trace)
+    return Checked(trace_findings(trace), first_collectives(kernels, trace.origin_us), counts_per_group(kernels),
+                   trace.has_gpu, value)
 
 
 def itself(trace: Trace) -> Trace:
@@ -54,12 +58,12 @@ def itself(trace: Trace) -> Trace:
     return trace
 
 
-def first_collectives(trace: Trace) -> pl.DataFrame:
+def first_collectives(kernels: pl.DataFrame, origin_us: int) -> pl.DataFrame:
     """pg, coll_kind, start, end (absolute ns on the rank's clock) of each process group's
-    first collective."""
-    k = collective_kernels(trace).filter(pl.col("seq") == 0)
-    return k.select("pg", "coll_kind", (pl.col("start") + trace.origin_us * 1000).alias("start"),
-                    (pl.col("end") + trace.origin_us * 1000).alias("end"))
+    first collective launched in the trace (`collective_kernels`' seq 0)."""
+    k = kernels.filter(pl.col("seq") == 0)
+    return k.select("pg", "coll_kind", (pl.col("start") + origin_us * 1000).alias("start"),
+                    (pl.col("end") + origin_us * 1000).alias("end"))
 
 
 def by_severity(rows: list[dict]) -> pl.DataFrame:
@@ -197,7 +201,25 @@ def run_findings(run) -> pl.DataFrame:
                                 ", ".join(f"rank {r}: {v}" for r, v in sorted(values.items()))))
     if len(infos) > 1 and all(r.value.has_gpu for r in run.results):  # kernels, not host ops, end together
         rows += _clock_skew({r.info.rank: r.value.firsts for r in run.results})
+    if len(infos) > 1:
+        rows += _group_count_mismatch({r.info.rank: r.value.group_counts for r in run.results})
     return by_severity(rows)
+
+
+def _group_count_mismatch(counts: dict[int, pl.DataFrame]) -> list[dict]:
+    """Process groups whose ranks in the run hold different numbers of launched collectives:
+    matching them by launch order (`comms`' transfer and wait) pairs the wrong ones past the
+    first difference."""
+    together = pl.concat([f.with_columns(rank=pl.lit(r, pl.Int64)) for r, f in counts.items()])
+    rows = []
+    for (pg,), group in together.group_by("pg", maintain_order=True):
+        if group.height > 1 and group["n"].n_unique() > 1:
+            per_rank = ", ".join(f"rank {r}: {n}" for r, n in group.sort("rank").select("rank", "n").iter_rows())
+            rows.append(finding("warning", "collective_count_mismatch", f"process group {pg}: the ranks hold "
+                                f"different numbers of collectives ({per_rank}); `comms` pairs them by launch "
+                                "order, so its transfer and wait figures past the first difference are unreliable",
+                                group.height))
+    return rows
 
 
 def _ranges(ranks: list[int]) -> str:
