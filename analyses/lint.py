@@ -105,7 +105,8 @@ def device_findings(trace: Trace) -> list[dict]:
     without a record."""
     gpu = trace.gpu
     if gpu.height == 0:
-        return [finding("info", "no_device_activity", "no kernel, memcpy or memset records: device figures are null")]
+        return [finding("info", "no_device_activity", "no kernel, memcpy or memset records: device figures are null")
+                ] + _launches_without_any_record(trace)
     rows = []
     orphans = gpu.filter(pl.col("step").is_null())
     if orphans.height:
@@ -132,17 +133,15 @@ def _ns(frame: pl.DataFrame) -> int:
 
 
 def _lag(trace: Trace) -> list[dict]:
-    """Per step: ns of the step's device work (its busy segments, any device) that ran inside
-    the next step's CPU window."""
-    nxt = trace.steps.sort("cpu_start").select("step", nxt_start=pl.col("cpu_start").shift(-1),
-                                               nxt_end=pl.col("cpu_end").shift(-1))
-    inside = (timeline(trace).coarse.filter(pl.col("category") != "idle").join(nxt, on="step")
-              .filter(pl.col("nxt_start").is_not_null())
-              .with_columns(start=pl.max_horizontal("start", "nxt_start"), end=pl.min_horizontal("end", "nxt_end"))
-              .filter(pl.col("end") > pl.col("start")))
-    lag = inside.group_by("step").agg(ns=(pl.col("end") - pl.col("start")).sum()).sort("step")
-    return [finding("info", "gpu_lag", f"step {s}'s device work ran {ns:,} ns inside step {s}'s successor's CPU "
-                    "window (it belongs to step {s}: launch correlation)".replace("{s}", str(s)), None, ns, s)
+    """Per step: ns of the step's device work (its busy segments, any device) that ran after
+    the step's CPU window ended — in the next steps' windows, between them or after the last."""
+    ends = trace.steps.select("step", "cpu_end")
+    after = (timeline(trace).coarse.filter(pl.col("category") != "idle").join(ends, on="step")
+             .with_columns(start=pl.max_horizontal("start", "cpu_end"))
+             .filter(pl.col("end") > pl.col("start")))
+    lag = after.group_by("step").agg(ns=(pl.col("end") - pl.col("start")).sum()).sort("step")
+    return [finding("info", "gpu_lag", f"step {s}'s device work ran {ns:,} ns after step {s}'s CPU window ended "
+                    "(it belongs to step {s}: launch correlation)".replace("{s}", str(s)), None, ns, s)
             for s, ns in lag.iter_rows()]
 
 
@@ -158,6 +157,16 @@ def _same_stream_overlap(gpu: pl.DataFrame) -> list[dict]:
     ns = int(hit["over"].sum())
     return [finding("warning", "same_stream_overlap", f"{hit.height:,} kernels overlap the previous one on "
                     f"their stream ({ns:,} ns): a stream runs one at a time, so timestamps are off", hit.height, ns)]
+
+
+def _launches_without_any_record(trace: Trace) -> list[dict]:
+    """Kernel launches in a trace without a single device record: recorded without CUDA
+    activity, or CUPTI lost them all."""
+    n = trace.calls.filter(pl.col("name").str.contains(KERNEL_LAUNCH)).height
+    if n == 0:
+        return []
+    return [finding("warning", "launches_without_records", f"{n:,} kernel launches but no device record at all "
+                    "(recorded without CUDA activity, or its records lost): every GPU figure is empty", n)]
 
 
 def _launches_without_records(trace: Trace) -> list[dict]:

@@ -212,3 +212,23 @@ def test_a_utf8_byte_order_mark_is_read(tmp_path):
         trace = tracekit.load(tmp_path / name)
         assert trace.gpu.select("name", "start", "end").equals(plain.gpu.select("name", "start", "end"))
         assert cli("summary", "--format", "json", tmp_path / name).exit_code == 0
+
+
+def test_lag_counts_all_of_a_steps_work_after_its_window(tmp_path):
+    """Windows [0, 100), [100, 140), [180, 220) µs; step 1 launches k, which runs [120, 200):
+    20 µs in step 2's window, 40 µs between windows, 20 µs in step 3's — all 80 µs ran after
+    step 1's window (the next window alone holds only 20)."""
+    events = [synth.step(1, 0.0, 100.0), synth.step(2, 100.0, 40.0), synth.step(3, 180.0, 40.0),
+              *synth.launched("k", 90.0, 120.0, 80.0, corr=1)]
+    found = {r["kind"]: r for r in trace_findings(tracekit.load(synth.write(tmp_path, "t.json", synth.doc(events)))).to_dicts()}
+    assert (found["gpu_lag"]["step"], found["gpu_lag"]["ns"]) == (1, 80_000)
+
+
+def test_launches_without_any_device_record_warn_on_every_verb(tmp_path):
+    """260 launches, no kernel record: a warning on stderr of every verb, not only `lint`."""
+    events = [synth.step(1, 0.0, 1000.0)] + [synth.call("cudaLaunchKernel", 1.0 + i, 0.5, corr=i) for i in range(260)]
+    path = synth.write(tmp_path, "t.json", synth.doc(events))
+    for verb in ("summary", "syncs", "comms", "overlap", "breakdown"):
+        result = CliRunner().invoke(main, [verb, str(path)])
+        assert result.exit_code == 0
+        assert "warning: launches_without_records" in result.stderr and "260 kernel launches" in result.stderr
