@@ -97,7 +97,24 @@ def load_findings(facts: dict) -> list[dict]:
 def steps_findings(trace: Trace) -> list[dict]:
     if trace.steps["step"].to_list() == [0] and not trace.ops["name"].str.starts_with("ProfilerStep#").any():
         return [finding("info", "no_steps", "no ProfilerStep#N: the whole trace is one step, numbered 0")]
-    return []
+    return _fused_ranks(trace)
+
+
+def _fused_ranks(trace: Trace) -> list[dict]:
+    """A `ProfilerStep#N` recorded by several threads: one profiler records each step once
+    per process, so the file holds several processes — ranks fused into one file (as
+    TraceLens' TraceFuse writes them), read here as one rank."""
+    marks = trace.ops.filter(pl.col("name").str.starts_with("ProfilerStep#"))
+    per_step = marks.group_by("name").agg(n=pl.len(), threads=pl.col("tid").n_unique())
+    fused = per_step.filter((pl.col("n") > 1) & (pl.col("threads") > 1))
+    if fused.height == 0:
+        return []
+    k = int(fused["threads"].max())
+    devices = trace.gpu["device"].n_unique()
+    return [finding("warning", "fused_ranks", f"{fused.height:,} ProfilerStep#N are each recorded by up to {k} "
+                    f"threads ({devices} device(s)): the file looks like {k} processes (ranks) fused into one; it is "
+                    "read as one rank, so host figures (syncs, CPU time) are pooled over them and no cross-rank "
+                    "figure is made: analyse the per-rank files instead", fused.height)]
 
 
 def device_findings(trace: Trace) -> list[dict]:

@@ -232,3 +232,22 @@ def test_launches_without_any_device_record_warn_on_every_verb(tmp_path):
         result = CliRunner().invoke(main, [verb, str(path)])
         assert result.exit_code == 0
         assert "warning: launches_without_records" in result.stderr and "260 kernel launches" in result.stderr
+
+
+def test_a_file_fusing_several_ranks_is_warned(tmp_path):
+    """Four processes in one file (as TraceFuse writes them): each records ProfilerStep#1 on
+    its own thread and drives its own GPU. Every verb warns; one rank's own file does not."""
+    events = []
+    for rank in range(4):
+        pid = 1000 + rank
+        mark = synth.step(1, 0.0, 100.0, tid=pid)
+        mark["pid"] = pid
+        pair = synth.launched("k", 1.0, 10.0, 5.0, corr=100 * rank + 1)
+        pair[0]["pid"] = pair[0]["tid"] = pid
+        pair[1]["args"]["device"] = rank
+        events += [mark, *pair]
+    fused = synth.write(tmp_path, "fused.json", synth.doc(events))
+    result = CliRunner().invoke(main, ["summary", str(fused)])
+    assert result.exit_code == 0 and "warning: fused_ranks" in result.stderr and "4 processes" in result.stderr
+    one = synth.write(tmp_path, "one.json", synth.doc([e for e in events if e["pid"] in (1000, 0)]))
+    assert "fused_ranks" not in CliRunner().invoke(main, ["summary", str(one)]).stderr
