@@ -105,27 +105,42 @@ def reference(trace, scope="step"):
     return out
 
 
+
+def swept(rows):
+    """{"span", "busy", "idle", "comm", "compute", "overlap", "exposed_comm"} of a list of
+    (start, end, category) rows on one device: a plain sweep over their start/end events,
+    counting what runs between consecutive event times."""
+    events = sorted([(a, 1, c) for a, _, c in rows] + [(b, -1, c) for _, b, c in rows], key=lambda e: e[0])
+    running, fig, last = Counter(), Counter(), None
+    for t, step, category in events:
+        if last is not None and t > last:
+            w = t - last
+            busy, comm, compute = sum(running.values()) > 0, running["comm"] > 0, running["compute"] > 0
+            fig["busy"] += w * busy
+            fig["idle"] += w * (not busy)
+            fig["comm"] += w * comm
+            fig["compute"] += w * compute
+            fig["overlap"] += w * (comm and compute)
+            fig["exposed_comm"] += w * (comm and not compute)
+        running[category] += step
+        last = t
+    fig["span"] = max(b for _, b, _ in rows) - min(a for a, _, _ in rows)
+    return {k: fig[k] for k in ("span", "busy", "idle", "comm", "compute", "overlap", "exposed_comm")}
+
+
 def whole_trace(trace):
-    """{device: {"busy", "comm", "compute", "overlap"}} over every device activity of the trace,
-    launch record or not: the union of all of them, of the `comm` ones, of the `compute` ones,
-    and the time both of those run — a plain sweep over the start/end events of the rows, in
-    Python, counting what runs between consecutive event times."""
-    events = defaultdict(list)
+    """{device: figures of `swept`} over every device activity of the trace, launch record or
+    not."""
+    rows = defaultdict(list)
     for r in trace.gpu.select("device", "category", "start", "end").to_dicts():
-        device = r["device"] if r["device"] is not None else 0
-        events[device] += [(r["start"], 1, r["category"]), (r["end"], -1, r["category"])]
-    out = {}
-    for device, rows in events.items():
-        rows.sort(key=lambda e: e[0])
-        running, fig, last = Counter(), Counter(), None
-        for t, step, category in rows:
-            if last is not None and t > last:
-                w, busy = t - last, sum(running.values()) > 0
-                fig["busy"] += w * busy
-                fig["comm"] += w * (running["comm"] > 0)
-                fig["compute"] += w * (running["compute"] > 0)
-                fig["overlap"] += w * (running["comm"] > 0 and running["compute"] > 0)
-            running[category] += step
-            last = t
-        out[device] = {k: fig[k] for k in ("busy", "comm", "compute", "overlap")}
-    return out
+        rows[r["device"] if r["device"] is not None else 0].append((r["start"], r["end"], r["category"]))
+    return {device: swept(group) for device, group in rows.items()}
+
+
+def per_step(trace):
+    """{(step, device): figures of `swept`} over the device activities each step launched."""
+    rows = defaultdict(list)
+    for r in trace.gpu.select("step", "device", "category", "start", "end").to_dicts():
+        if r["step"] is not None:
+            rows[(r["step"], r["device"] if r["device"] is not None else 0)].append((r["start"], r["end"], r["category"]))
+    return {key: swept(group) for key, group in rows.items()}
