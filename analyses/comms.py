@@ -4,16 +4,21 @@
   × dtype size — the gathered output of an all-gather, the input of a reduce-scatter, the
   buffer of an all-reduce. From the args Kineto copies onto the NCCL kernel, else from the
   `record_param_comms` op with the same External id.
-- kernel_ns: the kernel's duration. algbw = bytes / kernel_ns (GB/s = bytes/ns);
-  busbw = algbw × (n−1)/n for all-gather, reduce-scatter and all-to-all, × 2(n−1)/n for
-  all-reduce, × 1 otherwise (n = group size).
+- kernel_ns: the kernel's duration. algbw = bytes / kernel_ns (GB/s = bytes/ns), null for a
+  kernel of zero duration; busbw = algbw × `busbw_factor`: (n−1)/n for all-gather,
+  reduce-scatter, all-to-all, gather and scatter, 2(n−1)/n for all-reduce, 1 otherwise
+  (n = group size), as nccl-tests computes it.
 - exposed_ns: the kernel's share of the partition's comm parts (`timeline.py`): the time it
   ran with no compute of its step on its device — the same figure as `diff`'s comm items.
 - On CPU-only traces (gloo) the collectives are the CPU ops (`record_param_comms`, else the
   `c10d::` ops), their duration standing in for kernel time; bytes only where the op has the
   element counts.
 - Across the ranks of one run, the i-th collective of a process group (launch order) on each
-  of the group's ranks is the same collective. The group's ranks come from the trace's
+  of the group's ranks is the same collective. Kernels whose launch is not in the trace (the
+  tail of a collective launched before profiling began) are left out of the matching (`seq`
+  null): one rank's trace may hold such a tail and another's not. `tracekit lint` warns when
+  the ranks of a group hold different numbers of (launched) collectives
+  (`collective_count_mismatch`). The group's ranks come from the trace's
   process-group table (`distributedInfo.pg_config`) or the kernel's `Process Group Ranks`;
   so sub-groups (TP, HSDP, pipeline pairs) match even when the run holds only some of the
   world's ranks. When every rank of the group is in the run: transfer_ns = the least kernel
@@ -50,12 +55,13 @@ def group_ranks(trace: Trace) -> pl.DataFrame:
 def collective_kernels(trace: Trace) -> pl.DataFrame:
     """One row per collective kernel: step, device, pg, pg_ranks, coll_kind, dtype,
     group_size, bytes, stream, start, end, kernel_ns, exposed_ns, algbw_gbps, busbw_gbps, seq
-    (launch order within the pg). On a CPU-only trace (gloo) the collective's CPU op stands in
+    (launch order within the pg; null for a kernel whose launch is not in the trace). On a CPU-only trace (gloo) the collective's CPU op stands in
     for the kernel (device and stream null, exposed_ns null)."""
     if trace.has_gpu:
         shares = timeline(trace).shares.select("row", exposed_ns="share_ns")
         kernels = trace.gpu.with_row_index("row").filter(pl.col("category") == "comm").join(
-            shares, on="row", how="left")
+            shares, on="row", how="left").with_columns(
+            launched=pl.col("correlation").is_in(trace.calls["correlation"].drop_nulls().implode()))
         ops = trace.ops.filter(pl.col("name") == "record_param_comms").select(
             "ext_id", *[pl.col(c).alias(f"{c}_op") for c in COMM_ARGS]).unique("ext_id")
         kernels = kernels.join(ops, on="ext_id", how="left").with_columns(
@@ -63,10 +69,10 @@ def collective_kernels(trace: Trace) -> pl.DataFrame:
     else:
         kernels = collective_ops(trace).with_columns(
             stream=pl.lit(None, pl.Int64), device=pl.lit(None, pl.Int64), correlation=pl.col("start"),
-            exposed_ns=pl.lit(None, pl.Int64))
+            exposed_ns=pl.lit(None, pl.Int64), launched=pl.lit(True))
     n = pl.col("group_size").cast(pl.Float64)
-    factor = (pl.when(pl.col("coll_kind").is_in(["all_gather", "reduce_scatter", "all_to_all"])).then((n - 1) / n)
-              .when(pl.col("coll_kind") == "all_reduce").then(2 * (n - 1) / n).otherwise(1.0))
+    factor = (pl.when(pl.col("coll_kind").is_in(["all_gather", "reduce_scatter", "all_to_all", "gather", "scatter"]))
+              .then((n - 1) / n).when(pl.col("coll_kind") == "all_reduce").then(2 * (n - 1) / n).otherwise(1.0))
     out = kernels.select(
         "step", "device", pl.col("pg_name").fill_null("?").alias("pg"),
         pl.col("pg_ranks").str.extract_all(r"\d+").cast(RANKS).alias("pg_ranks"),
@@ -74,17 +80,26 @@ def collective_kernels(trace: Trace) -> pl.DataFrame:
         (pl.max_horizontal("in_nelems", "out_nelems") * pl.col("dtype").replace_strict(DTYPE_BYTES, default=None))
         .alias("bytes"),
         "stream", "start", "end", "correlation", (pl.col("end") - pl.col("start")).alias("kernel_ns"), "exposed_ns",
-    ).with_columns(algbw_gbps=pl.col("bytes") / pl.col("kernel_ns"))
+        "launched",
+    ).with_columns(algbw_gbps=pl.when(pl.col("kernel_ns") > 0).then(pl.col("bytes") / pl.col("kernel_ns")),
+                   busbw_factor=factor)
     out = (out.join(group_ranks(trace), on="pg", how="left")
            .with_columns(pg_ranks=pl.coalesce("pg_ranks", "pg_ranks_table")).drop("pg_ranks_table")
-           .with_columns(busbw_gbps=pl.col("algbw_gbps") * factor))
-    return out.sort("correlation", "start").with_columns(seq=pl.int_range(pl.len()).over("pg")).drop("correlation")
+           .with_columns(busbw_gbps=pl.col("algbw_gbps") * pl.col("busbw_factor")))
+    seq = pl.when(pl.col("launched")).then(pl.col("launched").cast(pl.Int64).cum_sum().over("pg") - 1)
+    return out.sort("correlation", "start").with_columns(seq=seq).drop("correlation", "launched")
+
+
+def counts_per_group(kernels: pl.DataFrame) -> pl.DataFrame:
+    """pg, n: how many collectives of each process group the trace holds launched."""
+    return kernels.filter(pl.col("seq").is_not_null()).group_by("pg").agg(n=pl.len().cast(pl.Int64))
 
 
 def matched_across_ranks(per_rank: list[pl.DataFrame], ranks: list[int]) -> list[pl.DataFrame]:
     """Each rank's collective kernels with transfer_ns, wait_ns and mismatched, matching
     (pg, seq) over the ranks of the pg that are in the run (`ranks`, in order)."""
-    together = pl.concat([f.select("pg", "seq", "pg_ranks", "coll_kind", "dtype", "bytes", "kernel_ns")
+    together = pl.concat([f.filter(pl.col("seq").is_not_null())
+                          .select("pg", "seq", "pg_ranks", "coll_kind", "dtype", "bytes", "kernel_ns")
                           .with_columns(rank=pl.lit(r, pl.Int64)) for r, f in zip(ranks, per_rank)])
     expected = pl.coalesce(pl.col("pg_ranks").first().list.len(), pl.lit(len(ranks)))
     matched = together.group_by("pg", "seq").agg(
@@ -111,10 +126,10 @@ def census(kernels: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
             .group_by("step", "pg", pl.col("coll_kind").alias("kind"), "dtype", "device", "stream")
             .agg(count=pl.len().cast(pl.Int64), bytes=known_sum("bytes"), kernel_ns=pl.col("kernel_ns").sum(),
                  exposed_ns=known_sum("exposed_ns"),
-                 busbw_factor=(pl.col("busbw_gbps") / pl.col("algbw_gbps")).first(),
+                 busbw_factor=pl.col("busbw_factor").first(),
                  transfer_ns=known_sum("transfer_ns"), wait_ns=known_sum("wait_ns"),
                  mismatched=pl.when(pl.col("mismatched").count() > 0).then(pl.col("mismatched").sum().cast(pl.Int64)))
-            .with_columns(algbw_gbps=(pl.col("bytes") / pl.col("kernel_ns")).round(3))
+            .with_columns(algbw_gbps=pl.when(pl.col("kernel_ns") > 0).then(pl.col("bytes") / pl.col("kernel_ns")).round(3))
             .with_columns(busbw_gbps=(pl.col("algbw_gbps") * pl.col("busbw_factor")).round(3))
             .drop("busbw_factor")
             .sort("step", "pg", "kind", "device", "stream"))

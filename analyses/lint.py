@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from tracekit.analyses.comms import collective_kernels
+from tracekit.analyses.comms import collective_kernels, counts_per_group
 from tracekit.analyses.timeline import timeline
 from tracekit.files import name
 from tracekit.model import Trace
@@ -35,10 +35,12 @@ def trace_findings(trace: Trace) -> pl.DataFrame:
 @dataclass
 class Checked:
     """What a per-trace task gives back: the trace's findings, its first collectives (for the
-    clock-skew check across ranks), whether it has device work, and an analysis' result."""
+    clock-skew check across ranks) and its collectives per process group (pg, n), whether it
+    has device work, and an analysis' result."""
 
     findings: pl.DataFrame
     firsts: pl.DataFrame
+    group_counts: pl.DataFrame
     has_gpu: bool
     value: object
 
@@ -46,7 +48,9 @@ class Checked:
 def checked(trace: Trace, analysis=None) -> Checked:
     """`analysis(trace)` (none without one) with the trace's own lint material."""
     value = analysis(trace) if analysis is not None else None
-    return Checked(trace_findings(trace), first_collectives(trace), trace.has_gpu, value)
+    kernels = collective_kernels(trace)
+    return Checked(trace_findings(trace), first_collectives(kernels, trace.origin_us), counts_per_group(kernels),
+                   trace.has_gpu, value)
 
 
 def itself(trace: Trace) -> Trace:
@@ -54,12 +58,12 @@ def itself(trace: Trace) -> Trace:
     return trace
 
 
-def first_collectives(trace: Trace) -> pl.DataFrame:
+def first_collectives(kernels: pl.DataFrame, origin_us: int) -> pl.DataFrame:
     """pg, coll_kind, start, end (absolute ns on the rank's clock) of each process group's
-    first collective."""
-    k = collective_kernels(trace).filter(pl.col("seq") == 0)
-    return k.select("pg", "coll_kind", (pl.col("start") + trace.origin_us * 1000).alias("start"),
-                    (pl.col("end") + trace.origin_us * 1000).alias("end"))
+    first collective launched in the trace (`collective_kernels`' seq 0)."""
+    k = kernels.filter(pl.col("seq") == 0)
+    return k.select("pg", "coll_kind", (pl.col("start") + origin_us * 1000).alias("start"),
+                    (pl.col("end") + origin_us * 1000).alias("end"))
 
 
 def by_severity(rows: list[dict]) -> pl.DataFrame:
@@ -93,7 +97,24 @@ def load_findings(facts: dict) -> list[dict]:
 def steps_findings(trace: Trace) -> list[dict]:
     if trace.steps["step"].to_list() == [0] and not trace.ops["name"].str.starts_with("ProfilerStep#").any():
         return [finding("info", "no_steps", "no ProfilerStep#N: the whole trace is one step, numbered 0")]
-    return []
+    return _fused_ranks(trace)
+
+
+def _fused_ranks(trace: Trace) -> list[dict]:
+    """A `ProfilerStep#N` recorded by several threads: one profiler records each step once
+    per process, so the file holds several processes — ranks fused into one file (as
+    TraceLens' TraceFuse writes them), read here as one rank."""
+    marks = trace.ops.filter(pl.col("name").str.starts_with("ProfilerStep#"))
+    per_step = marks.group_by("name").agg(n=pl.len(), threads=pl.col("tid").n_unique())
+    fused = per_step.filter((pl.col("n") > 1) & (pl.col("threads") > 1))
+    if fused.height == 0:
+        return []
+    k = int(fused["threads"].max())
+    devices = trace.gpu["device"].n_unique()
+    return [finding("warning", "fused_ranks", f"{fused.height:,} ProfilerStep#N are each recorded by up to {k} "
+                    f"threads ({devices} device(s)): the file looks like {k} processes (ranks) fused into one; it is "
+                    "read as one rank, so host figures (syncs, CPU time) are pooled over them and no cross-rank "
+                    "figure is made: analyse the per-rank files instead", fused.height)]
 
 
 def device_findings(trace: Trace) -> list[dict]:
@@ -101,7 +122,8 @@ def device_findings(trace: Trace) -> list[dict]:
     without a record."""
     gpu = trace.gpu
     if gpu.height == 0:
-        return [finding("info", "no_device_activity", "no kernel, memcpy or memset records: device figures are null")]
+        return [finding("info", "no_device_activity", "no kernel, memcpy or memset records: device figures are null")
+                ] + _launches_without_any_record(trace)
     rows = []
     orphans = gpu.filter(pl.col("step").is_null())
     if orphans.height:
@@ -128,17 +150,15 @@ def _ns(frame: pl.DataFrame) -> int:
 
 
 def _lag(trace: Trace) -> list[dict]:
-    """Per step: ns of the step's device work (its busy segments, any device) that ran inside
-    the next step's CPU window."""
-    nxt = trace.steps.sort("cpu_start").select("step", nxt_start=pl.col("cpu_start").shift(-1),
-                                               nxt_end=pl.col("cpu_end").shift(-1))
-    inside = (timeline(trace).coarse.filter(pl.col("category") != "idle").join(nxt, on="step")
-              .filter(pl.col("nxt_start").is_not_null())
-              .with_columns(start=pl.max_horizontal("start", "nxt_start"), end=pl.min_horizontal("end", "nxt_end"))
-              .filter(pl.col("end") > pl.col("start")))
-    lag = inside.group_by("step").agg(ns=(pl.col("end") - pl.col("start")).sum()).sort("step")
-    return [finding("info", "gpu_lag", f"step {s}'s device work ran {ns:,} ns inside step {s}'s successor's CPU "
-                    "window (it belongs to step {s}: launch correlation)".replace("{s}", str(s)), None, ns, s)
+    """Per step: ns of the step's device work (its busy segments, any device) that ran after
+    the step's CPU window ended — in the next steps' windows, between them or after the last."""
+    ends = trace.steps.select("step", "cpu_end")
+    after = (timeline(trace).coarse.filter(pl.col("category") != "idle").join(ends, on="step")
+             .with_columns(start=pl.max_horizontal("start", "cpu_end"))
+             .filter(pl.col("end") > pl.col("start")))
+    lag = after.group_by("step").agg(ns=(pl.col("end") - pl.col("start")).sum()).sort("step")
+    return [finding("info", "gpu_lag", f"step {s}'s device work ran {ns:,} ns after step {s}'s CPU window ended "
+                    "(it belongs to step {s}: launch correlation)".replace("{s}", str(s)), None, ns, s)
             for s, ns in lag.iter_rows()]
 
 
@@ -154,6 +174,16 @@ def _same_stream_overlap(gpu: pl.DataFrame) -> list[dict]:
     ns = int(hit["over"].sum())
     return [finding("warning", "same_stream_overlap", f"{hit.height:,} kernels overlap the previous one on "
                     f"their stream ({ns:,} ns): a stream runs one at a time, so timestamps are off", hit.height, ns)]
+
+
+def _launches_without_any_record(trace: Trace) -> list[dict]:
+    """Kernel launches in a trace without a single device record: recorded without CUDA
+    activity, or CUPTI lost them all."""
+    n = trace.calls.filter(pl.col("name").str.contains(KERNEL_LAUNCH)).height
+    if n == 0:
+        return []
+    return [finding("warning", "launches_without_records", f"{n:,} kernel launches but no device record at all "
+                    "(recorded without CUDA activity, or its records lost): every GPU figure is empty", n)]
 
 
 def _launches_without_records(trace: Trace) -> list[dict]:
@@ -197,7 +227,25 @@ def run_findings(run) -> pl.DataFrame:
                                 ", ".join(f"rank {r}: {v}" for r, v in sorted(values.items()))))
     if len(infos) > 1 and all(r.value.has_gpu for r in run.results):  # kernels, not host ops, end together
         rows += _clock_skew({r.info.rank: r.value.firsts for r in run.results})
+    if len(infos) > 1:
+        rows += _group_count_mismatch({r.info.rank: r.value.group_counts for r in run.results})
     return by_severity(rows)
+
+
+def _group_count_mismatch(counts: dict[int, pl.DataFrame]) -> list[dict]:
+    """Process groups whose ranks in the run hold different numbers of launched collectives:
+    matching them by launch order (`comms`' transfer and wait) pairs the wrong ones past the
+    first difference."""
+    together = pl.concat([f.with_columns(rank=pl.lit(r, pl.Int64)) for r, f in counts.items()])
+    rows = []
+    for (pg,), group in together.group_by("pg", maintain_order=True):
+        if group.height > 1 and group["n"].n_unique() > 1:
+            per_rank = ", ".join(f"rank {r}: {n}" for r, n in group.sort("rank").select("rank", "n").iter_rows())
+            rows.append(finding("warning", "collective_count_mismatch", f"process group {pg}: the ranks hold "
+                                f"different numbers of collectives ({per_rank}); `comms` pairs them by launch "
+                                "order, so its transfer and wait figures past the first difference are unreliable",
+                                group.height))
+    return rows
 
 
 def _ranges(ranks: list[int]) -> str:

@@ -29,8 +29,8 @@ HTA_NOT_COMPUTE = r"^nccl.*Kernel|Memcpy|^Memset|Sync"  # HTA's NCCL_COMPUTE_KER
 
 
 def overlap(trace: Trace, scope: str = "step") -> pl.DataFrame:
-    """One row per step and device (`scope` trace: per device, step null; `hta`: one row,
-    HTA 0.5's figure); null figures without device work."""
+    """One row per step and device (whole-trace scopes `trace`, `launched` and `hta` (HTA 0.5's
+    figure): per device, step null); null figures without device work."""
     if scope == "hta":
         trace, scope = hta_rows(trace), "trace"
     table = step_rows(trace, scope).join(figures(timeline(trace, scope).coarse), on=["step", "device"],
@@ -49,7 +49,7 @@ def hta_rows(trace: Trace) -> Trace:
     name = pl.col("name")
     rows = rows.with_columns(
         start=(pl.col("start") + 999) // 1000 * 1000, end=pl.col("end") // 1000 * 1000,
-        device=pl.lit(0, pl.Int64), kind=pl.lit("kernel"), step=pl.lit(None, pl.Int64), coll_kind=pl.lit(None, pl.String),
+        device=pl.col("device").fill_null(0), kind=pl.lit("kernel"), step=pl.lit(None, pl.Int64), coll_kind=pl.lit(None, pl.String),
         correlation=pl.lit(None, pl.Int64),  # HTA takes every row, launched in the trace or not
         category=pl.when(name.str.contains(HTA_COMM)).then(pl.lit("comm"))
         .when(~name.str.contains(HTA_NOT_COMPUTE)).then(pl.lit("compute")).otherwise(pl.lit("memset")),

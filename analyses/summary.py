@@ -12,8 +12,9 @@
 - collectives.<kind>: collective kernels the step launched on the device; on CPU-only traces
   the collective ops (`record_param_comms`, else the `c10d::` dispatcher ops).
 - scope `trace`: one row per device over the whole trace (step null): every call and op of
-  the trace and every activity of the timeline's trace scope, in steps or not; cpu_ns from the
-  first step's start to the last's end.
+  the trace and every device activity, in steps or not, launch record or not; cpu_ns from the
+  first step's start to the last's end. Scope `launched`: the same without the device work
+  whose launch is not in the trace (TraceLens' default).
 """
 
 from __future__ import annotations
@@ -43,8 +44,9 @@ def collective_ops(trace: Trace) -> pl.DataFrame:
 
 
 def scoped(frame: pl.DataFrame, scope: str) -> pl.DataFrame:
-    """`frame` as the scope sees it: its own steps, or everything as one step null."""
-    if scope == "trace":
+    """`frame` as the scope sees it: its own steps, or (a whole-trace scope) everything as one
+    step null."""
+    if scope != "step":
         return frame.with_columns(step=pl.lit(None, pl.Int64))
     return frame.filter(pl.col("step").is_not_null())
 
@@ -68,7 +70,7 @@ def step_rows(trace: Trace, scope: str) -> pl.DataFrame:
     """step, device, cpu_ns: one row per step and device it ran work on (a step without
     device work: one row, device null); scope `trace`: per device, step null."""
     steps = trace.steps.with_columns(cpu_ns=pl.col("cpu_end") - pl.col("cpu_start"))
-    if scope == "trace":
+    if scope != "step":
         steps = steps.select(step=pl.lit(None, pl.Int64), cpu_ns=pl.col("cpu_end").max() - pl.col("cpu_start").min())
     devices = scoped(activities(trace, scope).select("step", "device"), scope).unique()
     return (steps.select("step", "cpu_ns").join(devices, on="step", how="left", nulls_equal=True)

@@ -13,10 +13,11 @@ by name when several run); for an idle one, highest priority first, `other step'
 contains; of several, on several threads, the last to start) · `cpu_op: <name>` (likewise a
 CPU op, `ProfilerStep#` left out) · `nothing recorded`.
 
-The `trace` scope cuts each device's whole-trace span the same way, every activity of the
-trace its own (step null), in steps or not — except device work whose launch is not in the
-trace (launched before profiling started: `tracekit lint` counts it), as TraceLens leaves it
-out: HTA's and TraceLens' whole-trace figures.
+The `trace` scope cuts each device's whole-trace span the same way, every device activity of
+the trace its own (step null), in steps or not, launch record or not: what HTA counts, and
+TraceLens with `--include_unlinked_kernels`. The `launched` scope is the same but leaves out
+device work whose launch is not in the trace (launched before profiling started: `tracekit
+lint` counts it), as TraceLens' default `gpu_timeline` does.
 
 Shares: within a segment every activity of the winning category gets len / n_active of it;
 each (device, step, category)'s shares are rounded by largest remainder to integers that sum
@@ -73,7 +74,8 @@ def kept(trace: Trace, key: str, make):
 
 
 def timeline(trace: Trace, scope: str = "step") -> Timeline:
-    """The trace's timeline in `scope` (`step` | `trace`), built once and kept on the trace."""
+    """The trace's timeline in `scope` (`step` | `trace` | `launched`), built once and kept on
+    the trace."""
     if f"timeline-{scope}-coarse" not in trace.derived or f"timeline-{scope}-shares" not in trace.derived:
         trace.derived[f"timeline-{scope}-coarse"], trace.derived[f"timeline-{scope}-shares"] = build(trace, scope)
     return Timeline(trace.derived[f"timeline-{scope}-coarse"], trace.derived[f"timeline-{scope}-shares"], trace, scope)
@@ -87,14 +89,16 @@ def with_idle_causes(coarse: pl.DataFrame, trace: Trace) -> pl.DataFrame:
 
 def activities(trace: Trace, scope: str) -> pl.DataFrame:
     """The device activities a scope sees, with `row` (index into trace.gpu) and device 0 where
-    the trace names none: `step` — those of a step; `trace` — all but those launched by a call
-    that is not in the trace, step null."""
+    the trace names none: `step` — those of a step; `trace` — every one, step null;
+    `launched` — every one but those with a correlation id that no call of the trace has
+    (launched before profiling started), step null."""
     gpu = trace.gpu.with_row_index("row").with_columns(pl.col("device").fill_null(0))
     if scope == "step":
         return gpu
-    launched = gpu.join(trace.calls.select("correlation").unique(), on="correlation", how="semi")
-    return (pl.concat([launched, gpu.filter(pl.col("correlation").is_null())]).sort("row")
-            .with_columns(step=pl.lit(None, pl.Int64)))
+    if scope == "launched":
+        launched = gpu.join(trace.calls.select("correlation").unique(), on="correlation", how="semi")
+        gpu = pl.concat([launched, gpu.filter(pl.col("correlation").is_null())]).sort("row")
+    return gpu.with_columns(step=pl.lit(None, pl.Int64))
 
 
 def build(trace: Trace, scope: str) -> tuple[pl.DataFrame, pl.DataFrame]:

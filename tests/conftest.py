@@ -3,6 +3,14 @@ import sys
 import tempfile
 from pathlib import Path
 
+# Hypothesis' own files (its caches) go to a temporary folder, never into the source tree, and
+# it keeps no example database.
+os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", tempfile.mkdtemp(prefix="tracekit-test-hypothesis-"))
+from hypothesis import settings  # noqa: E402
+
+settings.register_profile("tracekit", database=None)
+settings.load_profile("tracekit")
+
 sys.path.insert(0, str(Path(__file__).parent))
 
 DATA = Path(__file__).parent / "data"

@@ -62,15 +62,17 @@ def reference(trace, scope="step"):
     "comm_alone", "parts": Counter((category, cause) → ns), "shares": {row → Fraction}}}."""
     gpu = [dict(r, row=i, device=r["device"] if r["device"] is not None else 0)
            for i, r in enumerate(trace.gpu.to_dicts())]
-    if scope == "trace":  # device work whose launch is in the trace, or that has no launch
+    if scope == "launched":  # device work whose launch is in the trace, or that has no correlation
         launched = {c["correlation"] for c in trace.calls.to_dicts()}
-        gpu = [dict(r, step=None) for r in gpu if r["correlation"] is None or r["correlation"] in launched]
+        gpu = [r for r in gpu if r["correlation"] is None or r["correlation"] in launched]
+    if scope != "step":  # a whole-trace scope: every activity (of the scope) its own, no step
+        gpu = [dict(r, step=None) for r in gpu]
     calls = outermost(trace.calls.to_dicts())
     ops = outermost([o for o in trace.ops.to_dicts() if not o["name"].startswith("ProfilerStep#")])
     times = sorted({r[k] for rows in (gpu, calls, ops) for r in rows for k in ("start", "end")})
     groups = defaultdict(list)
     for r in gpu:
-        if scope == "trace" or r["step"] is not None:
+        if scope != "step" or r["step"] is not None:
             groups[(r["step"], r["device"])].append(r)
     out = {}
     for (step, device), own in groups.items():
@@ -101,3 +103,44 @@ def reference(trace, scope="step"):
                 shares[r["row"]] += Fraction(w, n[winner])
         out[(step, device)] = dict(fig, parts=drop_zero(parts), shares=dict(shares))
     return out
+
+
+
+def swept(rows):
+    """{"span", "busy", "idle", "comm", "compute", "overlap", "exposed_comm"} of a list of
+    (start, end, category) rows on one device: a plain sweep over their start/end events,
+    counting what runs between consecutive event times."""
+    events = sorted([(a, 1, c) for a, _, c in rows] + [(b, -1, c) for _, b, c in rows], key=lambda e: e[0])
+    running, fig, last = Counter(), Counter(), None
+    for t, step, category in events:
+        if last is not None and t > last:
+            w = t - last
+            busy, comm, compute = sum(running.values()) > 0, running["comm"] > 0, running["compute"] > 0
+            fig["busy"] += w * busy
+            fig["idle"] += w * (not busy)
+            fig["comm"] += w * comm
+            fig["compute"] += w * compute
+            fig["overlap"] += w * (comm and compute)
+            fig["exposed_comm"] += w * (comm and not compute)
+        running[category] += step
+        last = t
+    fig["span"] = max(b for _, b, _ in rows) - min(a for a, _, _ in rows)
+    return {k: fig[k] for k in ("span", "busy", "idle", "comm", "compute", "overlap", "exposed_comm")}
+
+
+def whole_trace(trace):
+    """{device: figures of `swept`} over every device activity of the trace, launch record or
+    not."""
+    rows = defaultdict(list)
+    for r in trace.gpu.select("device", "category", "start", "end").to_dicts():
+        rows[r["device"] if r["device"] is not None else 0].append((r["start"], r["end"], r["category"]))
+    return {device: swept(group) for device, group in rows.items()}
+
+
+def per_step(trace):
+    """{(step, device): figures of `swept`} over the device activities each step launched."""
+    rows = defaultdict(list)
+    for r in trace.gpu.select("step", "device", "category", "start", "end").to_dicts():
+        if r["step"] is not None:
+            rows[(r["step"], r["device"] if r["device"] is not None else 0)].append((r["start"], r["end"], r["category"]))
+    return {key: swept(group) for key, group in rows.items()}

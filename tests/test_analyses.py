@@ -1,8 +1,11 @@
 """Every analysis definition, pinned on synthetic traces with hand-computed answers (µs → ns)."""
 
+import json
+
 import numpy as np
 import pytest
 import synth
+from click.testing import CliRunner
 
 import tracekit
 from tracekit.analyses.breakdown import breakdown
@@ -11,6 +14,7 @@ from tracekit.analyses.overlap import overlap
 from tracekit.analyses.summary import summary
 from tracekit.analyses.syncs import sync_ledger
 from tracekit.analyses.timeline import largest_remainder, timeline
+from tracekit.cli import main
 
 US = 1000
 
@@ -198,3 +202,46 @@ def test_all_to_all_bus_bandwidth(tmp_path):
             "dtype": "Float", "Process Group Name": "0"})]
     (row,) = comms([tracekit.load(synth.write(tmp_path, "t.json", synth.doc(events)))])[0]["collectives"][0]
     assert row["kind"] == "all_to_all" and row["busbw_gbps"] == pytest.approx(row["algbw_gbps"] * 3 / 4, abs=1e-3)
+
+
+def test_a_launchless_tail_is_left_out_of_matching(tmp_path):
+    """Rank 1's trace begins during an all-gather launched before profiling (its tail [20, 60)
+    µs, no launch); then both ranks run the same two all-gathers: rank 0 [100, 400) and
+    [500, 510), rank 1 [350, 400) and [500, 510). By hand: rank 0 waited 250 µs, rank 1 none,
+    no clock skew; dropping rank 1's second one is flagged."""
+    for rank, (ts, dur) in enumerate([(100.0, 300.0), (350.0, 50.0)]):
+        events = [synth.step(1, 0.0, 1000.0), *synth.nccl("all_gather", 50.0, ts, dur, corr=1),
+                  *synth.nccl("all_gather", 60.0, 500.0, 10.0, corr=2)]
+        if rank == 1:
+            events.append(synth.nccl("all_gather", 0.0, 20.0, 40.0, corr=99)[1])
+        synth.write(tmp_path, f"rank{rank}.json", synth.doc(events, rank=rank))
+    (r0,), (r1,) = [f.row(0, named=True)["collectives"] for f in comms(tracekit.load(tmp_path).traces)]
+    assert (r0["count"], r0["wait_ns"]) == (2, 250 * US)
+    assert (r1["count"], r1["wait_ns"], r1["transfer_ns"]) == (2, 0, 60 * US)
+    result = CliRunner().invoke(main, ["lint", "--format", "json", str(tmp_path)])
+    kinds = {f["kind"]: f for f in json.loads(result.stdout)["runs"][0]["findings"]}
+    assert kinds["clock_skew"]["severity"] == "info" and "collective_count_mismatch" not in kinds
+    doc = json.loads((tmp_path / "rank1.json").read_text())
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e["args"].get("correlation") != 2]
+    (tmp_path / "rank1.json").write_text(json.dumps(doc))
+    result = CliRunner().invoke(main, ["comms", "--format", "json", str(tmp_path)])
+    assert result.exit_code == 0 and "collective_count_mismatch" in result.stderr and "rank 1: 1" in result.stderr
+
+
+def test_bus_bandwidth_factors_and_zero_duration(tmp_path):
+    """nccl-tests' factors: gather and scatter (n−1)/n, broadcast 1. A zero-duration kernel has
+    no bandwidth (null, valid JSON), and leads its group without spoiling the group's figure."""
+    def coll(name, ts, dur, corr):
+        return synth.launched(f"ncclDevKernel_{name}(x)", float(corr), ts, dur, corr=corr, **{
+            "Collective name": name.lower(), "In msg nelems": 1000, "Out msg nelems": 1000, "Group size": 4,
+            "dtype": "Float", "Process Group Name": "0"})
+    events = [synth.step(1, 0.0, 100.0), *coll("Gather", 10.0, 0.0, 1), *coll("Gather", 20.0, 10.0, 2),
+              *coll("Scatter", 40.0, 10.0, 3), *coll("Broadcast", 60.0, 10.0, 4)]
+    path = synth.write(tmp_path, "t.json", synth.doc(events))
+    rows = {c["kind"]: c for c in comms([tracekit.load(path)])[0]["collectives"][0]}
+    assert rows["gather"]["busbw_gbps"] == pytest.approx(8000 / 10_000 * 3 / 4, abs=1e-3)
+    assert rows["scatter"]["busbw_gbps"] == pytest.approx(4000 / 10_000 * 3 / 4, abs=1e-3)
+    assert rows["broadcast"]["busbw_gbps"] == pytest.approx(4000 / 10_000, abs=1e-3)
+    result = CliRunner().invoke(main, ["comms", "--format", "json", str(path)])
+    assert result.exit_code == 0 and "NaN" not in result.stdout and "Infinity" not in result.stdout
+    json.loads(result.stdout, parse_constant=lambda c: pytest.fail(f"{c} in JSON"))

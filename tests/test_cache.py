@@ -81,3 +81,49 @@ def test_the_cache_is_bounded_and_can_be_cleared(tmp_path, monkeypatch):
     assert cache.info()["entries"] <= 1
     result = CliRunner().invoke(main, ["cache", "clear"])
     assert result.exit_code == 0 and cache.info()["entries"] == 0
+
+
+def test_a_rewrite_with_the_same_size_and_mtime_is_a_miss(tmp_path, monkeypatch):
+    """`cp -p` / `rsync -t` keep size and mtime; the change time and inode still differ."""
+    monkeypatch.setenv("TRACEKIT_CACHE_DIR", str(tmp_path / "cache"))
+    path = trace_file(tmp_path, dur=5.0)
+    before = os.stat(path)
+    first = json.loads(summary_json(path))["traces"][0]["steps"][0]["gpu_span_ns"]
+    cache._writer.submit(lambda: None).result()
+    (tmp_path / "new").mkdir()
+    other = trace_file(tmp_path / "new", dur=7.0)  # same length of text: 5.0 → 7.0
+    os.replace(other, path)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert os.stat(path).st_size == before.st_size and os.stat(path).st_mtime_ns == before.st_mtime_ns
+    assert json.loads(summary_json(path))["traces"][0]["steps"][0]["gpu_span_ns"] != first
+
+
+def test_a_url_is_keyed_by_its_version(monkeypatch):
+    """Two versions of one URL (another ETag, the same size) are two cache keys."""
+    from tracekit import files
+
+    version = {"ETag": '"a"'}
+
+    class Server:
+        def info(self, path):
+            return {"size": 10, **version}
+
+    monkeypatch.setattr(files, "_fs", lambda location: (Server(), location))
+    first = files.identity("https://example.org/t.json")
+    version["ETag"] = '"b"'
+    assert files.identity("https://example.org/t.json") != first
+    version["Last-Modified"] = "Tue, 01 Dec 2026 09:00:00 GMT"
+    assert files.identity("https://example.org/t.json")["version"]["Last-Modified"].startswith("Tue")
+
+
+def test_an_interrupted_write_is_seen_and_cleared(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRACEKIT_CACHE_DIR", str(tmp_path / "cache"))
+    left = tmp_path / "cache" / ".tmp-0123"
+    left.mkdir(parents=True)
+    (left / "gpu.arrow").write_bytes(b"x" * 100)
+    assert (cache.info()["entries"], cache.info()["unfinished"], cache.info()["bytes"]) == (1, 1, 100)
+    monkeypatch.setenv("TRACEKIT_CACHE_MAX_GB", "0")
+    cache.evict()
+    assert not left.exists()
+    left.mkdir()
+    assert CliRunner().invoke(main, ["cache", "clear"]).exit_code == 0 and not left.exists()

@@ -10,6 +10,7 @@ import polars as pl
 import pytest
 from click.testing import CliRunner
 from conftest import DATA
+from oracle import per_step
 from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace as PerfettoTrace
 from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TrackEvent
 
@@ -58,12 +59,13 @@ TRACELENS = sorted((WILD / "tracelens").rglob("*.json.gz"))
 
 @pytest.mark.parametrize("path", TRACELENS, ids=ids)
 def test_tracelens_span_and_busy(path):
-    """TraceLens' gpu_timeline (its own regression reference): total_time is the whole-trace
-    span of the device activities, busy_time their union. TraceLens works in float µs, so a
+    """TraceLens' gpu_timeline (its own regression reference, made without
+    --include_unlinked_kernels): total_time is the whole-trace span of the launched device
+    activities (`--scope launched`), busy_time their union. TraceLens works in float µs, so a
     few ns per activity of rounding are allowed."""
     truth = tracelens_truth(path)
     trace = tracekit.load(path)
-    row = summary(trace, "trace").row(0, named=True)
+    row = summary(trace, "launched").row(0, named=True)
     slack = trace.gpu.height
     assert abs(row["gpu_span_ns"] - truth["total_time"]) <= slack
     assert abs(row["gpu_busy_ns"] - truth["busy_time"]) <= slack
@@ -126,9 +128,14 @@ def exported(path, tmp_path):
 
 
 @pytest.mark.parametrize("path", TRACES, ids=ids)
-def test_every_verb_reports_the_same_span_idle_and_exposed_comm(path, tmp_path):
+def test_every_verb_reports_the_oracles_span_idle_and_exposed_comm(path, tmp_path):
+    """Each verb's span, idle, overlap and exposed comm per step and device against a plain
+    sweep over the step's device activities (tests/oracle.py: `per_step`): summary, overlap,
+    breakdown, comms, the Perfetto export and diff's step time and comm items."""
     trace = tracekit.load(path)
+    truth = per_step(trace)
     rows = summary(trace).filter(pl.col("device").is_not_null())
+    assert set(truth) == {(r["step"], r["device"]) for r in rows.to_dicts()}
     if rows.height == 0:
         return
     key = ["step", "device"]
@@ -140,14 +147,15 @@ def test_every_verb_reports_the_same_span_idle_and_exposed_comm(path, tmp_path):
     table = rows.join(lap, on=key).join(split, on=key).join(comm, on=key, how="left").with_columns(
         pl.col("c_exposed").fill_null(0))
     sums = exported(path, tmp_path)
-    diff = diff_runs([trace], [trace], "all").per_rank[0]
     for r in table.to_dicts():
         s, d = r["step"], r["device"]
-        assert r["gpu_span_ns"] == r["b_span"] == sums[("GPU span", d, s)], r
-        assert r["idle_ns"] == r["b_idle"] == sums[("idle", d, s)], r
-        assert r["exposed_comm_ns"] == r["o_exposed"] == r["b_exposed"] == r["c_exposed"] == sums[("exposed comm", d, s)]
-        assert r["overlap_ns"] == sums[("overlapped comm", d, s)]
-    times = table.group_by("step").agg(pl.col("gpu_span_ns").sum())
-    assert dict(times.iter_rows())[diff.a_step] == diff.a_step_ns
+        want = truth[(s, d)]
+        assert r["gpu_span_ns"] == r["b_span"] == sums[("GPU span", d, s)] == want["span"], r
+        assert r["idle_ns"] == r["b_idle"] == sums[("idle", d, s)] == want["idle"], r
+        assert want["exposed_comm"] == r["exposed_comm_ns"] == r["o_exposed"] == r["b_exposed"] == r["c_exposed"] \
+            == sums[("exposed comm", d, s)]
+        assert r["overlap_ns"] == sums[("overlapped comm", d, s)] == want["overlap"]
+    diff = diff_runs([trace], [trace], "all").per_rank[0]
+    assert diff.a_step_ns == sum(v["span"] for (s, _), v in truth.items() if s == diff.a_step)
     exposed = diff.a_items.filter(pl.col("kind") == "comm")["ns"].sum()
-    assert exposed == table.filter(pl.col("step") == diff.a_step)["exposed_comm_ns"].sum()
+    assert exposed == sum(v["exposed_comm"] for (s, _), v in truth.items() if s == diff.a_step)

@@ -1,5 +1,6 @@
 """The distribution: a built wheel holds the three packages and the sample; analysing needs no torch."""
 
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -9,8 +10,15 @@ ROOT = Path(__file__).parent.parent
 
 
 def test_wheel_holds_tracekit_runners_analyses_and_the_sample(tmp_path):
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
-                    str(tmp_path), str(ROOT)], check=True, capture_output=True)
+    """Built from a copy of the sources, so that setuptools' build/ and egg-info land in the
+    temporary folder, not in the source tree."""
+    source = tmp_path / "src"
+    for part in ("tracekit", "runners", "analyses"):
+        shutil.copytree(ROOT / part, source / part, ignore=shutil.ignore_patterns("__pycache__"))
+    for part in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / part, source / part)
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w",
+                    str(tmp_path), str(source)], check=True, capture_output=True)
     (wheel,) = tmp_path.glob("torch_tracekit-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     for module in ("tracekit/cli.py", "tracekit/runners/worker.py", "tracekit/analyses/diff.py",

@@ -44,3 +44,23 @@ def test_an_unreachable_scheduler_is_one_line(tmp_path):
                              str(RUN / "ddp")], capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and len(result.stderr.splitlines()) == 1
     assert result.stderr.startswith("tracekit: --scheduler tcp://127.0.0.1:9: cannot reach")
+
+
+def slow_unless_first(item):
+    """Item 0 fails at once; every other one takes a while and then leaves a mark."""
+    import time
+
+    index, folder = item
+    if index == 0:
+        raise ValueError("bad rank")
+    time.sleep(0.5)
+    (folder / f"done{index}").touch()
+
+
+def test_a_failing_rank_cancels_the_others(tmp_path):
+    """16 ranks on 2 workers, rank 0 bad: the error comes back without the other 15 done."""
+    from tracekit.executor import Processes
+
+    with pytest.raises(ValueError, match="bad rank"):
+        Processes(2).map(slow_unless_first, [(i, tmp_path) for i in range(16)])
+    assert len(list(tmp_path.iterdir())) < 15

@@ -13,6 +13,7 @@ from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace as PerfettoT
 from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TrackEvent
 
 import tracekit
+from tracekit.analyses.timeline import timeline as step_timeline
 from tracekit.cli import main
 from tracekit.serve import make_server, ui_link
 
@@ -153,3 +154,27 @@ def test_timeline_png(tmp_path):
     result = CliRunner().invoke(main, ["plot", "timeline", str(FSDP1), "-o", str(out)])
     assert result.exit_code == 0, result.output
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_timeline_lanes_are_grouped_per_device(tmp_path):
+    """A rank driving GPUs 0 and 1, both with a stream 7 and GPU 1 with a stream 9: five lanes,
+    GPU 0's stream and partition, then GPU 1's two streams and partition; each stream lane
+    holds only its own device's kernels; the picture is drawn."""
+    import synth
+
+    from tracekit.plot import lanes
+
+    events = [synth.step(1, 0.0, 100.0)]
+    for corr, (device, stream) in enumerate([(0, 7), (1, 7), (1, 9)], 1):
+        pair = synth.launched(f"k{corr}", float(corr), 10.0 * corr, 5.0, corr=corr, stream=stream)
+        pair[1]["args"]["device"] = device
+        events += pair
+    path = synth.write(tmp_path, "t.json", synth.doc(events))
+    trace = tracekit.load(path)
+    drawn = lanes(trace.gpu.filter(pl.col("step") == 1), step_timeline(trace).segments)
+    assert [label for label, _, _ in drawn] == [
+        "GPU 0 · stream 7", "GPU 0 · exposed comm / idle", "GPU 1 · stream 7", "GPU 1 · stream 9",
+        "GPU 1 · exposed comm / idle"]
+    assert [rows["name"].to_list() for label, rows, _ in drawn if "stream" in label] == [["k1"], ["k2"], ["k3"]]
+    result = CliRunner().invoke(main, ["plot", "timeline", str(path), "-o", str(tmp_path / "t.png")])
+    assert result.exit_code == 0, result.output

@@ -2,6 +2,7 @@
 odd field types, the 2021 schema, unknown categories, other libraries' communication
 kernels, epoch timestamps with nanoseconds, profiling cycles, missing optional extras."""
 
+import gzip
 import json
 import sys
 
@@ -92,6 +93,9 @@ KERNELS = {  # name → (category, collective kind)
     "void deep_ep::intranode::dispatch<8, 768, 8192>(int4*, float*)": ("comm", "all_to_all"),
     "void deep_ep::internode_ll::combine<false, 7168>(void*)": ("comm", "all_to_all"),
     "void notify_dispatch<8>(int const*, int*)": ("comm", "all_to_all"),
+    "void dpsk::ep::internode::dispatch<true, 8, 1, 4096>(int4*, float*)": ("comm", "all_to_all"),  # DeepSeek
+    "void dpsk::ep::intranode::cached_notify<8>(int*)": ("comm", "all_to_all"),
+    "void dpsk::ep::internode::notify_dispatch<false, 8>(int const*)": ("comm", "all_to_all"),
     "ncclDevKernel_Generic_4(ncclDevKernelArgsStorage<4096ul>)": ("comm", "other"),
     "void rcclGenericKernel<1, false>(ncclDevKernelArgsStorage<4096ul>)": ("comm", "other"),
     "void vllm::cross_device_reduce_1stage<__nv_bfloat16, 8>(vllm::RankData*)": ("comm", "all_reduce"),
@@ -195,3 +199,55 @@ def test_lint_measures_lag_orphans_and_same_stream_overlap(tmp_path, lag):
         assert (found["gpu_lag"]["step"], found["gpu_lag"]["ns"]) == (1, 20_000)
     else:
         assert "gpu_lag" not in found
+
+
+def test_a_utf8_byte_order_mark_is_read(tmp_path):
+    """A BOM before the JSON (some editors and Windows tools write one): plain, gzipped, and
+    large enough to be read a block at a time, the same trace as without it."""
+    events = [synth.step(1, 0.0, 100.0), *synth.launched("k", 1.0, 2.0, 3.0, corr=1)]
+    text = json.dumps(synth.doc(events), indent=1).encode()
+    plain = tracekit.load(synth.write(tmp_path, "plain.json", synth.doc(events)))
+    for name, data in (("bom.json", b"\xef\xbb\xbf" + text), ("bom.json.gz", gzip.compress(b"\xef\xbb\xbf" + text))):
+        (tmp_path / name).write_bytes(data)
+        trace = tracekit.load(tmp_path / name)
+        assert trace.gpu.select("name", "start", "end").equals(plain.gpu.select("name", "start", "end"))
+        assert cli("summary", "--format", "json", tmp_path / name).exit_code == 0
+
+
+def test_lag_counts_all_of_a_steps_work_after_its_window(tmp_path):
+    """Windows [0, 100), [100, 140), [180, 220) µs; step 1 launches k, which runs [120, 200):
+    20 µs in step 2's window, 40 µs between windows, 20 µs in step 3's — all 80 µs ran after
+    step 1's window (the next window alone holds only 20)."""
+    events = [synth.step(1, 0.0, 100.0), synth.step(2, 100.0, 40.0), synth.step(3, 180.0, 40.0),
+              *synth.launched("k", 90.0, 120.0, 80.0, corr=1)]
+    found = {r["kind"]: r for r in trace_findings(tracekit.load(synth.write(tmp_path, "t.json", synth.doc(events)))).to_dicts()}
+    assert (found["gpu_lag"]["step"], found["gpu_lag"]["ns"]) == (1, 80_000)
+
+
+def test_launches_without_any_device_record_warn_on_every_verb(tmp_path):
+    """260 launches, no kernel record: a warning on stderr of every verb, not only `lint`."""
+    events = [synth.step(1, 0.0, 1000.0)] + [synth.call("cudaLaunchKernel", 1.0 + i, 0.5, corr=i) for i in range(260)]
+    path = synth.write(tmp_path, "t.json", synth.doc(events))
+    for verb in ("summary", "syncs", "comms", "overlap", "breakdown"):
+        result = CliRunner().invoke(main, [verb, str(path)])
+        assert result.exit_code == 0
+        assert "warning: launches_without_records" in result.stderr and "260 kernel launches" in result.stderr
+
+
+def test_a_file_fusing_several_ranks_is_warned(tmp_path):
+    """Four processes in one file (as TraceFuse writes them): each records ProfilerStep#1 on
+    its own thread and drives its own GPU. Every verb warns; one rank's own file does not."""
+    events = []
+    for rank in range(4):
+        pid = 1000 + rank
+        mark = synth.step(1, 0.0, 100.0, tid=pid)
+        mark["pid"] = pid
+        pair = synth.launched("k", 1.0, 10.0, 5.0, corr=100 * rank + 1)
+        pair[0]["pid"] = pair[0]["tid"] = pid
+        pair[1]["args"]["device"] = rank
+        events += [mark, *pair]
+    fused = synth.write(tmp_path, "fused.json", synth.doc(events))
+    result = CliRunner().invoke(main, ["summary", str(fused)])
+    assert result.exit_code == 0 and "warning: fused_ranks" in result.stderr and "4 processes" in result.stderr
+    one = synth.write(tmp_path, "one.json", synth.doc([e for e in events if e["pid"] in (1000, 0)]))
+    assert "fused_ranks" not in CliRunner().invoke(main, ["summary", str(one)]).stderr

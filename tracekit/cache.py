@@ -1,12 +1,14 @@
 """The trace cache: a loaded trace's tables, kept on disk so that later commands skip decoding.
 
-An entry is a folder named by a hash of the trace's identity — its path (or URL), size and
-modification time, the classification options (`--comm-kernel`) and `SCHEMA`, the version of
+An entry is a folder named by a hash of the trace's identity — its path (or URL), size,
+inode, modification and change times (a URL: its ETag, Last-Modified and the like,
+`files.identity`), the classification options (`--comm-kernel`) and `SCHEMA`, the version of
 the cached tables and analyses — holding each table as Arrow IPC (zstd) and `trace.json`
 (what else a `Trace` holds). The analyses' own intermediate tables (the timeline) go there
 too: `Trace.derived` is a `Derived`, which writes each table an analysis keeps in it to the
-entry and reads it back in a later command, so an analysis itself does no I/O. It is written to a temporary folder and renamed into place, so a reader never
-sees half an entry; an entry that cannot be read (corrupt, from another version) is ignored
+entry and reads it back in a later command, so an analysis itself does no I/O. It is written to a temporary folder (`.tmp-…`) and renamed into place, so a reader never
+sees half an entry; a temporary folder that a killed process left behind counts as an entry
+for `cache info`, `cache clear` and the size bound. An entry that cannot be read (corrupt, from another version) is ignored
 and written again, never trusted. The cache is `TRACEKIT_CACHE_DIR`, else the user's cache
 folder (`~/.cache/tracekit` on Linux), and is kept under `TRACEKIT_CACHE_MAX_GB` (default 20)
 by removing the entries used least recently. `TRACEKIT_NO_CACHE=1` (or `--no-cache`) skips it.
@@ -27,7 +29,7 @@ import polars as pl
 
 from .model import Trace
 
-SCHEMA = 5  # bump when the loaded tables, the analyses' kept tables or their meaning change
+SCHEMA = 6  # bump when the loaded tables, the analyses' kept tables or their meaning change
 TABLES = ("gpu", "calls", "ops", "marks", "steps")
 _writer = ThreadPoolExecutor(max_workers=1)  # writes overlap the analysis; finished before exit
 atexit.register(_writer.shutdown, wait=True)
@@ -106,14 +108,15 @@ def read(entry_key: str) -> Trace | None:
 
 
 def write(entry_key: str, trace: Trace) -> None:
-    """Store `trace` in the background, and back its `derived` with the entry."""
-    trace.derived = Derived(folder() / entry_key)
-    _writer.submit(_write, entry_key, trace)
-
-
-def _write(entry_key: str, trace: Trace) -> None:
-    """Store `trace` (quietly skipped when the cache folder cannot be written)."""
+    """Store `trace` in the background, and back its `derived` with the entry (the cache
+    folder is read now, not when the write runs)."""
     root = folder()
+    trace.derived = Derived(root / entry_key)
+    _writer.submit(_write, root, entry_key, trace)
+
+
+def _write(root: Path, entry_key: str, trace: Trace) -> None:
+    """Store `trace` under `root` (quietly skipped when it cannot be written)."""
     tmp = root / f".tmp-{uuid.uuid4().hex}"
     try:
         tmp.mkdir(parents=True)
@@ -130,25 +133,29 @@ def _write(entry_key: str, trace: Trace) -> None:
         return
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    evict()
+    evict(root)
 
 
-def entries() -> list[tuple[Path, int, float]]:
-    """(folder, bytes, last use) of every entry."""
+def entries(root: Path | None = None) -> list[tuple[Path, int, float]]:
+    """(folder, bytes, last use) of every entry, and of every unfinished write (`.tmp-…`,
+    last use: its folder's time)."""
     out = []
-    for entry in folder().glob("[0-9a-f]*"):
+    for entry in (root or folder()).glob("*"):
+        if not (entry.name[:1] in "0123456789abcdef" or entry.name.startswith(".tmp-")) or not entry.is_dir():
+            continue
         try:
             size = sum(f.stat().st_size for f in entry.iterdir())
-            out.append((entry, size, (entry / "trace.json").stat().st_mtime))
+            used = entry / "trace.json" if (entry / "trace.json").exists() else entry
+            out.append((entry, size, used.stat().st_mtime))
         except OSError:
             continue
     return out
 
 
-def evict() -> None:
+def evict(root: Path | None = None) -> None:
     """Remove the least recently used entries until the cache is under its bound."""
     limit = float(os.environ.get("TRACEKIT_CACHE_MAX_GB", "20")) * 1e9
-    current = entries()
+    current = entries(root)
     total = sum(size for _, size, _ in current)
     for entry, size, _ in sorted(current, key=lambda e: e[2]):
         if total <= limit:
@@ -159,7 +166,9 @@ def evict() -> None:
 
 def info() -> dict:
     current = entries()
-    return {"folder": str(folder()), "entries": len(current), "bytes": sum(s for _, s, _ in current),
+    return {"folder": str(folder()), "entries": len(current),
+            "unfinished": sum(e.name.startswith(".tmp-") for e, _, _ in current),
+            "bytes": sum(s for _, s, _ in current),
             "max_bytes": int(float(os.environ.get("TRACEKIT_CACHE_MAX_GB", "20")) * 1e9)}
 
 

@@ -115,9 +115,12 @@ steps_option = click.option("--steps", default="all", show_default=True, callbac
                             help="The steps to report: all, N, N,M or N-M.")
 agg_option = click.option("--agg", type=click.Choice(["median", "mean", "p90", "min", "max"]), default=None,
                           help="Add a row per rank and device with this statistic over the steps, and n_steps.")
-scope_option = click.option("--scope", type=click.Choice(["step", "trace"]), default="step", show_default=True,
-                            help="Per step (device work the step launched), or the whole trace per device "
-                                 "(every activity; HTA's and TraceLens' whole-trace figures), step null.")
+scope_option = click.option("--scope", type=click.Choice(["step", "trace", "launched"]), default="step",
+                            show_default=True,
+                            help="Per step (device work the step launched); the whole trace per device, step "
+                                 "null: every device activity, launch record or not (trace: as HTA, and TraceLens "
+                                 "with --include_unlinked_kernels, count it), or only the work whose launch is in "
+                                 "the trace (launched: TraceLens' default gpu_timeline).")
 
 
 def cycle_choice(ctx, param, value: str) -> str:
@@ -214,10 +217,12 @@ def comms(paths, steps, agg, rank, fmt, options):
 
 
 @verb
-@click.option("--scope", type=click.Choice(["step", "trace", "hta"]), default="step", show_default=True,
-              help="per step; the whole trace per device at ns (trace: HTA's get_comm_comp_overlap definition); "
-                   "or exactly as HTA 0.5 computes it, whole-µs rounding included (hta). Whole-trace scopes "
-                   "report step null.")
+@click.option("--scope", type=click.Choice(["step", "trace", "launched", "hta"]), default="step",
+              show_default=True,
+              help="per step; the whole trace per device at ns, every device activity (trace: HTA's "
+                   "get_comm_comp_overlap definition) or only those launched in the trace (launched: TraceLens' "
+                   "default); or exactly as HTA 0.5 computes it, whole-µs rounding included (hta). Whole-trace "
+                   "scopes report step null.")
 def overlap(paths, steps, agg, rank, fmt, options, scope):
     """Compute/communication overlap: comm, compute, overlapped, exposed and lone comm time."""
     from functools import partial

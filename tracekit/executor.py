@@ -1,7 +1,8 @@
 """Where per-trace work runs: here, in worker processes, or on a Dask cluster — one interface.
 
 `executor(workers, scheduler)` gives an object whose `map(fn, items)` returns `[fn(item)]` in
-order (once: a cluster's connection is closed after it). A scheduler address (`--scheduler tcp://HOST:PORT`, or `TRACEKIT_SCHEDULER`) sends the
+order (once: a cluster's connection is closed after it); when one item fails, the work not
+yet done is cancelled (worker processes ended, cluster futures cancelled) and the error raised. A scheduler address (`--scheduler tcp://HOST:PORT`, or `TRACEKIT_SCHEDULER`) sends the
 work to that Dask cluster (`distributed.Client`, its futures; the optional extra `dask`);
 else `workers` processes on this machine (`--workers`, `TRACEKIT_WORKERS`, default: the
 cores available), or none when one would do. Only `fn`'s results travel back, so `fn` should
@@ -59,17 +60,33 @@ class Processes:
         import multiprocessing
 
         n = min(self.n, len(items))
-        with ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn"), initializer=share_cores,
-                                 initargs=(max(1, cores() // n),)) as pool:
+        pool = ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn"), initializer=share_cores,
+                                   initargs=(max(1, cores() // n),))
+        out, bar = [None] * len(items), progress(len(items))
+        try:
             futures = {pool.submit(fn, item): i for i, item in enumerate(items)}
-            out, bar = [None] * len(items), progress(len(items))
             for future in as_completed(futures):
                 out[futures[future]] = future.result()
                 if bar:
                     bar.update()
+        except BaseException:  # one item failed (or Ctrl-C): the others are not waited for
+            stop(pool)
+            raise
+        finally:
             if bar:
                 bar.close()
+        pool.shutdown()
         return out
+
+
+def stop(pool: ProcessPoolExecutor) -> None:
+    """Cancel the pool's queued work and end the workers running the rest."""
+    processes = list((pool._processes or {}).values())  # the executor has no public way to end them
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        process.terminate()
+    for process in processes:
+        process.join()
 
 
 class Cluster:
@@ -91,13 +108,19 @@ class Cluster:
         with self.client:
             futures = self.client.map(fn, items, pure=False)
             bar = progress(len(items))
-            if bar:
-                from distributed import as_completed as completed
+            try:
+                if bar:
+                    from distributed import as_completed as completed
 
-                for _ in completed(futures):
-                    bar.update()
-                bar.close()
-            return self.client.gather(futures)
+                    for _ in completed(futures):
+                        bar.update()
+                return self.client.gather(futures)
+            except BaseException:
+                self.client.cancel(futures)
+                raise
+            finally:
+                if bar:
+                    bar.close()
 
 
 def executor(workers: int | None = None, scheduler: str | None = None, items: int = 2):

@@ -13,6 +13,9 @@ from .errors import TraceError
 TRACE_SUFFIXES = (".json", ".json.gz")
 
 
+BOM = b"\xef\xbb\xbf"  # a UTF-8 byte order mark, which some editors and tools put first
+
+
 def is_url(location) -> bool:
     return "://" in str(location)
 
@@ -56,17 +59,24 @@ def trace_files(location) -> list[str]:
     return sorted(f"{protocol}://{f.split('://', 1)[-1]}" for f in found)
 
 
+VERSION_FIELDS = ("ETag", "Last-Modified", "LastModified", "Content-MD5", "Digest", "mtime", "created",
+                  "generation", "md5Hash")  # what fsspec's file systems report of an object's version
+
+
 def identity(location) -> dict:
-    """What names this version of the file: its absolute path or URL, size and modification
-    time (or ETag)."""
+    """What names this version of the file: its absolute path or URL and size; for a local
+    file its inode, modification and change times (a rewrite that keeps size and mtime, as
+    `cp -p` or `rsync -t` do, still changes the ctime); for a URL every version field the
+    server gives (ETag, Last-Modified, …)."""
     try:
         if not is_url(location):
             stat = os.stat(location)
-            return {"path": str(Path(location).resolve()), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+            return {"path": str(Path(location).resolve()), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns,
+                    "ctime_ns": stat.st_ctime_ns, "inode": stat.st_ino}
         fs, path = _fs(str(location))
         info = fs.info(path)
         return {"path": str(location), "size": info.get("size"),
-                "mtime": str(info.get("mtime") or info.get("LastModified") or info.get("ETag") or info.get("created"))}
+                "version": {k: str(info[k]) for k in VERSION_FIELDS if info.get(k) is not None}}
     except OSError as e:
         raise TraceError(location, f"cannot read: {e.strerror or e}") from None
 
@@ -108,6 +118,7 @@ def read_bytes(location) -> bytes:
             raw = igzip.decompress(raw)
         except (OSError, EOFError, ValueError, IsalError) as e:
             raise TraceError(location, f"corrupt or truncated gzip ({e})") from None
+    raw = raw.removeprefix(BOM)
     if not raw.strip():
         raise TraceError(location, "empty file")
     return raw

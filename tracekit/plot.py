@@ -75,9 +75,25 @@ def _bars(ax, intervals, origin: int, lane: int, colour: str) -> None:
                    (lane - 0.4, 0.8), color=colour, linewidth=0)
 
 
+def lanes(own, segments) -> list[tuple[str, object, dict]]:
+    """(label, rows, colours) per lane of one step, grouped per device: each stream of the
+    device (its activities), then the device's partition (its segments)."""
+    import polars as pl
+
+    own = own.with_columns(pl.col("device").fill_null(0))
+    out = []
+    for device in own["device"].unique().sort().to_list():
+        mine = own.filter(pl.col("device") == device)
+        for stream in mine["stream"].unique().sort().to_list():
+            out.append((f"GPU {device} · stream {stream}", mine.filter(pl.col("stream").eq_missing(stream)), COLOURS))
+        out.append((f"GPU {device} · exposed comm / idle", segments.filter(pl.col("device") == device),
+                    PARTITION_COLOURS))
+    return out
+
+
 def timeline(traces: list, step: int | None, path) -> None:
-    """One step per rank: each GPU stream a lane (compute blue, comm orange, memcpy/memset
-    grey), and a lane of the step partition: exposed comm red, idle light grey."""
+    """One step per rank: lanes grouped per device — each GPU stream a lane (compute blue, comm
+    orange, memcpy/memset grey), then the device's partition: exposed comm red, idle light grey."""
     import polars as pl
 
     from tracekit.analyses.timeline import timeline as step_timeline
@@ -90,23 +106,18 @@ def timeline(traces: list, step: int | None, path) -> None:
             continue
         chosen = step if step in steps else steps[-1]
         own = trace.gpu.filter(pl.col("step") == chosen)
-        panels.append((trace, chosen, own, step_timeline(trace).segments.filter(pl.col("step") == chosen)))
+        panels.append((trace, chosen, own, lanes(own, step_timeline(trace).segments.filter(pl.col("step") == chosen))))
     if not panels:
         raise TraceError(", ".join(t.path for t in traces), "no step with GPU work to draw")
-    lanes = sum(own["stream"].n_unique() + 1 for _, _, own, _ in panels)
-    fig, axes = plt.subplots(len(panels), 1, figsize=(14, 0.45 * lanes + 1.2 * len(panels)), squeeze=False)
-    for ax, (trace, chosen, own, segments) in zip(axes[:, 0], panels):
+    n_lanes = sum(len(rows) for _, _, _, rows in panels)
+    fig, axes = plt.subplots(len(panels), 1, figsize=(14, 0.45 * n_lanes + 1.2 * len(panels)), squeeze=False)
+    for ax, (trace, chosen, own, drawn) in zip(axes[:, 0], panels):
         origin = own["start"].min()
         labels = []
-        for lane, stream in enumerate(own["stream"].unique().sort().to_list()):
-            rows = own.filter(pl.col("stream") == stream)
-            for cat, colour in COLOURS.items():
+        for lane, (label, rows, colours) in enumerate(drawn):
+            for cat, colour in colours.items():
                 _bars(ax, rows.filter(pl.col("category") == cat), origin, lane, colour)
-            labels.append(f"stream {stream}")
-        lane = len(labels)
-        for cat, colour in PARTITION_COLOURS.items():
-            _bars(ax, segments.filter(pl.col("category") == cat), origin, lane, colour)
-        labels.append("exposed comm / idle")
+            labels.append(label)
         ax.set_yticks(range(len(labels)), labels, fontsize=8)
         ax.invert_yaxis()
         span = (own["end"].max() - origin) / 1e6

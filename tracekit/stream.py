@@ -50,7 +50,7 @@ class EventStream:
             self.file.close()
 
     def _pieces(self):
-        buf = self.read()
+        buf = self.read().removeprefix(files.BOM)
         while b'"traceEvents"' not in buf:
             more = self.read()
             if not more or len(buf) > HEAD_LIMIT or buf.lstrip()[:1] != b"{":
