@@ -76,16 +76,18 @@ def emit(text: str) -> None:
     click.echo(text.rstrip("\n"))
 
 
-def render(report, fmt: str) -> str:
+def render(report, fmt: str, view: str | None = None, layout=None) -> str:
     from .render import render as render_report
+    from .views import Layout
 
-    return render_report(report, fmt)
+    return render_report(report, fmt, view, layout or Layout())
 
 
-def render_frame(frame, fmt: str) -> str:
+def render_frame(frame, fmt: str, view: str | None = None, layout=None) -> str:
     from .render import render_frame as render_table
+    from .views import Layout
 
-    return render_table(frame, fmt)
+    return render_table(frame, fmt, view, layout or Layout())
 
 
 def existing(ctx, param, value):
@@ -103,6 +105,21 @@ paths_argument = click.argument("paths", nargs=-1, callback=existing)
 rank_option = click.option("--rank", type=int, default=None, help="Only this rank (default: all).")
 format_option = click.option("--format", "fmt", type=click.Choice(FORMATS), default="table",
                              show_default=True)
+
+
+def table_layout(function):
+    """--columns and --wide, passed on as `layout` (what the table format shows)."""
+    @functools.wraps(function)
+    def with_layout(*args, columns, wide, **kwargs):
+        from .views import Layout
+
+        chosen = tuple(c.strip() for c in columns.split(",") if c.strip()) if columns else None
+        return function(*args, layout=Layout(chosen, wide), **kwargs)
+
+    with_layout = click.option("--wide", is_flag=True, help="The table shows every column.")(with_layout)
+    return click.option("--columns", metavar="A,B,...",
+                        help="The table's columns, by name (as shown, or as in csv/json); "
+                             "json/csv/md always have every column.")(with_layout)
 
 
 def steps_choice(ctx, param, value: str):
@@ -159,7 +176,7 @@ def load_options(function):
 
 def verb(function):
     """A per-rank, per-step report command: PATHS, --steps, --agg, --rank, --format, load options."""
-    for decorate in (load_options, format_option, rank_option, agg_option, steps_option, paths_argument):
+    for decorate in (load_options, table_layout, format_option, rank_option, agg_option, steps_option, paths_argument):
         function = decorate(function)
     return main.command()(function)
 
@@ -175,7 +192,7 @@ def per_step(paths, rank, options, analysis, steps, agg):
 
 @verb
 @scope_option
-def summary(paths, steps, agg, rank, fmt, options, scope):
+def summary(paths, steps, agg, rank, fmt, layout, options, scope):
     """Per rank, step and device: CPU time, GPU span, busy and idle time, kernels, host syncs,
     collectives, overlap and exposed communication.
 
@@ -185,20 +202,20 @@ def summary(paths, steps, agg, rank, fmt, options, scope):
 
     from tracekit.analyses.summary import summary as analysis
 
-    emit(render(per_step(paths, rank, options, partial(analysis, scope=scope), steps, agg), fmt))
+    emit(render(per_step(paths, rank, options, partial(analysis, scope=scope), steps, agg), fmt, "summary", layout))
 
 
 @verb
-def syncs(paths, steps, agg, rank, fmt, options):
+def syncs(paths, steps, agg, rank, fmt, layout, options):
     """Host-blocking calls (cudaEventSynchronize & co.) with blocked time, GPU idle time and
     blame: the enclosing CPU ops, innermost first. CUPTI cuda_sync records are counted apart."""
     from tracekit.analyses.syncs import sync_ledger
 
-    emit(render(per_step(paths, rank, options, sync_ledger, steps, agg), fmt))
+    emit(render(per_step(paths, rank, options, sync_ledger, steps, agg), fmt, "syncs", layout))
 
 
 @verb
-def comms(paths, steps, agg, rank, fmt, options):
+def comms(paths, steps, agg, rank, fmt, layout, options):
     """Collectives per process group: count, dtype, bytes, kernel and exposed time, algbw/busbw,
     and across the ranks of each run, transfer time vs waiting for peers."""
     from tracekit.analyses.aggregate import selected, with_aggregate
@@ -210,7 +227,7 @@ def comms(paths, steps, agg, rank, fmt, options):
               for r, f in zip(run.results, census_of_run([r.value.value for r in run.results],
                                                           [r.info.rank for r in run.results]))
               if rank is None or r.info.rank == rank]
-    emit(render(report, fmt))
+    emit(render(report, fmt, "comms", layout))
 
 
 @verb
@@ -218,34 +235,54 @@ def comms(paths, steps, agg, rank, fmt, options):
               help="per step; the whole trace per device at ns (trace: HTA's get_comm_comp_overlap definition); "
                    "or exactly as HTA 0.5 computes it, whole-µs rounding included (hta). Whole-trace scopes "
                    "report step null.")
-def overlap(paths, steps, agg, rank, fmt, options, scope):
+def overlap(paths, steps, agg, rank, fmt, layout, options, scope):
     """Compute/communication overlap: comm, compute, overlapped, exposed and lone comm time."""
     from functools import partial
 
     from tracekit.analyses.overlap import overlap as analysis
 
-    emit(render(per_step(paths, rank, options, partial(analysis, scope=scope), steps, agg), fmt))
+    emit(render(per_step(paths, rank, options, partial(analysis, scope=scope), steps, agg), fmt, "overlap", layout))
 
 
 @verb
 @scope_option
-def breakdown(paths, steps, agg, rank, fmt, options, scope):
+def breakdown(paths, steps, agg, rank, fmt, layout, options, scope):
     """Each step's GPU span on each device split exactly into compute, exposed comm, exposed
     memcpy/memset and idle by host cause (parts add up to span_ns)."""
     from functools import partial
 
     from tracekit.analyses.breakdown import breakdown as analysis
 
-    emit(render(per_step(paths, rank, options, partial(analysis, scope=scope), steps, agg), fmt))
+    emit(render(per_step(paths, rank, options, partial(analysis, scope=scope), steps, agg), fmt, "breakdown", layout))
+
+
+@verb
+@scope_option
+@click.option("--by", type=click.Choice(["name", "op", "category"]), default="name", show_default=True,
+              help="Group the device work by kernel name, launching CPU op, or category and collective kind.")
+@click.option("--top", type=click.IntRange(min=1), default=10, show_default=True,
+              help="The groups with the largest total time shown per step and device.")
+def kernels(paths, steps, agg, rank, fmt, layout, options, scope, by, top):
+    """Per rank, step and device: the top kernels (or ops, or categories) by total device time,
+    with count, total, mean, % of GPU busy time, category and collective kind."""
+    from functools import partial
+
+    from tracekit.analyses.kernels import kernels as analysis
+    from tracekit.analyses.kernels import top as largest
+
+    report = [(info, largest(frame, top)) for info, frame in
+              per_step(paths, rank, options, partial(analysis, by=by, scope=scope), steps, agg)]
+    emit(render(report, fmt, "kernels", layout))
 
 
 @main.command()
 @paths_argument
 @rank_option
 @format_option
+@table_layout
 @load_options
 @click.option("--strict", is_flag=True, help="Exit 1 when any finding is an error.")
-def lint(paths, rank, fmt, options, strict):
+def lint(paths, rank, fmt, layout, options, strict):
     """What is odd or lost in each trace and across the ranks of a run: unknown categories,
     dropped events, device work outside every step, lag across step boundaries, same-stream
     overlap, lost launch links, a truncated last step, missing ranks, mixed versions, clock
@@ -259,7 +296,7 @@ def lint(paths, rank, fmt, options, strict):
 
     per_trace, per_run = analysis(analyse(paths or [sample_trace_path()], partial(checked), **options))
     per_trace = [(t, f) for t, f in per_trace if rank is None or t.rank == rank]
-    emit(render_lint(per_trace, per_run, fmt))
+    emit(render_lint(per_trace, per_run, fmt, layout))
     errors = sum(int((f["severity"] == "error").sum()) for _, f in per_trace + per_run)
     if strict and errors:
         sys.exit(1)
@@ -311,14 +348,15 @@ def diffed(a, b, steps, rank, top: int, by: str, options: dict, whole: bool = Fa
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
               help="Also draw the waterfall to FILE.png or FILE.html.")
 @format_option
-def diff(a, b, steps, rank, options, top, by, plot_path, fmt):
+@table_layout
+def diff(a, b, steps, rank, options, top, by, plot_path, fmt, layout):
     """Attribute B's step time minus A's to kernels, collectives and idle causes, exactly.
 
     A and B are trace files or run directories of the same job in two variants."""
     from tracekit.render import render_diff
 
     _, _, result = diffed(a, b, steps, rank, top, by, options)
-    emit(render_diff(a, b, result, fmt))
+    emit(render_diff(a, b, result, fmt, layout))
     if plot_path:
         from tracekit.plot import waterfall
 
@@ -376,8 +414,14 @@ def cache():
 def cache_info(fmt):
     """Where the cache is, how many traces and bytes it holds, and its bound."""
     from tracekit.cache import info
+    from tracekit.views import size_text
 
-    emit(json.dumps(info(), indent=1) if fmt == "json" else "\n".join(f"{k}: {v}" for k, v in info().items()))
+    found = info()
+    if fmt == "json":
+        emit(json.dumps(found, indent=1))
+        return
+    emit(f"folder: {found['folder']}\nentries: {found['entries']}\nsize: {size_text(found['bytes'])}\n"
+         f"bound: {size_text(found['max_bytes'])} (TRACEKIT_CACHE_MAX_GB={found['max_bytes'] / 1e9:g})")
 
 
 @cache.command("clear")
@@ -505,27 +549,30 @@ def capacity(out, variants, presets, batches, seq, overwrite, fmt, **options):
 @main.command("report")
 @click.argument("out", type=click.Path(exists=True, file_okay=False))
 @format_option
-def report_command(out, fmt):
+@table_layout
+def report_command(out, fmt, layout):
     """The variants of a `tracekit profile` output side by side, each against the first."""
-    show_report(out, fmt)
+    show_report(out, fmt, layout)
 
 
-def show_report(out, fmt: str) -> None:
+def show_report(out, fmt: str, layout=None) -> None:
     """The variants side by side with their noise and fidelity, warnings, then each one's
     exact diff against the first (top items)."""
     from tracekit.analyses.variants import report_warnings, variant_diffs, variant_table
     from tracekit.loading import load_profile
     from tracekit.render import render_diff
+    from tracekit.views import Layout
 
+    layout = layout or Layout()
     manifest, runs = load_profile(out)
     table = variant_table(manifest, runs)
-    emit(render_frame(table, fmt))
+    emit(render_frame(table, fmt, "report", layout))
     for warning in report_warnings(table, manifest["config"].get("profile_mode", "full")):
         click.echo(f"tracekit: warning: {warning}", err=True)
     if fmt in ("table", "md"):
         for (a, b), result in variant_diffs(runs, top=8).items():
             click.echo("")
-            emit(render_diff(a, b, result, fmt))
+            emit(render_diff(a, b, result, fmt, Layout(wide=layout.wide)))
 
 
 @main.command()
