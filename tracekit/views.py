@@ -168,8 +168,10 @@ def cell(value, decimals: int) -> str:
     return str(value)
 
 
-def decimals(values) -> int:
-    """The decimals a float column needs (at most 3, as ms are rounded)."""
+def decimals(values: pl.Series) -> int:
+    """The decimals a float column shows: 3 for ms, else what its values need (at most 3)."""
+    if values.name == "ms" or values.name.endswith("_ms"):
+        return 3
     return max([min(3, len(repr(v).partition(".")[2])) for v in values if isinstance(v, float)] or [0])
 
 
