@@ -60,9 +60,10 @@ def analysed(file: str, task, comm_kernels: tuple[str, ...], cache: bool | None)
 def analyse(paths, task, *, comm_kernels: tuple[str, ...] = (), cycle: str = "last", cache: bool | None = None,
             workers: int | None = None, scheduler: str | None = None) -> list[RunResult]:
     """`task(trace)` for every trace under `paths` (files, directories or URLs), one run per
-    path, profiling cycles chosen as `loading.load_run` does."""
+    path (a directory of run directories: one per subdirectory), profiling cycles chosen as
+    `loading.load_run` does."""
     plans = []
-    for path in paths:
+    for path in [run for location in paths for run in files.runs_in(location)]:
         if files.is_dir(path):
             chosen, others = cycles_by_name(files.trace_files(path), cycle)
             plans.append((str(path), chosen, {"directory": True, "other_cycles": others}))

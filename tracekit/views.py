@@ -25,6 +25,7 @@ class View:
     shares: dict = field(default_factory=dict)  # shown name → (part column, whole column)
     aliases: dict = field(default_factory=dict)  # raw column → shown name (before the unit suffix)
     kernel_names: tuple[str, ...] = ()  # raw columns of kernel names, shown without `void`, namespaces, arguments
+    varied: tuple[str, ...] = ("run", "step")  # default columns shown only when they take more than one value
 
 
 @dataclass(frozen=True)
@@ -36,8 +37,9 @@ class Layout:
 
 
 SPAN = "gpu_span_ns"
+WRAPPED = 16  # text columns wider than this wrap when the table is too wide; names (run, kind) do not
 VIEWS = {
-    "summary": View(("run", "rank", "step", "agg", "device", "cpu_ms", "gpu_span_ms", "busy_pct", "idle_pct",
+    "summary": View(("run", "rank", "step", "agg", "device", "cpu_ms", "gpu_span_ms", "busy_pct",
                      "exposed_comm_pct", "host_bound"),
                     {"busy_pct": ("gpu_busy_ns", SPAN), "idle_pct": ("idle_ns", SPAN),
                      "exposed_comm_pct": ("exposed_comm_ns", SPAN), "host_idle_pct": ("host_idle_ns", SPAN)}),
@@ -53,7 +55,8 @@ VIEWS = {
                    "busbw_gbps", "wait_ms"),
                   aliases={f"collectives.{c}": c for c in
                            ("pg", "kind", "dtype", "device", "stream", "count", "bytes", "kernel_ns", "exposed_ns",
-                            "algbw_gbps", "busbw_gbps", "transfer_ns", "wait_ns", "mismatched")}),
+                            "algbw_gbps", "busbw_gbps", "transfer_ns", "wait_ns", "mismatched")},
+                  varied=("run", "step", "pg")),
     "kernels": View(("run", "rank", "step", "agg", "count", "total_ms", "mean_ms", "busy_pct", "category",
                      "coll_kind", "name", "op"),
                     aliases={f"kernels.{c}": c for c in
@@ -134,7 +137,7 @@ def catalogue(frame: pl.DataFrame, view: View) -> dict[str, pl.Expr]:
 
 def chosen(frame: pl.DataFrame, view: View, layout: Layout) -> pl.DataFrame:
     """The table's columns: `layout.columns`, every column with `wide`, else the view's
-    default (the run only when the rows come from more than one directory)."""
+    default (of its `varied` columns, those that take more than one value)."""
     shown = catalogue(frame, view)
     if layout.columns:
         names = {**{c: shown_name(c, view) for c in frame.columns},
@@ -145,9 +148,8 @@ def chosen(frame: pl.DataFrame, view: View, layout: Layout) -> pl.DataFrame:
         return frame.select(shown[names[c]] for c in layout.columns)
     if layout.wide or not view.default:
         return frame.select(shown[shown_name(c, view)] for c in frame.columns)
-    names = [c for c in view.default if c in shown]
-    if "run" in names and frame.select(shown["run"].n_unique()).item() <= 1:
-        names.remove("run")
+    names = [c for c in view.default if c in shown and
+             (c not in view.varied or frame.select(shown[c].n_unique()).item() > 1)]
     return frame.select(shown[c] for c in names)
 
 
@@ -184,7 +186,7 @@ def table_text(frame: pl.DataFrame, width: int | None = None) -> str:
     texts = [[cell(v, decimals(frame[c])) for v in frame[c]] for c in columns]
     numeric = [t.is_numeric() for t in frame.dtypes]
     sizes = [max([len(c), *map(len, cells)]) for c, cells in zip(columns, texts)]
-    wrap = [i for i, t in enumerate(frame.dtypes) if t == pl.String]
+    wrap = [i for i, t in enumerate(frame.dtypes) if t == pl.String and sizes[i] > WRAPPED]
     fixed = sum(s for i, s in enumerate(sizes) if i not in wrap) + 2 * (len(columns) - 1)
     room = width - fixed
     if wrap and sum(sizes[i] for i in wrap) > room >= sum(len(columns[i]) for i in wrap):
