@@ -15,7 +15,7 @@ from __future__ import annotations
 import polars as pl
 
 from tracekit.analyses.phases import launch_context
-from tracekit.analyses.summary import scoped
+from tracekit.analyses.summary import scoped, step_rows
 from tracekit.analyses.timeline import activities, figures, timeline
 from tracekit.model import Trace
 
@@ -30,7 +30,8 @@ def shared(column: str) -> pl.Expr:
 
 def kernels(trace: Trace, by: str = "name", scope: str = "step") -> pl.DataFrame:
     """One row per step and device: gpu_busy_ns and `kernels`, a ledger of the groups
-    [{<by>, category, coll_kind, count, total_ns, mean_ns, busy_pct}], largest total first."""
+    [{<by>, category, coll_kind, count, total_ns, mean_ns, busy_pct}], largest total first (a
+    step without device work: one row, device and figures null)."""
     work = scoped(activities(trace, scope), scope)
     if by == "op":
         work = work.join(launch_context(trace).select("row", "op"), on="row", how="left")
@@ -45,8 +46,12 @@ def kernels(trace: Trace, by: str = "name", scope: str = "step") -> pl.DataFrame
               .sort("step", "device", pl.col("total_ns"), *key, descending=[False, False, True, *[False] * len(key)],
                     nulls_last=True))
     fields = [*key, *[c for c in ("category", "coll_kind") if c not in key], "count", "total_ns", "mean_ns", "busy_pct"]
-    return (groups.group_by("step", "device", maintain_order=True)
-            .agg(pl.col("gpu_busy_ns").first(), kernels=pl.struct(*fields)))
+    table = groups.group_by("step", "device", maintain_order=True).agg(pl.col("gpu_busy_ns").first(),
+                                                                       kernels=pl.struct(*fields))
+    empty = pl.lit([], table.schema["kernels"])
+    return (step_rows(trace, scope).select("step", "device")  # every step, with device work or not
+            .join(table, on=["step", "device"], how="left", nulls_equal=True)
+            .with_columns(pl.when(pl.col("device").is_not_null()).then(pl.col("kernels").fill_null(empty))))
 
 
 def top(frame: pl.DataFrame, n: int | None) -> pl.DataFrame:

@@ -11,20 +11,23 @@ from pathlib import Path
 
 import click
 
-from .errors import TraceError, TracekitError
+from .errors import TraceError, TracekitError, UsageError
 
 # Analysis modules (polars) are imported inside the commands: the runners need only torch.
 FORMATS = ("table", "json", "csv", "md")
 
 
 class Group(click.Group):
-    """Bad input or options → one line on stderr, exit 2, no traceback."""
+    """Bad input or options → one line on stderr, exit 2, no traceback (and no usage text)."""
 
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
         except TracekitError as e:
             click.echo(f"tracekit: {e}", err=True)
+            ctx.exit(2)
+        except click.UsageError as e:
+            click.echo(f"tracekit: {e.format_message()}", err=True)
             ctx.exit(2)
 
 
@@ -39,10 +42,11 @@ def sample_trace_path() -> str:
     return str(files("tracekit") / "data" / "fsdp1_rank0.trace.json.gz")
 
 
-def analysed_runs(paths, options: dict, analysis=None, here: bool = False) -> list:
+def analysed_runs(paths, options: dict, analysis=None, here: bool = False, rank: int | None = None) -> list:
     """`analysis(trace)` for every trace under `paths` (default: the embedded sample trace),
     per run (`runs.analyse`: in worker processes or on a Dask cluster unless `here`), with the
-    lint findings printed as notes on stderr, one line per kind."""
+    lint findings (of `rank`'s trace and of the runs) printed as notes on stderr, one line per
+    kind."""
     from functools import partial
 
     from tracekit.analyses.lint import checked, lint, notes
@@ -51,7 +55,8 @@ def analysed_runs(paths, options: dict, analysis=None, here: bool = False) -> li
     load = {k: options[k] for k in ("comm_kernels", "cycle", "cache")}
     where = {"workers": 1} if here else {"workers": options["workers"], "scheduler": options["scheduler"]}
     runs = analyse(paths or [sample_trace_path()], partial(checked, analysis=analysis), **load, **where)
-    for note in notes(*lint(runs)):
+    per_trace, per_run = lint(runs)
+    for note in notes([(t, f) for t, f in per_trace if rank is None or t.rank == rank], per_run):
         click.echo(f"tracekit: {note}", err=True)
     return runs
 
@@ -69,7 +74,7 @@ def load_traces(paths, rank: int | None, options: dict) -> list:
     in this process (for the verbs that draw or write whole traces)."""
     from tracekit.analyses.lint import itself
 
-    return [trace for _, trace in of_ranks(analysed_runs(paths, options, itself, here=True), rank, paths)]
+    return [trace for _, trace in of_ranks(analysed_runs(paths, options, itself, True, rank), rank, paths)]
 
 
 def emit(text: str) -> None:
@@ -97,8 +102,23 @@ def existing(ctx, param, value):
     values = value if isinstance(value, tuple) else (value,)
     for location in values:
         if not exists(location):
-            raise click.BadParameter(f"{location!r} does not exist")
+            raise TraceError(location, "no such file or directory")
     return value
+
+
+def new_file(ctx, param, value):
+    """An output path whose folder exists (nothing is created on the way)."""
+    if value is not None and not Path(value).resolve().parent.is_dir():
+        raise UsageError(f"{param.opts[-1]} {value}: the folder {Path(value).parent} does not exist")
+    if value is not None:
+        ctx.meta.setdefault("existing", set()).update(str(p) for p in (Path(value), Path(value + ".png")) if p.exists())
+    return value
+
+
+def wrote(path, more: str = "") -> None:
+    """`tracekit: wrote PATH` on stderr, saying so when it replaced a file that was there."""
+    replaced = str(path) in click.get_current_context().meta.get("existing", ())
+    click.echo(f"tracekit: wrote {path}{' (replacing the file that was there)' if replaced else ''}{more}", err=True)
 
 
 paths_argument = click.argument("paths", nargs=-1, callback=existing)
@@ -186,8 +206,8 @@ def per_step(paths, rank, options, analysis, steps, agg):
     statistic row."""
     from tracekit.analyses.aggregate import selected, with_aggregate
 
-    return [(info, with_aggregate(selected(frame, steps), agg))
-            for info, frame in of_ranks(analysed_runs(paths, options, analysis), rank, paths)]
+    return [(info, with_aggregate(selected(frame, steps, info.path), agg))
+            for info, frame in of_ranks(analysed_runs(paths, options, analysis, rank=rank), rank, paths)]
 
 
 @verb
@@ -221,9 +241,9 @@ def comms(paths, steps, agg, rank, fmt, layout, options):
     from tracekit.analyses.aggregate import selected, with_aggregate
     from tracekit.analyses.comms import census_of_run, material
 
-    runs = analysed_runs(paths, options, material)
+    runs = analysed_runs(paths, options, material, rank=rank)
     of_ranks(runs, rank, paths)
-    report = [(r.info, with_aggregate(selected(f, steps), agg)) for run in runs
+    report = [(r.info, with_aggregate(selected(f, steps, r.info.path), agg)) for run in runs
               for r, f in zip(run.results, census_of_run([r.value.value for r in run.results],
                                                           [r.info.rank for r in run.results]))
               if rank is None or r.info.rank == rank]
@@ -296,6 +316,8 @@ def lint(paths, rank, fmt, layout, options, strict):
 
     per_trace, per_run = analysis(analyse(paths or [sample_trace_path()], partial(checked), **options))
     per_trace = [(t, f) for t, f in per_trace if rank is None or t.rank == rank]
+    if not per_trace:
+        raise UsageError(f"--rank {rank}: no trace of rank {rank} in {', '.join(map(str, paths))}")
     emit(render_lint(per_trace, per_run, fmt, layout))
     errors = sum(int((f["severity"] == "error").sum()) for _, f in per_trace + per_run)
     if strict and errors:
@@ -320,7 +342,7 @@ def diffed(a, b, steps, rank, top: int, by: str, options: dict, whole: bool = Fa
         result = diff_runs(a_traces, b_traces, step, top, by)
     else:
         a_traces = b_traces = None
-        sides = [[m for _, m in of_ranks(analysed_runs([p], options, partial(material, by=by)), rank, [p])]
+        sides = [[m for _, m in of_ranks(analysed_runs([p], options, partial(material, by=by), rank=rank), rank, [p])]
                  for p in (a, b)]
         result = combine(*sides, step, top, by)
     (ma, va), (mb, vb) = profile_variant(a), profile_variant(b)
@@ -345,7 +367,7 @@ def diffed(a, b, steps, rank, top: int, by: str, options: dict, whole: bool = Fa
 @click.option("--top", type=int, default=20, show_default=True, help="Items shown; the rest is one 'other' row.")
 @click.option("--by", type=click.Choice(["kernel", "fsdp"]), default="kernel", show_default=True,
               help="Group by kernel identity (kind, name, op, phase) or by FSDP phase (kind, phase, FSDP label).")
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), callback=new_file,
               help="Also draw the waterfall to FILE.png or FILE.html.")
 @format_option
 @table_layout
@@ -360,13 +382,14 @@ def diff(a, b, steps, rank, options, top, by, plot_path, fmt, layout):
     if plot_path:
         from tracekit.plot import waterfall
 
-        waterfall(result.shown, Path(a).name, Path(b).name, plot_path)
-        click.echo(f"tracekit: wrote {plot_path}", err=True)
+        written = waterfall(result.shown, Path(a).name, Path(b).name, plot_path)
+        wrote(written)
 
 
 @main.command()
 @click.argument("paths", nargs=-1, required=True, callback=existing)
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="The .pftrace to write.")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), callback=new_file,
+              help="The .pftrace to write.")
 @click.option("--diff", "as_diff", is_flag=True, help="PATHS are A and B: both variants side by side, aligned at "
               "their step start, with the top diff items marked.")
 @click.option("--steps", default="all", show_default=True, callback=steps_choice,
@@ -379,14 +402,14 @@ def export(paths, output, as_diff, steps, rank, options, top):
     from tracekit.export import export_diff, export_traces
 
     if not as_diff:
-        n = export_traces(list(paths), output, options)
-        click.echo(f"tracekit: wrote {output} ({n} rank trace(s)); view it with `tracekit open {output}`", err=True)
+        n = export_traces(list(paths), output, options, rank)
+        wrote(output, f" ({n} rank trace(s)); view it with `tracekit open {output}`")
         return
     if len(paths) != 2:
         raise click.UsageError("--diff takes exactly two PATHS: A and B")
     a_traces, b_traces, result = diffed(paths[0], paths[1], steps, rank, top, "kernel", options, whole=True)
     export_diff(a_traces, b_traces, result, (Path(paths[0]).name, Path(paths[1]).name), output, top)
-    click.echo(f"tracekit: wrote {output}; view it with `tracekit open {output}`", err=True)
+    wrote(output, f"; view it with `tracekit open {output}`")
 
 
 @main.command("open")
@@ -439,7 +462,8 @@ def plot():
 
 @plot.command()
 @click.argument("paths", nargs=-1, callback=existing)
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="FILE.png or FILE.html")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), callback=new_file,
+              help="FILE.png or FILE.html")
 @click.option("--step", type=int, default=None, help="The step to draw (default: each rank's last).")
 @rank_option
 @load_options
@@ -448,8 +472,7 @@ def timeline(paths, output, step, rank, options):
     from tracekit.plot import timeline as draw
 
     traces = load_traces(paths, rank, options)
-    draw(traces, step, output)
-    click.echo(f"tracekit: wrote {output}", err=True)
+    wrote(draw(traces, step, output))
 
 
 @main.command()
