@@ -73,3 +73,19 @@ def test_markdown_and_csv_keep_the_full_text():
 def test_report_and_profile_tables_in_csv():
     csv = run("report", "--format", "csv", RUN).splitlines()
     assert csv[0].startswith("variant,rank,status") and len(csv) == 11
+
+
+def test_check_ends_with_one_verdict_line(tmp_path):
+    import shutil
+
+    doc = json.loads(run("check", "--format", "json", RUN))
+    assert run("check", RUN).splitlines()[-1] == \
+        f"all {len(doc['counts'])} counts match, all {len(doc['parity'])} first-step figures match"
+    shutil.copytree(RUN, tmp_path / "run")
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    manifest["variants"]["fsdp1"]["ranks"][0]["first_step"]["loss"] *= 2
+    (tmp_path / "run" / "manifest.json").write_text(json.dumps(manifest))
+    result = CliRunner().invoke(main, ["check", str(tmp_path / "run")])
+    assert result.exit_code == 1
+    assert result.stdout.splitlines()[-1] == f"all {len(doc['counts'])} counts match, 1 of {len(doc['parity'])} " \
+                                             "first-step figures differ"

@@ -605,7 +605,8 @@ def check(out, fmt):
     """Compare the counts found in each profiled step's traces with what the runtime counted in
     that step, and every variant's first-step loss and grad norm with the first variant's.
 
-    Prints every comparison; exits 1 on any mismatch."""
+    Prints every comparison, then one line (`all N counts match` or `K of N counts differ`);
+    exits 1 on any mismatch."""
     from tracekit.analyses.variants import count_check, parity_check
     from tracekit.loading import load_profile
 
@@ -622,5 +623,15 @@ def check(out, fmt):
         click.echo(f"tracekit check: mismatch: {row['variant']} rank {row['rank']} first-step {row['figure']} "
                    f"{row['value']:.6g} vs {row['base']}'s {row['base_value']:.6g} (relative {row['rel_diff']:.2g} > "
                    f"{row['tolerance']:g})", err=True)
+    verdict = agreement(counts.height, int((~counts["match"]).sum()), "counts match", "counts differ")
+    if parity.height:
+        verdict += ", " + agreement(parity.height, int((~parity["match"]).sum()), "first-step figures match",
+                                    "first-step figures differ")
+    click.echo(verdict, err=fmt in ("json", "csv"))
     if not (counts["match"].all() and parity["match"].all()):
         sys.exit(1)
+
+
+def agreement(n: int, differ: int, match: str, differ_text: str) -> str:
+    """`all N <match>` or `K of N <differ_text>`."""
+    return f"{differ} of {n} {differ_text}" if differ else f"all {n} {match}"

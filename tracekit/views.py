@@ -157,8 +157,9 @@ def terminal_width() -> int:
     return shutil.get_terminal_size((100, 24)).columns
 
 
-def cell(value, decimals: int) -> str:
-    """A value as the table prints it: blank for null, thousands separators, fixed decimals."""
+def cell(value, decimals: int | None) -> str:
+    """A value as the table prints it: blank for null, thousands separators, fixed decimals
+    (4 significant digits where `decimals` is None)."""
     if value is None:
         return ""
     if isinstance(value, bool):
@@ -166,15 +167,18 @@ def cell(value, decimals: int) -> str:
     if isinstance(value, int):
         return f"{value:,}"
     if isinstance(value, float):
-        return f"{value:,.{decimals}f}"
+        return f"{value:,.4g}" if decimals is None else f"{value:,.{decimals}f}"
     return str(value)
 
 
-def decimals(values: pl.Series) -> int:
-    """The decimals a float column shows: 3 for ms, else what its values need (at most 3)."""
+def decimals(values: pl.Series) -> int | None:
+    """The decimals a float column shows: 3 for ms, what its values need (at most 2) for
+    percentages and rates, else None (4 significant digits)."""
     if values.name == "ms" or values.name.endswith("_ms"):
         return 3
-    return max([min(3, len(repr(v).partition(".")[2])) for v in values if isinstance(v, float)] or [0])
+    if not values.name.endswith(("pct", "gbps")):
+        return None
+    return max([min(2, len(repr(v).partition(".")[2])) for v in values if isinstance(v, float)] or [0])
 
 
 def table_text(frame: pl.DataFrame, width: int | None = None) -> str:
