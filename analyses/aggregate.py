@@ -23,16 +23,24 @@ def parse_steps(text: str) -> str | list[int]:
     try:
         for part in text.split(","):
             lo, _, hi = part.strip().partition("-")
+            if int(hi or lo) < int(lo):
+                raise UsageError(f"--steps {text!r}: a range N-M needs N ≤ M")
             steps += list(range(int(lo), int(hi or lo) + 1))
     except ValueError:
         raise UsageError(f"--steps {text!r}: use all, N, N,M or N-M") from None
     return steps
 
 
-def selected(frame: pl.DataFrame, steps) -> pl.DataFrame:
-    """The rows of `steps` (rows of step null — whole-trace scope — always stay)."""
+def selected(frame: pl.DataFrame, steps, source: str = "the trace") -> pl.DataFrame:
+    """The rows of `steps` (rows of step null — whole-trace scope — always stay); a step that
+    `source` does not have is a UsageError naming the steps it has."""
     if steps == "all":
         return frame
+    have = frame["step"].drop_nulls().unique().sort().to_list()
+    absent = sorted(set(steps) - set(have))
+    if have and absent:
+        raise UsageError(f"--steps: {source} has no step {', '.join(map(str, absent))} "
+                         f"(its steps: {', '.join(map(str, have))})")
     return frame.filter(pl.col("step").is_in(steps) | pl.col("step").is_null())
 
 

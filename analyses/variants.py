@@ -275,10 +275,10 @@ def report_warnings(table: pl.DataFrame, profile_mode: str = "full") -> list[str
             out.append(f"{variant}: step time drifted {drift:+.1f} % over the timed steps (warm-up not over?)")
         worst = rows["profiler_overhead"].drop_nulls().max()
         if worst is not None and worst > OVERHEAD_WARN:
-            hint = "--profile-mode light records less" if profile_mode == "full" else \
-                "already --profile-mode light: the profiler's per-op cost on a host-bound step"
-            out.append(f"{variant}: profiled steps took {worst:.2f}× the unprofiled ones: the trace shows a "
-                       f"slower step than the one timed ({hint})")
+            hint = "--profile-mode lean (the default) records less" if profile_mode != "lean" else \
+                "lean mode: CUPTI's cost per device call on a host-bound step, or this machine's drift"
+            out.append(f"{variant}: recorded steps took {worst:.2f}× the timed ones: the trace shows a "
+                       f"slower step than the one timed ({hint}); the per-phase table says where")
         bound = rows.filter(pl.col("host_bound").fill_null(False))["rank"].to_list()
         if bound:
             out.append(f"{variant}: host-bound on rank(s) {bound}: the GPU idles for the host most of the "

@@ -15,6 +15,9 @@ ranks in parallel, all measured in one run and printed as ratios.
    (`--workers 1`) against `--workers N` (default: the cores here), the cache off.
 3. `--dask-ranks` small rank traces on a local Dask cluster of 2 workers (`--scheduler`)
    against one process.
+4. Start-up (`--startup`, alone): a whole `tracekit summary` command over 2 ranks of 8 MB and
+   4 of 31 MB, cold (empty trace cache) and warm, with `--workers 1`, one per core and the
+   default; and the imports' share of the warm command (`python -X importtime`).
 
 Ratios, not thresholds: nothing here is asserted in the tests.
 """
@@ -176,6 +179,37 @@ def dask(args, work: Path) -> None:
           f"{on_dask:.2f} s, ratio {on_dask / one:.2f}")
 
 
+def import_seconds(*args, env=None) -> float:
+    """The imports of a whole command (`python -X importtime`: the top-level modules' totals)."""
+    out = subprocess.run([sys.executable, "-X", "importtime", "-m", "tracekit", *map(str, args)], capture_output=True,
+                         text=True, env={**os.environ, **(env or {})})
+    top = [line.split("|") for line in out.stderr.splitlines() if line.startswith("import time:") and "self" not in line]
+    return sum(int(us) for _, us, name in top if not name.startswith("  ")) / 1e6
+
+
+def startup(args, work: Path) -> None:
+    n = len(os.sched_getaffinity(0))
+    for count, mb in ((2, 8), (4, 31)):
+        folder = work / f"startup{count}x{mb}"
+        folder.mkdir(exist_ok=True)
+        for r in range(count):
+            build(mb, folder / f"rank{r}.pt.trace.json", r, count)
+        env = {"TRACEKIT_CACHE_DIR": str(work / "startup-cache")}
+        row = []
+        for label, workers in (("--workers 1", ["--workers", 1]), (f"--workers {n}", ["--workers", n]),
+                               ("default", [])):
+            shutil.rmtree(work / "startup-cache", ignore_errors=True)
+            cold = cli_seconds("summary", "--format", "json", *workers, folder, env=env)
+            warm = cli_seconds("summary", "--format", "json", *workers, folder, env=env)
+            row.append((label, cold, warm))
+        one_cold, one_warm = row[0][1], row[0][2]
+        print(f"{count} ranks of {mb} MB, whole summary command ({n} cores): " + "; ".join(
+            f"{label} cold {cold:.2f} s ({cold / one_cold:.2f}), warm {warm:.2f} s ({warm / one_warm:.2f})"
+            for label, cold, warm in row))
+        imports = import_seconds("summary", "--format", "json", folder, env=env)
+        print(f"  imports of the warm default command: {imports:.2f} s of {row[2][2]:.2f} s")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mb", type=int, default=150)
@@ -187,12 +221,15 @@ def main() -> None:
     parser.add_argument("--workers", type=int)
     parser.add_argument("--skip-readers", action="store_true")
     parser.add_argument("--skip-scale", action="store_true")
+    parser.add_argument("--startup", action="store_true", help="only the start-up measurements")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="tracekit-bench-"))
     try:
-        if not args.skip_readers:
+        if args.startup:
+            startup(args, work)
+        elif not args.skip_readers:
             readers(args, work)
-        if not args.skip_scale:
+        if not args.skip_scale and not args.startup:
             ranks(args, work)
             if args.dask_ranks:
                 dask(args, work)

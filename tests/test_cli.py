@@ -56,4 +56,5 @@ def test_csv_and_md_and_table():
     assert csv[0].startswith("path,rank,step,device,cpu_ns") and len(csv) == 3
     md = run("summary", "--format", "md", FSDP2).splitlines()
     assert md[0].startswith("| path") and len(md) == 4
-    assert "collectives.all_gather" in run("summary", FSDP2)
+    assert "collectives.all_gather" in run("summary", "--wide", FSDP2)
+    assert "collectives.all_gather" not in run("summary", FSDP2)

@@ -23,8 +23,11 @@ def tracekit_cli(*args):
 def out(tmp_path_factory):
     out = tmp_path_factory.mktemp("profile") / "run"
     result = tracekit_cli("profile", "--device", "cpu", "--nproc", 2, "--preset", "tiny", "--variants",
-                          ",".join(VARIANTS), "--warmup", 2, "--steps", 6, "--profile-steps", 3, "--out", out)
+                          ",".join(VARIANTS), "--warmup", 2, "--steps", 6, "--profile-steps", 3, "--out", out,
+                          "--format", "csv")
     assert result.returncode == 0, result.stderr[-3000:]
+    rows = result.stdout.splitlines()  # the report as csv: nested columns as JSON text
+    assert rows[0].startswith("variant,rank,status") and len(rows) == 1 + 2 * len(VARIANTS)
     return out
 
 

@@ -11,20 +11,23 @@ from pathlib import Path
 
 import click
 
-from .errors import TraceError, TracekitError
+from .errors import TraceError, TracekitError, UsageError
 
 # Analysis modules (polars) are imported inside the commands: the runners need only torch.
 FORMATS = ("table", "json", "csv", "md")
 
 
 class Group(click.Group):
-    """Bad input or options → one line on stderr, exit 2, no traceback."""
+    """Bad input or options → one line on stderr, exit 2, no traceback (and no usage text)."""
 
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
         except TracekitError as e:
             click.echo(f"tracekit: {e}", err=True)
+            ctx.exit(2)
+        except click.UsageError as e:
+            click.echo(f"tracekit: {e.format_message()}", err=True)
             ctx.exit(2)
 
 
@@ -39,10 +42,11 @@ def sample_trace_path() -> str:
     return str(files("tracekit") / "data" / "fsdp1_rank0.trace.json.gz")
 
 
-def analysed_runs(paths, options: dict, analysis=None, here: bool = False) -> list:
+def analysed_runs(paths, options: dict, analysis=None, here: bool = False, rank: int | None = None) -> list:
     """`analysis(trace)` for every trace under `paths` (default: the embedded sample trace),
     per run (`runs.analyse`: in worker processes or on a Dask cluster unless `here`), with the
-    lint findings printed as notes on stderr, one line per kind."""
+    lint findings (of `rank`'s trace and of the runs) printed as notes on stderr, one line per
+    kind."""
     from functools import partial
 
     from tracekit.analyses.lint import checked, lint, notes
@@ -51,7 +55,8 @@ def analysed_runs(paths, options: dict, analysis=None, here: bool = False) -> li
     load = {k: options[k] for k in ("comm_kernels", "cycle", "cache")}
     where = {"workers": 1} if here else {"workers": options["workers"], "scheduler": options["scheduler"]}
     runs = analyse(paths or [sample_trace_path()], partial(checked, analysis=analysis), **load, **where)
-    for note in notes(*lint(runs)):
+    per_trace, per_run = lint(runs)
+    for note in notes([(t, f) for t, f in per_trace if rank is None or t.rank == rank], per_run):
         click.echo(f"tracekit: {note}", err=True)
     return runs
 
@@ -69,23 +74,25 @@ def load_traces(paths, rank: int | None, options: dict) -> list:
     in this process (for the verbs that draw or write whole traces)."""
     from tracekit.analyses.lint import itself
 
-    return [trace for _, trace in of_ranks(analysed_runs(paths, options, itself, here=True), rank, paths)]
+    return [trace for _, trace in of_ranks(analysed_runs(paths, options, itself, True, rank), rank, paths)]
 
 
 def emit(text: str) -> None:
     click.echo(text.rstrip("\n"))
 
 
-def render(report, fmt: str) -> str:
+def render(report, fmt: str, view: str | None = None, layout=None) -> str:
     from .render import render as render_report
+    from .views import Layout
 
-    return render_report(report, fmt)
+    return render_report(report, fmt, view, layout or Layout())
 
 
-def render_frame(frame, fmt: str) -> str:
+def render_frame(frame, fmt: str, view: str | None = None, layout=None) -> str:
     from .render import render_frame as render_table
+    from .views import Layout
 
-    return render_table(frame, fmt)
+    return render_table(frame, fmt, view, layout or Layout())
 
 
 def existing(ctx, param, value):
@@ -95,14 +102,44 @@ def existing(ctx, param, value):
     values = value if isinstance(value, tuple) else (value,)
     for location in values:
         if not exists(location):
-            raise click.BadParameter(f"{location!r} does not exist")
+            raise TraceError(location, "no such file or directory")
     return value
+
+
+def new_file(ctx, param, value):
+    """An output path whose folder exists (nothing is created on the way)."""
+    if value is not None and not Path(value).resolve().parent.is_dir():
+        raise UsageError(f"{param.opts[-1]} {value}: the folder {Path(value).parent} does not exist")
+    if value is not None:
+        ctx.meta.setdefault("existing", set()).update(str(p) for p in (Path(value), Path(value + ".png")) if p.exists())
+    return value
+
+
+def wrote(path, more: str = "") -> None:
+    """`tracekit: wrote PATH` on stderr, saying so when it replaced a file that was there."""
+    replaced = str(path) in click.get_current_context().meta.get("existing", ())
+    click.echo(f"tracekit: wrote {path}{' (replacing the file that was there)' if replaced else ''}{more}", err=True)
 
 
 paths_argument = click.argument("paths", nargs=-1, callback=existing)
 rank_option = click.option("--rank", type=int, default=None, help="Only this rank (default: all).")
 format_option = click.option("--format", "fmt", type=click.Choice(FORMATS), default="table",
                              show_default=True)
+
+
+def table_layout(function):
+    """--columns and --wide, passed on as `layout` (what the table format shows)."""
+    @functools.wraps(function)
+    def with_layout(*args, columns, wide, **kwargs):
+        from .views import Layout
+
+        chosen = tuple(c.strip() for c in columns.split(",") if c.strip()) if columns else None
+        return function(*args, layout=Layout(chosen, wide), **kwargs)
+
+    with_layout = click.option("--wide", is_flag=True, help="The table shows every column.")(with_layout)
+    return click.option("--columns", metavar="A,B,...",
+                        help="The table's columns, by name (as shown, or as in csv/json); "
+                             "json/csv/md always have every column.")(with_layout)
 
 
 def steps_choice(ctx, param, value: str):
@@ -145,7 +182,8 @@ def load_options(function):
 
     with_options = click.option("--workers", type=click.IntRange(min=1), default=None,
                                 help="Processes that load and analyse the ranks at once (default: "
-                                     "TRACEKIT_WORKERS, else the cores available).")(with_options)
+                                     "TRACEKIT_WORKERS, else one per 64 MiB of traces not in the cache, "
+                                     "at most the cores: cached traces load faster than a process starts).")(with_options)
     with_options = click.option("--scheduler", default=None, metavar="tcp://HOST:PORT",
                                 help="Run the per-rank work on this Dask cluster instead (default: "
                                      "TRACEKIT_SCHEDULER; the `dask` extra).")(with_options)
@@ -162,7 +200,7 @@ def load_options(function):
 
 def verb(function):
     """A per-rank, per-step report command: PATHS, --steps, --agg, --rank, --format, load options."""
-    for decorate in (load_options, format_option, rank_option, agg_option, steps_option, paths_argument):
+    for decorate in (load_options, table_layout, format_option, rank_option, agg_option, steps_option, paths_argument):
         function = decorate(function)
     return main.command()(function)
 
@@ -172,13 +210,13 @@ def per_step(paths, rank, options, analysis, steps, agg):
     statistic row."""
     from tracekit.analyses.aggregate import selected, with_aggregate
 
-    return [(info, with_aggregate(selected(frame, steps), agg))
-            for info, frame in of_ranks(analysed_runs(paths, options, analysis), rank, paths)]
+    return [(info, with_aggregate(selected(frame, steps, info.path), agg))
+            for info, frame in of_ranks(analysed_runs(paths, options, analysis, rank=rank), rank, paths)]
 
 
 @verb
 @scope_option
-def summary(paths, steps, agg, rank, fmt, options, scope):
+def summary(paths, steps, agg, rank, fmt, layout, options, scope):
     """Per rank, step and device: CPU time, GPU span, busy and idle time, kernels, host syncs,
     collectives, overlap and exposed communication.
 
@@ -188,32 +226,32 @@ def summary(paths, steps, agg, rank, fmt, options, scope):
 
     from tracekit.analyses.summary import summary as analysis
 
-    emit(render(per_step(paths, rank, options, partial(analysis, scope=scope), steps, agg), fmt))
+    emit(render(per_step(paths, rank, options, partial(analysis, scope=scope), steps, agg), fmt, "summary", layout))
 
 
 @verb
-def syncs(paths, steps, agg, rank, fmt, options):
+def syncs(paths, steps, agg, rank, fmt, layout, options):
     """Host-blocking calls (cudaEventSynchronize & co.) with blocked time, GPU idle time and
     blame: the enclosing CPU ops, innermost first. CUPTI cuda_sync records are counted apart."""
     from tracekit.analyses.syncs import sync_ledger
 
-    emit(render(per_step(paths, rank, options, sync_ledger, steps, agg), fmt))
+    emit(render(per_step(paths, rank, options, sync_ledger, steps, agg), fmt, "syncs", layout))
 
 
 @verb
-def comms(paths, steps, agg, rank, fmt, options):
+def comms(paths, steps, agg, rank, fmt, layout, options):
     """Collectives per process group: count, dtype, bytes, kernel and exposed time, algbw/busbw,
     and across the ranks of each run, transfer time vs waiting for peers."""
     from tracekit.analyses.aggregate import selected, with_aggregate
     from tracekit.analyses.comms import census_of_run, material
 
-    runs = analysed_runs(paths, options, material)
+    runs = analysed_runs(paths, options, material, rank=rank)
     of_ranks(runs, rank, paths)
-    report = [(r.info, with_aggregate(selected(f, steps), agg)) for run in runs
+    report = [(r.info, with_aggregate(selected(f, steps, r.info.path), agg)) for run in runs
               for r, f in zip(run.results, census_of_run([r.value.value for r in run.results],
                                                           [r.info.rank for r in run.results]))
               if rank is None or r.info.rank == rank]
-    emit(render(report, fmt))
+    emit(render(report, fmt, "comms", layout))
 
 
 @verb
@@ -223,34 +261,54 @@ def comms(paths, steps, agg, rank, fmt, options):
                    "get_comm_comp_overlap definition) or only those launched in the trace (launched: TraceLens' "
                    "default); or exactly as HTA 0.5 computes it, whole-µs rounding included (hta). Whole-trace "
                    "scopes report step null.")
-def overlap(paths, steps, agg, rank, fmt, options, scope):
+def overlap(paths, steps, agg, rank, fmt, layout, options, scope):
     """Compute/communication overlap: comm, compute, overlapped, exposed and lone comm time."""
     from functools import partial
 
     from tracekit.analyses.overlap import overlap as analysis
 
-    emit(render(per_step(paths, rank, options, partial(analysis, scope=scope), steps, agg), fmt))
+    emit(render(per_step(paths, rank, options, partial(analysis, scope=scope), steps, agg), fmt, "overlap", layout))
 
 
 @verb
 @scope_option
-def breakdown(paths, steps, agg, rank, fmt, options, scope):
+def breakdown(paths, steps, agg, rank, fmt, layout, options, scope):
     """Each step's GPU span on each device split exactly into compute, exposed comm, exposed
     memcpy/memset and idle by host cause (parts add up to span_ns)."""
     from functools import partial
 
     from tracekit.analyses.breakdown import breakdown as analysis
 
-    emit(render(per_step(paths, rank, options, partial(analysis, scope=scope), steps, agg), fmt))
+    emit(render(per_step(paths, rank, options, partial(analysis, scope=scope), steps, agg), fmt, "breakdown", layout))
+
+
+@verb
+@scope_option
+@click.option("--by", type=click.Choice(["name", "op", "category"]), default="name", show_default=True,
+              help="Group the device work by kernel name, launching CPU op, or category and collective kind.")
+@click.option("--top", type=click.IntRange(min=1), default=10, show_default=True,
+              help="The groups with the largest total time shown per step and device.")
+def kernels(paths, steps, agg, rank, fmt, layout, options, scope, by, top):
+    """Per rank, step and device: the top kernels (or ops, or categories) by total device time,
+    with count, total, mean, % of GPU busy time, category and collective kind."""
+    from functools import partial
+
+    from tracekit.analyses.kernels import kernels as analysis
+    from tracekit.analyses.kernels import top as largest
+
+    report = [(info, largest(frame, top)) for info, frame in
+              per_step(paths, rank, options, partial(analysis, by=by, scope=scope), steps, agg)]
+    emit(render(report, fmt, "kernels", layout))
 
 
 @main.command()
 @paths_argument
 @rank_option
 @format_option
+@table_layout
 @load_options
 @click.option("--strict", is_flag=True, help="Exit 1 when any finding is an error.")
-def lint(paths, rank, fmt, options, strict):
+def lint(paths, rank, fmt, layout, options, strict):
     """What is odd or lost in each trace and across the ranks of a run: unknown categories,
     dropped events, device work outside every step, lag across step boundaries, same-stream
     overlap, lost launch links, a truncated last step, missing ranks, mixed versions, clock
@@ -264,7 +322,9 @@ def lint(paths, rank, fmt, options, strict):
 
     per_trace, per_run = analysis(analyse(paths or [sample_trace_path()], partial(checked), **options))
     per_trace = [(t, f) for t, f in per_trace if rank is None or t.rank == rank]
-    emit(render_lint(per_trace, per_run, fmt))
+    if not per_trace:
+        raise UsageError(f"--rank {rank}: no trace of rank {rank} in {', '.join(map(str, paths))}")
+    emit(render_lint(per_trace, per_run, fmt, layout))
     errors = sum(int((f["severity"] == "error").sum()) for _, f in per_trace + per_run)
     if strict and errors:
         sys.exit(1)
@@ -289,7 +349,7 @@ def diffed(a, b, steps, rank, top: int, by: str, options: dict, whole: bool = Fa
         result = diff_runs(a_traces, b_traces, step, top, by)
     else:
         a_traces = b_traces = None
-        sides = [[m for _, m in of_ranks(analysed_runs([p], options, partial(material, by=by)), rank, [p])]
+        sides = [[m for _, m in of_ranks(analysed_runs([p], options, partial(material, by=by), rank=rank), rank, [p])]
                  for p in (a, b)]
         result = combine(*sides, step, top, by)
     (ma, va), (mb, vb) = profile_variant(a), profile_variant(b)
@@ -315,27 +375,29 @@ def diffed(a, b, steps, rank, top: int, by: str, options: dict, whole: bool = Fa
 @click.option("--top", type=int, default=20, show_default=True, help="Items shown; the rest is one 'other' row.")
 @click.option("--by", type=click.Choice(["kernel", "fsdp"]), default="kernel", show_default=True,
               help="Group by kernel identity (kind, name, op, phase) or by FSDP phase (kind, phase, FSDP label).")
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), callback=new_file,
               help="Also draw the waterfall to FILE.png or FILE.html.")
 @format_option
-def diff(a, b, steps, rank, options, top, by, plot_path, fmt):
+@table_layout
+def diff(a, b, steps, rank, options, top, by, plot_path, fmt, layout):
     """Attribute B's step time minus A's to kernels, collectives and idle causes, exactly.
 
     A and B are trace files or run directories of the same job in two variants."""
     from tracekit.render import render_diff
 
     _, _, result = diffed(a, b, steps, rank, top, by, options)
-    emit(render_diff(a, b, result, fmt))
+    emit(render_diff(a, b, result, fmt, layout))
     if plot_path:
         from tracekit.plot import waterfall
 
-        waterfall(result.shown, Path(a).name, Path(b).name, plot_path)
-        click.echo(f"tracekit: wrote {plot_path}", err=True)
+        written = waterfall(result.shown, Path(a).name, Path(b).name, plot_path)
+        wrote(written)
 
 
 @main.command()
 @click.argument("paths", nargs=-1, required=True, callback=existing)
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="The .pftrace to write.")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), callback=new_file,
+              help="The .pftrace to write.")
 @click.option("--diff", "as_diff", is_flag=True, help="PATHS are A and B: both variants side by side, aligned at "
               "their step start, with the top diff items marked.")
 @click.option("--steps", default="all", show_default=True, callback=steps_choice,
@@ -348,14 +410,14 @@ def export(paths, output, as_diff, steps, rank, options, top):
     from tracekit.export import export_diff, export_traces
 
     if not as_diff:
-        n = export_traces(list(paths), output, options)
-        click.echo(f"tracekit: wrote {output} ({n} rank trace(s)); view it with `tracekit open {output}`", err=True)
+        n = export_traces(list(paths), output, options, rank)
+        wrote(output, f" ({n} rank trace(s)); view it with `tracekit open {output}`")
         return
     if len(paths) != 2:
         raise click.UsageError("--diff takes exactly two PATHS: A and B")
     a_traces, b_traces, result = diffed(paths[0], paths[1], steps, rank, top, "kernel", options, whole=True)
     export_diff(a_traces, b_traces, result, (Path(paths[0]).name, Path(paths[1]).name), output, top)
-    click.echo(f"tracekit: wrote {output}; view it with `tracekit open {output}`", err=True)
+    wrote(output, f"; view it with `tracekit open {output}`")
 
 
 @main.command("open")
@@ -383,8 +445,14 @@ def cache():
 def cache_info(fmt):
     """Where the cache is, how many traces and bytes it holds, and its bound."""
     from tracekit.cache import info
+    from tracekit.views import size_text
 
-    emit(json.dumps(info(), indent=1) if fmt == "json" else "\n".join(f"{k}: {v}" for k, v in info().items()))
+    found = info()
+    if fmt == "json":
+        emit(json.dumps(found, indent=1))
+        return
+    emit(f"folder: {found['folder']}\nentries: {found['entries']}\nsize: {size_text(found['bytes'])}\n"
+         f"bound: {size_text(found['max_bytes'])} (TRACEKIT_CACHE_MAX_GB={found['max_bytes'] / 1e9:g})")
 
 
 @cache.command("clear")
@@ -402,7 +470,8 @@ def plot():
 
 @plot.command()
 @click.argument("paths", nargs=-1, callback=existing)
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="FILE.png or FILE.html")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), callback=new_file,
+              help="FILE.png or FILE.html")
 @click.option("--step", type=int, default=None, help="The step to draw (default: each rank's last).")
 @rank_option
 @load_options
@@ -411,8 +480,7 @@ def timeline(paths, output, step, rank, options):
     from tracekit.plot import timeline as draw
 
     traces = load_traces(paths, rank, options)
-    draw(traces, step, output)
-    click.echo(f"tracekit: wrote {output}", err=True)
+    wrote(draw(traces, step, output))
 
 
 @main.command()
@@ -518,27 +586,34 @@ def capacity(out, variants, presets, batches, seq, overwrite, fmt, **options):
 @main.command("report")
 @click.argument("out", type=click.Path(exists=True, file_okay=False))
 @format_option
-def report_command(out, fmt):
+@table_layout
+def report_command(out, fmt, layout):
     """The variants of a `tracekit profile` output side by side, each against the first."""
-    show_report(out, fmt)
+    show_report(out, fmt, layout)
 
 
-def show_report(out, fmt: str) -> None:
+def show_report(out, fmt: str, layout=None) -> None:
     """The variants side by side with their noise and fidelity, warnings, then each one's
     exact diff against the first (top items)."""
-    from tracekit.analyses.variants import report_warnings, variant_diffs, variant_table
+    from tracekit.analyses.variants import phase_table, report_warnings, variant_diffs, variant_table
     from tracekit.loading import load_profile
     from tracekit.render import render_diff
+    from tracekit.views import Layout
 
+    layout = layout or Layout()
     manifest, runs = load_profile(out)
     table = variant_table(manifest, runs)
-    emit(render_frame(table, fmt))
+    emit(render_frame(table, fmt, "report", layout))
+    phases = phase_table(manifest)
+    if fmt in ("table", "md") and phases.height:
+        click.echo("\nper phase (timed steps; recorded_ms: the same phase in the recorded steps):")
+        emit(render_frame(phases, fmt, "report.phases", layout))
     for warning in report_warnings(table, manifest["config"].get("profile_mode", "full")):
         click.echo(f"tracekit: warning: {warning}", err=True)
     if fmt in ("table", "md"):
         for (a, b), result in variant_diffs(runs, top=8).items():
             click.echo("")
-            emit(render_diff(a, b, result, fmt))
+            emit(render_diff(a, b, result, fmt, Layout(wide=layout.wide)))
 
 
 @main.command()
@@ -548,7 +623,8 @@ def check(out, fmt):
     """Compare the counts found in each profiled step's traces with what the runtime counted in
     that step, and every variant's first-step loss and grad norm with the first variant's.
 
-    Prints every comparison; exits 1 on any mismatch."""
+    Prints every comparison, then one line (`all N counts match` or `K of N counts differ`);
+    exits 1 on any mismatch."""
     from tracekit.analyses.variants import count_check, parity_check
     from tracekit.loading import load_profile
 
@@ -565,5 +641,15 @@ def check(out, fmt):
         click.echo(f"tracekit check: mismatch: {row['variant']} rank {row['rank']} first-step {row['figure']} "
                    f"{row['value']:.6g} vs {row['base']}'s {row['base_value']:.6g} (relative {row['rel_diff']:.2g} > "
                    f"{row['tolerance']:g})", err=True)
+    verdict = agreement(counts.height, int((~counts["match"]).sum()), "counts match", "counts differ")
+    if parity.height:
+        verdict += ", " + agreement(parity.height, int((~parity["match"]).sum()), "first-step figures match",
+                                    "first-step figures differ")
+    click.echo(verdict, err=fmt in ("json", "csv"))
     if not (counts["match"].all() and parity["match"].all()):
         sys.exit(1)
+
+
+def agreement(n: int, differ: int, match: str, differ_text: str) -> str:
+    """`all N <match>` or `K of N <differ_text>`."""
+    return f"{differ} of {n} {differ_text}" if differ else f"all {n} {match}"

@@ -4,8 +4,8 @@
 order (once: a cluster's connection is closed after it); when one item fails, the work not
 yet done is cancelled (worker processes ended, cluster futures cancelled) and the error raised. A scheduler address (`--scheduler tcp://HOST:PORT`, or `TRACEKIT_SCHEDULER`) sends the
 work to that Dask cluster (`distributed.Client`, its futures; the optional extra `dask`);
-else `workers` processes on this machine (`--workers`, `TRACEKIT_WORKERS`, default: the
-cores available), or none when one would do. Only `fn`'s results travel back, so `fn` should
+else `workers` processes on this machine (`--workers`, `TRACEKIT_WORKERS`; `runs.default_workers`
+chooses otherwise), or none when one would do. Only `fn`'s results travel back, so `fn` should
 return small results, not traces. A progress bar is shown on a terminal.
 """
 

@@ -33,6 +33,7 @@ from perfetto.trace_builder.proto_builder import StreamingTraceProtoBuilder
 from tracekit.analyses.diff import VIEWS, RunDiff
 from tracekit.analyses.syncs import host_syncs
 from tracekit.analyses.timeline import figures, timeline
+from tracekit.errors import TraceError
 from tracekit.model import Trace
 
 SEQUENCE = 1
@@ -232,22 +233,27 @@ def write_atomically(path, write) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def export_traces(paths: list, out, options: dict) -> int:
-    """Every trace file under `paths`, one process per rank, loaded one at a time."""
-    from tracekit.files import trace_files
+def export_traces(paths: list, out, options: dict, rank: int | None = None) -> int:
+    """Every trace file under `paths` (or `rank`'s only), one process per rank, loaded one at a
+    time; nothing is written when no trace is of `rank`."""
+    from tracekit.files import runs_in, trace_files
     from tracekit.loading import NotATrace, load_trace
 
     written = 0
 
     def write(writer):
         nonlocal written
-        for file in (f for p in paths for f in trace_files(p)):
+        for file in (f for p in paths for run in runs_in(p) for f in trace_files(run)):
             try:
                 trace = load_trace(file, comm_kernels=options["comm_kernels"], cache=options["cache"])
             except NotATrace:
                 continue
+            if rank is not None and trace.rank != rank:
+                continue
             write_trace(writer, trace, f"rank {trace.rank} · {'/'.join(file.rstrip('/').rsplit('/', 2)[-2:])}", 0)
             written += 1
+        if rank is not None and not written:
+            raise TraceError(", ".join(map(str, paths)), f"no trace of rank {rank}")
     write_atomically(out, write)
     return written
 

@@ -59,6 +59,23 @@ def trace_files(location) -> list[str]:
     return sorted(f"{protocol}://{f.split('://', 1)[-1]}" for f in found)
 
 
+def runs_in(location) -> list[str]:
+    """`location` itself; but for a directory without trace files of its own (a profile output:
+    `manifest.json` and one directory per variant), its subdirectories that hold trace files,
+    sorted."""
+    if not is_dir(location) or [f for f in trace_files(location) if name(f) != "manifest.json"]:
+        return [str(location)]
+    if is_url(location):
+        fs, path = _fs(str(location))
+        protocol = str(location).split("://", 1)[0]
+        subdirs = [f"{protocol}://{e['name'].split('://', 1)[-1]}" for e in fs.ls(path, detail=True)
+                   if e["type"] == "directory"]
+    else:
+        subdirs = [str(p) for p in Path(location).iterdir() if p.is_dir()]
+    found = sorted(d for d in subdirs if trace_files(d))
+    return found or [str(location)]
+
+
 VERSION_FIELDS = ("ETag", "Last-Modified", "LastModified", "Content-MD5", "Digest", "mtime", "created",
                   "generation", "md5Hash")  # what fsspec's file systems report of an object's version
 

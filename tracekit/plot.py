@@ -20,14 +20,18 @@ def _pyplot():
     return plt
 
 
-def save(fig, path: Path) -> None:
-    """PNG, or HTML holding the figure as inline SVG (no server, no scripts)."""
+def save(fig, path: Path) -> Path:
+    """PNG (`.png` added to a name without a suffix), or HTML holding the figure as inline SVG
+    (no server, no scripts); the path written."""
+    if not path.suffix:
+        path = path.with_name(path.name + ".png")
     if path.suffix.lower() == ".html":
         buffer = io.StringIO()
         fig.savefig(buffer, format="svg", bbox_inches="tight")
         path.write_text(f"<!doctype html><meta charset='utf-8'><title>{path.stem}</title>\n{buffer.getvalue()}")
     else:
         fig.savefig(path, dpi=150, bbox_inches="tight")
+    return path
 
 
 def item_label(item: dict) -> str:
@@ -37,7 +41,7 @@ def item_label(item: dict) -> str:
     return " · ".join(str(item[k]) for k in ("kind", "phase", "fsdp") if item.get(k))
 
 
-def waterfall(diff, a_label: str, b_label: str, path) -> None:
+def waterfall(diff, a_label: str, b_label: str, path) -> Path:
     """A's step, each item's signed delta (top items and `other`), B's step, in milliseconds
     (`diff`: a `Diff`)."""
     plt = _pyplot()
@@ -60,8 +64,9 @@ def waterfall(diff, a_label: str, b_label: str, path) -> None:
     ax.set_xlabel("GPU step span (ms; the axis does not start at 0): red = B slower, green = B faster")
     who = "all ranks" if diff.rank is None else f"rank {diff.rank}"
     ax.set_title(f"{b_label} − {a_label}: {diff.step_delta_ns / 1e6:+.3f} ms ({who})")
-    save(fig, Path(path))
+    written = save(fig, Path(path))
     plt.close(fig)
+    return written
 
 
 COLOURS = {"compute": "#2e86c1", "comm": "#e67e22", "memcpy": "#7f8c8d", "memset": "#95a5a6"}
@@ -91,7 +96,7 @@ def lanes(own, segments) -> list[tuple[str, object, dict]]:
     return out
 
 
-def timeline(traces: list, step: int | None, path) -> None:
+def timeline(traces: list, step: int | None, path) -> Path:
     """One step per rank: lanes grouped per device — each GPU stream a lane (compute blue, comm
     orange, memcpy/memset grey), then the device's partition: exposed comm red, idle light grey."""
     import polars as pl
@@ -104,7 +109,9 @@ def timeline(traces: list, step: int | None, path) -> None:
         steps = trace.gpu.filter(pl.col("step").is_not_null())["step"].unique().sort().to_list()
         if not steps:
             continue
-        chosen = step if step in steps else steps[-1]
+        if step is not None and step not in steps:
+            raise UsageError(f"--step {step}: {trace.path} has steps {', '.join(map(str, steps))}")
+        chosen = steps[-1] if step is None else step
         own = trace.gpu.filter(pl.col("step") == chosen)
         panels.append((trace, chosen, own, lanes(own, step_timeline(trace).segments.filter(pl.col("step") == chosen))))
     if not panels:
@@ -127,5 +134,6 @@ def timeline(traces: list, step: int | None, path) -> None:
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in (*COLOURS.values(), *PARTITION_COLOURS.values())]
     fig.legend(handles, [*COLOURS, "exposed comm", "idle"], loc="upper right", ncol=6, fontsize=8)
     fig.tight_layout(rect=(0, 0, 1, 0.97))
-    save(fig, Path(path))
+    written = save(fig, Path(path))
     plt.close(fig)
+    return written

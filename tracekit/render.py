@@ -12,6 +12,9 @@ import json
 
 import polars as pl
 
+from .views import VIEWS, Layout, View, chosen, table_text
+
+
 def nest(row: dict) -> dict:
     """`{"a.b": 1}` → `{"a": {"b": 1}}`."""
     out: dict = {}
@@ -43,35 +46,41 @@ def flat_table(report) -> pl.DataFrame:
                 frame = frame.explode(col).unnest(col, separator=".")
         frame = frame.with_columns(pl.col(c).list.join(" < ") for c, dt in frame.schema.items()
                                    if isinstance(dt, pl.List) and dt.inner == pl.String)
-        frame = frame.with_columns(  # anything still nested, as JSON text
-            pl.col(c).map_elements(lambda v: json.dumps(v.to_list() if isinstance(v, pl.Series) else v),
-                                   return_dtype=pl.String)
-            for c, dt in frame.schema.items() if isinstance(dt, (pl.List, pl.Struct)))
-        frames.append(frame.select(pl.lit(t.path).alias("path"), pl.lit(t.rank).alias("rank"), pl.all()))
+        frames.append(flattened(frame).select(pl.lit(t.path).alias("path"), pl.lit(t.rank).alias("rank"), pl.all()))
     return pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame()
 
 
-def render(report, fmt: str) -> str:
-    """The report as text in `fmt`."""
+def flattened(frame: pl.DataFrame) -> pl.DataFrame:
+    """`frame` with every nested (list or struct) column written as JSON text."""
+    return frame.with_columns(
+        pl.col(c).map_elements(lambda v: json.dumps(v.to_list() if isinstance(v, pl.Series) else v),
+                               return_dtype=pl.String)
+        for c, dt in frame.schema.items() if isinstance(dt, (pl.List, pl.Struct)))
+
+
+def render(report, fmt: str, view: str | None = None, layout: Layout = Layout()) -> str:
+    """The report as text in `fmt`; the table shows `view`'s columns (`views.py`)."""
     if fmt == "json":
         return json.dumps(json_doc(report), indent=1)
-    return render_frame(flat_table(report), fmt)
+    return render_frame(flat_table(report), fmt, view, layout)
 
 
-def render_frame(frame: pl.DataFrame, fmt: str) -> str:
+def render_frame(frame: pl.DataFrame, fmt: str, view: str | None = None, layout: Layout = Layout()) -> str:
+    """json rows, csv and md of every column at full precision and full text (nested columns
+    as JSON text), or the terminal table of `view` (`views.py`)."""
     if fmt == "json":
         return json.dumps(frame.to_dicts(), indent=1)
+    frame = flattened(frame)
     if fmt == "csv":
         return frame.write_csv()
-    with pl.Config(tbl_formatting="MARKDOWN" if fmt == "md" else "UTF8_FULL_CONDENSED",
-                   tbl_rows=-1, tbl_cols=-1, tbl_width_chars=1000, fmt_str_lengths=80,
-                   tbl_hide_dataframe_shape=True, tbl_hide_column_data_types=True,
-                   thousands_separator=","):
+    if fmt == "table":
+        return table_text(chosen(frame, VIEWS.get(view, View()), layout))
+    with pl.Config(tbl_formatting="MARKDOWN", tbl_rows=-1, tbl_cols=-1, tbl_width_chars=65_000,
+                   fmt_str_lengths=65_000, tbl_hide_dataframe_shape=True, tbl_hide_column_data_types=True):
         return str(frame)
 
 
-
-def render_lint(per_trace, per_run, fmt: str) -> str:
+def render_lint(per_trace, per_run, fmt: str, layout: Layout = Layout()) -> str:
     """`tracekit lint` output: `{"traces": [{path, rank, world_size, findings}], "runs":
     [{path, findings}]}` in JSON, else one row per finding."""
     if fmt == "json":
@@ -83,7 +92,7 @@ def render_lint(per_trace, per_run, fmt: str) -> str:
             for t, f in per_trace]
     rows += [f.select(pl.lit(run.path).alias("path"), pl.lit(None, pl.Int64).alias("rank"), pl.all())
              for run, f in per_run]
-    return render_frame(pl.concat(rows, how="vertical_relaxed"), fmt)
+    return render_frame(pl.concat(rows, how="vertical_relaxed"), fmt, "lint", layout)
 
 
 def diff_doc(a_path: str, b_path: str, diff, ranks: list | None = None) -> dict:
@@ -97,7 +106,7 @@ def diff_doc(a_path: str, b_path: str, diff, ranks: list | None = None) -> dict:
     return doc
 
 
-def render_diff(a_path: str, b_path: str, result, fmt: str) -> str:
+def render_diff(a_path: str, b_path: str, result, fmt: str, layout: Layout = Layout()) -> str:
     """`tracekit diff` output (a `RunDiff`): JSON object, the items as CSV, or a headed
     table/markdown."""
     diff = result.shown
@@ -122,9 +131,9 @@ def render_diff(a_path: str, b_path: str, result, fmt: str) -> str:
                   f"{u['step']['d_ms_ci']}: {u['step']['verdict']}"
                   + (f"; recorded steps ÷ timed: {overhead}" if overhead else "")
                   + "\nper phase, real (timers) vs recorded (timers) vs attributed (trace, mean rank):",
-                  render_frame(result.reconciled, fmt)]
-    parts.append(render_frame(diff.items, fmt))
+                  render_frame(result.reconciled, fmt, "diff.reconciliation", layout)]
+    parts.append(render_frame(diff.items, fmt, "diff.items", layout))
     for title, frame in (("syncs", diff.syncs), ("collectives", diff.collectives)):
         if frame.height:
-            parts += [f"{title}:", render_frame(frame, fmt)]
+            parts += [f"{title}:", render_frame(frame, fmt, f"diff.{title}", Layout(wide=layout.wide))]
     return "\n\n".join(parts)

@@ -9,9 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import partial
 
+import os
+
+from . import cache as trace_cache
 from . import files
 from .errors import TraceError
-from .executor import executor
+from .executor import cores, executor
 from .loading import NotATrace, cycles_by_name, cycles_by_rank, load_trace
 from .model import Trace
 
@@ -57,18 +60,40 @@ def analysed(file: str, task, comm_kernels: tuple[str, ...], cache: bool | None)
     return Analysed(TraceInfo.of(trace), task(trace))
 
 
+# Bytes of traces not yet in the cache that pay for starting one more worker process: on 2 cores,
+# 2 ranks of 7.7 MB take 0.46 s in one process and 0.70 s in two, 4 of 39 MB 1.46 s and 1.18 s;
+# cached traces, 0.38 s and 0.66 s (benchmarks/README.md, "Start-up").
+PARALLEL_BYTES = 64 * 2**20
+
+
+def default_workers(jobs: list[str], comm_kernels: tuple[str, ...], cache: bool | None) -> int:
+    """Processes for `jobs` when the user chose none: one per PARALLEL_BYTES of trace files
+    not in the cache, at most one per such file and per core (a cached trace loads in less
+    time than a worker takes to start)."""
+    use = trace_cache.enabled() if cache is None else cache
+    sizes = []
+    for job in jobs:
+        identity = files.identity(job)
+        if not (use and (trace_cache.folder() / trace_cache.key(identity, comm_kernels) / "trace.json").exists()):
+            sizes.append(identity.get("size") or 0)
+    return max(1, min(cores(), len(sizes), sum(sizes) // PARALLEL_BYTES))
+
+
 def analyse(paths, task, *, comm_kernels: tuple[str, ...] = (), cycle: str = "last", cache: bool | None = None,
             workers: int | None = None, scheduler: str | None = None) -> list[RunResult]:
     """`task(trace)` for every trace under `paths` (files, directories or URLs), one run per
-    path, profiling cycles chosen as `loading.load_run` does."""
+    path (a directory of run directories: one per subdirectory), profiling cycles chosen as
+    `loading.load_run` does."""
     plans = []
-    for path in paths:
+    for path in [run for location in paths for run in files.runs_in(location)]:
         if files.is_dir(path):
             chosen, others = cycles_by_name(files.trace_files(path), cycle)
             plans.append((str(path), chosen, {"directory": True, "other_cycles": others}))
         else:
             plans.append((str(path), [str(path)], {}))
     jobs = [f for _, chosen, _ in plans for f in chosen]
+    if workers is None and not (scheduler or os.environ.get("TRACEKIT_SCHEDULER") or os.environ.get("TRACEKIT_WORKERS")):
+        workers = default_workers(jobs, comm_kernels, cache)
     work = partial(analysed, task=task, comm_kernels=comm_kernels, cache=cache)
     done = dict(zip(jobs, executor(workers, scheduler, len(jobs)).map(work, jobs)))
     runs = []

@@ -1,0 +1,63 @@
+"""`tracekit kernels`: the device work of each step on each device grouped by kernel name,
+launching CPU op or category — `nsys stats`' `cuda_gpu_kern_sum` per step.
+
+- The activities: the step's kernels, memcpy and memset on the device (launch correlation, as
+  every verb), or the whole trace's with scope `trace` (`timeline.activities`).
+- Per group: count, total_ns (Σ end − start), mean_ns (total / count, rounded to whole ns),
+  busy_pct (total / the step's gpu_busy_ns × 100, 2 decimals: time on several streams at once
+  counts in each, so the shares may add up to more than 100), category and coll_kind (the
+  group's own when all its activities share one, else `mixed`; by name they always do).
+- Groups are ordered by total_ns, largest first; `top` keeps the first N of each step.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from tracekit.analyses.phases import launch_context
+from tracekit.analyses.summary import scoped, step_rows
+from tracekit.analyses.timeline import activities, figures, timeline
+from tracekit.model import Trace
+
+BY = ("name", "op", "category")
+
+
+def shared(column: str) -> pl.Expr:
+    """The group's one value of `column` (null when all null), else `mixed`."""
+    values = pl.col(column).drop_nulls().unique()
+    return pl.when(values.len() > 1).then(pl.lit("mixed")).otherwise(values.first()).alias(column)
+
+
+def kernels(trace: Trace, by: str = "name", scope: str = "step") -> pl.DataFrame:
+    """One row per step and device: gpu_busy_ns and `kernels`, a ledger of the groups
+    [{<by>, category, coll_kind, count, total_ns, mean_ns, busy_pct}], largest total first (a
+    step without device work: one row, device and figures null)."""
+    work = scoped(activities(trace, scope), scope)
+    if by == "op":
+        work = work.join(launch_context(trace).select("row", "op"), on="row", how="left")
+    key = ["category", "coll_kind"] if by == "category" else [by]
+    busy = figures(timeline(trace, scope).coarse).select("step", "device", "gpu_busy_ns")
+    groups = (work.group_by("step", "device", *key)
+              .agg(*[shared(c) for c in ("category", "coll_kind") if c not in key],
+                   count=pl.len().cast(pl.Int64), total_ns=(pl.col("end") - pl.col("start")).sum())
+              .join(busy, on=["step", "device"], how="left", nulls_equal=True)
+              .with_columns(mean_ns=(pl.col("total_ns") / pl.col("count")).round().cast(pl.Int64),
+                            busy_pct=(pl.col("total_ns") / pl.col("gpu_busy_ns") * 100).round(2))
+              .sort("step", "device", pl.col("total_ns"), *key, descending=[False, False, True, *[False] * len(key)],
+                    nulls_last=True))
+    fields = [*key, *[c for c in ("category", "coll_kind") if c not in key], "count", "total_ns", "mean_ns", "busy_pct"]
+    table = groups.group_by("step", "device", maintain_order=True).agg(pl.col("gpu_busy_ns").first(),
+                                                                       kernels=pl.struct(*fields))
+    empty = pl.lit([], table.schema["kernels"])
+    return (step_rows(trace, scope).select("step", "device")  # every step, with device work or not
+            .join(table, on=["step", "device"], how="left", nulls_equal=True)
+            .with_columns(pl.when(pl.col("device").is_not_null()).then(pl.col("kernels").fill_null(empty))))
+
+
+def top(frame: pl.DataFrame, n: int | None) -> pl.DataFrame:
+    """`frame` with each step's ledger cut to its `n` largest totals (all with None)."""
+    if n is None:
+        return frame
+    total = pl.element().struct.field("total_ns")
+    return frame.with_columns(pl.col("kernels").list.eval(pl.element().sort_by(total, descending=True,
+                                                                               maintain_order=True).head(n)))

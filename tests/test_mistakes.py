@@ -1,0 +1,92 @@
+"""A user's mistake: one line on stderr, exit 2, nothing written — or the right output."""
+
+import json
+
+import pytest
+import synth
+from click.testing import CliRunner
+from conftest import DATA
+
+from tracekit.cli import main
+
+RUN = DATA / "h200x2-blocks4"
+FSDP1, FSDP2 = RUN / "fsdp1", RUN / "fsdp2"
+
+
+def cli(*args):
+    return CliRunner().invoke(main, list(map(str, args)))
+
+
+def one_line(result, *words):
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output and result.stdout == ""
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("tracekit: ") and all(w in line for w in words), line
+
+
+@pytest.mark.parametrize("verb", ["summary", "syncs", "comms", "overlap", "breakdown", "kernels"])
+@pytest.mark.parametrize("steps", ["999", "0", "1,2"])
+def test_a_step_the_trace_has_not(verb, steps):
+    one_line(cli(verb, "--steps", steps, FSDP2), "no step", "its steps: 1")
+
+
+def test_a_backwards_range():
+    one_line(cli("summary", "--steps", "3-1", FSDP2), "3-1", "N ≤ M")
+
+
+def test_a_missing_file_is_one_line_not_clicks_usage():
+    one_line(cli("summary", "no-such.json"), "no-such.json: no such file or directory")
+
+
+def test_outputs_into_a_missing_folder(tmp_path):
+    one_line(cli("diff", FSDP1, FSDP2, "--plot", tmp_path / "nope" / "x.png"), "nope", "does not exist")
+    one_line(cli("export", FSDP2, "-o", tmp_path / "nope" / "x.pftrace"), "nope", "does not exist")
+    one_line(cli("plot", "timeline", FSDP2, "-o", tmp_path / "nope" / "t.png"), "nope", "does not exist")
+    assert not (tmp_path / "nope").exists()
+
+
+def test_a_plot_without_suffix_says_the_file_it_wrote(tmp_path):
+    pytest.importorskip("matplotlib")
+    result = cli("diff", FSDP1, FSDP2, "--plot", tmp_path / "wf")
+    assert result.exit_code == 0 and (tmp_path / "wf.png").exists()
+    assert result.stderr.strip().splitlines()[-1] == f"tracekit: wrote {tmp_path / 'wf.png'}"
+    again = cli("diff", FSDP1, FSDP2, "--plot", tmp_path / "wf.png")
+    assert again.stderr.strip().splitlines()[-1].endswith("(replacing the file that was there)")
+
+
+def test_plot_timeline_of_a_step_that_is_not_there(tmp_path):
+    one_line(cli("plot", "timeline", FSDP2, "--step", 999, "-o", tmp_path / "t.png"), "--step 999", "steps 1")
+    assert not (tmp_path / "t.png").exists()
+
+
+def test_ranks_that_are_not_there(tmp_path):
+    one_line(cli("lint", "--rank", 9, FSDP2), "no trace of rank 9")
+    one_line(cli("export", "--rank", 9, FSDP2, "-o", tmp_path / "x.pftrace"), "no trace of rank 9")
+    assert not (tmp_path / "x.pftrace").exists()
+
+
+def test_export_of_one_rank_holds_that_rank_only(tmp_path):
+    from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace as PerfettoTrace
+
+    for rank, want in ((None, {"rank 0", "rank 1"}), (0, {"rank 0"})):
+        out = tmp_path / f"r{rank}.pftrace"
+        result = cli("export", FSDP2, "-o", out, *(["--rank", rank] if rank is not None else []))
+        assert result.exit_code == 0, result.output
+        packets = PerfettoTrace.FromString(out.read_bytes()).packet
+        names = {p.track_descriptor.process.process_name for p in packets
+                 if p.HasField("track_descriptor") and p.track_descriptor.HasField("process")}
+        assert {n.split(" · ")[0] for n in names} == want
+
+
+def test_warnings_of_other_ranks_are_not_printed(tmp_path):
+    """Rank 1 launches a kernel after its step: orphan device work is warned about on rank 1 only."""
+    events = [synth.step(1, 0.0, 10.0), *synth.launched("k", 1.0, 2.0, 1.0, corr=1)]
+    late = [*events, *synth.launched("k", 15.0, 16.0, 1.0, corr=2)]
+    synth.write(tmp_path, "rank0.json", synth.doc(events, rank=0))
+    synth.write(tmp_path, "rank1.json", synth.doc(late, rank=1))
+    both = cli("summary", tmp_path)
+    assert "rank1.json" in both.stderr
+    only = cli("summary", "--rank", 0, tmp_path)
+    assert only.exit_code == 0 and "rank1.json" not in only.stderr
+    assert [t["rank"] for t in json.loads(cli("summary", "--rank", 0, "--format", "json", tmp_path).stdout)[
+        "traces"]] == [0]

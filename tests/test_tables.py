@@ -1,0 +1,91 @@
+"""The table format: what a person reads first, fitting the terminal; machine formats keep
+every column at full precision (docs/metrics.md, "Tables")."""
+
+import json
+
+import pytest
+import synth
+from click.testing import CliRunner
+from conftest import DATA
+
+from tracekit.cli import main
+
+RUN = DATA / "h200x2-blocks4"
+FSDP2 = RUN / "fsdp2"
+
+
+def run(*args, columns=100):
+    result = CliRunner(env={"COLUMNS": str(columns)}).invoke(main, list(map(str, args)))
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+VERBS = [("summary", FSDP2), ("comms", FSDP2), ("syncs", FSDP2), ("overlap", FSDP2), ("breakdown", FSDP2),
+         ("lint", FSDP2), ("kernels", FSDP2), ("kernels", "--by", "op", FSDP2), ("kernels", "--by", "category", FSDP2),
+         ("check", RUN), ("report", RUN), ("diff", RUN / "fsdp1", FSDP2), ("cache", "info")]
+
+
+@pytest.mark.parametrize("args", VERBS, ids=lambda a: " ".join(map(str, a[:3])))
+def test_the_default_table_fits_100_columns(args):
+    lines = run(*args).splitlines()
+    assert lines and max(map(len, lines)) <= 100
+
+
+def test_wide_has_every_column_and_columns_chooses():
+    wide = run("summary", "--wide", FSDP2)
+    assert "collectives.reduce_scatter" in wide and "comm_alone_ms" in wide
+    chosen = run("summary", "--columns", "rank,gpu_span_ns,busy_pct", FSDP2).splitlines()
+    assert chosen[0].split() == ["rank", "gpu_span_ms", "busy_pct"]
+    # rank 0's span is 40,927,090 ns in the json: 40.927 ms in the table
+    assert chosen[2].split()[:2] == ["0", "40.927"]
+
+
+def test_an_unknown_column_is_one_line_exit_2():
+    result = CliRunner().invoke(main, ["summary", "--columns", "rank,nope", str(FSDP2)])
+    assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1 and "nope" in result.stderr
+
+
+def test_shares_of_the_step_span(tmp_path):
+    """Kernels at [10, 20) and [40, 50) µs: span 40 µs, busy 20 (50.0 %), idle 20 (50.0 %)."""
+    events = [synth.step(1, 0.0, 100.0), *synth.launched("k", 1.0, 10.0, 10.0, corr=1),
+              *synth.launched("k", 2.0, 40.0, 10.0, corr=2)]
+    path = synth.write(tmp_path, "t.json", synth.doc(events))
+    lines = run("summary", "--columns", "gpu_span_ms,busy_pct,idle_pct", path).splitlines()
+    assert lines[2].split() == ["0.040", "50.0", "50.0"]
+
+
+def test_bytes_read_in_binary_units():
+    """fsdp2 rank 0's all-gathers move 310,148,096 bytes (json) = 295.78 MiB."""
+    doc = json.loads(run("comms", "--format", "json", "--rank", 0, FSDP2))
+    (gather,) = [c for c in doc["traces"][0]["steps"][0]["collectives"] if c["kind"] == "all_gather"]
+    assert gather["bytes"] == 310148096
+    assert "295.78 MiB" in run("comms", "--rank", 0, FSDP2)
+
+
+def test_markdown_and_csv_keep_the_full_text():
+    md = run("lint", "--format", "md", RUN / "fsdp1")
+    details = [line for line in md.splitlines() if "…" in line]
+    assert not details and max(map(len, md.splitlines())) > 200
+    kernel = "ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+    assert kernel in run("kernels", "--format", "md", FSDP2) and kernel in run("kernels", "--format", "csv", FSDP2)
+
+
+def test_report_and_profile_tables_in_csv():
+    csv = run("report", "--format", "csv", RUN).splitlines()
+    assert csv[0].startswith("variant,rank,status") and len(csv) == 11
+
+
+def test_check_ends_with_one_verdict_line(tmp_path):
+    import shutil
+
+    doc = json.loads(run("check", "--format", "json", RUN))
+    assert run("check", RUN).splitlines()[-1] == \
+        f"all {len(doc['counts'])} counts match, all {len(doc['parity'])} first-step figures match"
+    shutil.copytree(RUN, tmp_path / "run")
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    manifest["variants"]["fsdp1"]["ranks"][0]["first_step"]["loss"] *= 2
+    (tmp_path / "run" / "manifest.json").write_text(json.dumps(manifest))
+    result = CliRunner().invoke(main, ["check", str(tmp_path / "run")])
+    assert result.exit_code == 1
+    assert result.stdout.splitlines()[-1] == f"all {len(doc['counts'])} counts match, 1 of {len(doc['parity'])} " \
+                                             "first-step figures differ"

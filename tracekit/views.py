@@ -1,0 +1,216 @@
+"""What the `table` format shows of each verb's frame: a compact default column set (the few
+figures a person reads first), `--columns a,b,…` to choose, `--wide` for every column.
+
+Only the terminal table is shaped here; json/csv/md keep every column in ns and bytes. In the
+table, `*_ns` columns are shown as `*_ms` (3 decimals), byte counts as GiB/MiB/KiB, and a
+view's shares (`*_pct`) are a part over the step's span × 100 (docs/metrics.md, "Tables").
+Long text wraps within the terminal width (`COLUMNS`), never cut. To show more of a verb by
+default, add names to its `View.default` (raw or shown names; absent ones are skipped).
+"""
+
+from __future__ import annotations
+
+import shutil
+import textwrap
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from .errors import UsageError
+
+
+@dataclass(frozen=True)
+class View:
+    default: tuple[str, ...] = ()  # empty: every column
+    shares: dict = field(default_factory=dict)  # shown name → (part column, whole column)
+    aliases: dict = field(default_factory=dict)  # raw column → shown name (before the unit suffix)
+    kernel_names: tuple[str, ...] = ()  # raw columns of kernel names, shown without `void`, namespaces, arguments
+    varied: tuple[str, ...] = ("run", "step")  # default columns shown only when they take more than one value
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The user's choice: `--columns` (shown or raw names) or `--wide`."""
+
+    columns: tuple[str, ...] | None = None
+    wide: bool = False
+
+
+SPAN = "gpu_span_ns"
+WRAPPED = 16  # text columns wider than this wrap when the table is too wide; names (run, kind) do not
+VIEWS = {
+    "summary": View(("run", "rank", "step", "agg", "device", "cpu_ms", "gpu_span_ms", "busy_pct",
+                     "exposed_comm_pct", "host_bound"),
+                    {"busy_pct": ("gpu_busy_ns", SPAN), "idle_pct": ("idle_ns", SPAN),
+                     "exposed_comm_pct": ("exposed_comm_ns", SPAN), "host_idle_pct": ("host_idle_ns", SPAN)}),
+    "overlap": View(("run", "rank", "step", "agg", "device", "comm_ms", "compute_ms", "overlap_pct",
+                     "exposed_comm_ms", "comm_alone_ms")),
+    "breakdown": View(("run", "rank", "step", "agg", "device", "span_ms", "category", "cause", "ms", "pct"),
+                      {"pct": ("parts.ns", "span_ns")},
+                      {"parts.category": "category", "parts.cause": "cause", "parts.ns": "ns"}),
+    "syncs": View(("run", "rank", "step", "agg", "api", "count", "blocked_ms", "gpu_idle_ms", "blame"),
+                  aliases={"calls.api": "api", "calls.count": "count", "calls.blocked_ns": "blocked_ns",
+                           "calls.gpu_idle_ns": "gpu_idle_ns", "calls.blame": "blame", "calls.chains": "chains"}),
+    "comms": View(("run", "rank", "step", "agg", "pg", "kind", "count", "bytes", "kernel_ms", "exposed_ms",
+                   "busbw_gbps", "wait_ms"),
+                  aliases={f"collectives.{c}": c for c in
+                           ("pg", "kind", "dtype", "device", "stream", "count", "bytes", "kernel_ns", "exposed_ns",
+                            "algbw_gbps", "busbw_gbps", "transfer_ns", "wait_ns", "mismatched")},
+                  varied=("run", "step", "pg")),
+    "kernels": View(("run", "rank", "step", "agg", "count", "total_ms", "mean_ms", "busy_pct", "category",
+                     "coll_kind", "name", "op"),
+                    aliases={f"kernels.{c}": c for c in
+                             ("name", "op", "category", "coll_kind", "count", "total_ns", "mean_ns", "busy_pct")},
+                    kernel_names=("kernels.name",)),
+    "lint": View(("run", "rank", "severity", "kind", "count", "step", "detail")),
+    "report": View(("variant", "rank", "status", "step_ms", "d_step_ms", "d_step_ms_ci", "verdict", "overhead",
+                    "idle_pct", "peak_mem"),
+                   {"busy_pct": ("gpu_busy_ns", SPAN), "exposed_comm_pct": ("exposed_comm_ns", SPAN),
+                    "idle_pct": ("idle_ns", SPAN)},
+                   {"peak_allocated_bytes": "peak_mem", "profiler_overhead": "overhead"}),
+    "report.phases": View(("variant", "phase", "ms", "pct_of_step", "d_ms", "d_ms_ci", "verdict", "recorded_ms",
+                           "d_recorded_ms")),
+    "diff.reconciliation": View(("phase", "real_d_ms", "real_d_ms_ci", "verdict", "recorded_d_ms", "attributed_d_ms",
+                                 "device_d_ms", "idle_d_ms", "within")),
+    "diff.items": View(("kind", "name", "phase", "fsdp", "change", "a_ms", "b_ms", "delta_ms")),
+    "diff.syncs": View(("api", "a_count", "a_blocked_ms", "b_count", "b_blocked_ms")),
+    "diff.collectives": View(("kind", "a_count", "a_bytes", "a_exposed_ms", "b_count", "b_bytes", "b_exposed_ms")),
+}
+
+
+def shown_name(raw: str, view: View) -> str:
+    """The column's name in the table: its alias, `_ns` → `_ms` (`ns` → `ms`)."""
+    name = view.aliases.get(raw, raw)
+    if name == "ns" or name.endswith("_ns"):
+        return name[:-2] + "ms"
+    return name
+
+
+def is_bytes(name: str) -> bool:
+    return name.rsplit(".", 1)[-1] == "bytes" or name.endswith("_bytes")
+
+
+def human_bytes(expr: pl.Expr) -> pl.Expr:
+    """Bytes as text in the largest binary unit of at least 1 (2 decimals), e.g. `3.53 GiB`."""
+    text = None
+    for power, unit in ((30, "GiB"), (20, "MiB"), (10, "KiB")):
+        part = pl.format("{} " + unit, (expr / 2**power).round(2))
+        text = pl.when(expr >= 2**power).then(part) if text is None else text.when(expr >= 2**power).then(part)
+    return text.otherwise(pl.format("{} B", expr))
+
+
+def short_kernel_name(name: pl.Expr) -> pl.Expr:
+    """`void at::native::(anonymous namespace)::f<T>(float*, long)` → `f<T>`."""
+    return (name.str.replace(r"^void ", "").str.replace_all(r"\(anonymous namespace\)::", "")
+            .str.replace_all(r"\bat::native::", "").str.replace(r"\([^()]*\)$", ""))
+
+
+def size_text(n: int) -> str:
+    """A byte count as the tables show it."""
+    return pl.select(human_bytes(pl.lit(n, pl.Int64))).item()
+
+
+def in_units(raw: str, dtype, view: View) -> pl.Expr:
+    """The column as a person reads it: ns → ms (3 decimals), bytes → GiB/MiB/KiB, kernel
+    names short."""
+    col = pl.col(raw)
+    if raw in view.kernel_names:
+        return short_kernel_name(col)
+    if not dtype.is_numeric():
+        return col
+    if raw.rsplit(".", 1)[-1] == "ns" or raw.endswith("_ns"):
+        return (col / 1e6).round(3)
+    if is_bytes(raw):
+        return human_bytes(col)
+    return col
+
+
+def catalogue(frame: pl.DataFrame, view: View) -> dict[str, pl.Expr]:
+    """Every column the table can show, by shown name: the frame's own, its run (the trace's
+    directory) and the view's shares."""
+    out = {shown_name(c, view): in_units(c, t, view).alias(shown_name(c, view)) for c, t in frame.schema.items()}
+    if "path" in frame.columns:
+        path = pl.col("path").str.replace(r"/+$", "")
+        out["run"] = (pl.when(path.str.contains(r"\.json(\.gz)?$")).then(path.str.extract(r"([^/]+)/[^/]+$", 1))
+                      .otherwise(path.str.extract(r"([^/]+)$", 1)).alias("run"))
+    for name, (part, whole) in view.shares.items():
+        if part in frame.columns and whole in frame.columns:
+            out[name] = (pl.col(part) / pl.col(whole) * 100).round(1).alias(name)
+    return out
+
+
+def chosen(frame: pl.DataFrame, view: View, layout: Layout) -> pl.DataFrame:
+    """The table's columns: `layout.columns`, every column with `wide`, else the view's
+    default (of its `varied` columns, those that take more than one value)."""
+    shown = catalogue(frame, view)
+    if layout.columns:
+        names = {**{c: shown_name(c, view) for c in frame.columns},
+                 **{view.aliases.get(c, c): shown_name(c, view) for c in frame.columns}, **{c: c for c in shown}}
+        unknown = [c for c in layout.columns if c not in names]
+        if unknown:
+            raise UsageError(f"--columns: no column {', '.join(unknown)}; choose from {', '.join(shown)}")
+        return frame.select(shown[names[c]] for c in layout.columns)
+    if layout.wide or not view.default:
+        return frame.select(shown[shown_name(c, view)] for c in frame.columns)
+    names = [c for c in view.default if c in shown and
+             (c not in view.varied or frame.select(shown[c].n_unique()).item() > 1)]
+    return frame.select(shown[c] for c in names)
+
+
+def terminal_width() -> int:
+    return shutil.get_terminal_size((100, 24)).columns
+
+
+def cell(value, decimals: int | None) -> str:
+    """A value as the table prints it: blank for null, thousands separators, fixed decimals
+    (4 significant digits where `decimals` is None)."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:,.4g}" if decimals is None else f"{value:,.{decimals}f}"
+    return str(value)
+
+
+def decimals(values: pl.Series) -> int | None:
+    """The decimals a float column shows: 3 for ms, what its values need (at most 2) for
+    percentages and rates, else None (4 significant digits)."""
+    if values.name == "ms" or values.name.endswith("_ms"):
+        return 3
+    if not values.name.endswith(("pct", "gbps")):
+        return None
+    return max([min(2, len(repr(v).partition(".")[2])) for v in values if isinstance(v, float)] or [0])
+
+
+def table_text(frame: pl.DataFrame, width: int | None = None) -> str:
+    """The frame as an aligned plain table (numbers right, text left, a rule under the names),
+    two spaces between columns. When it is wider than `width` (default: the terminal's), the
+    text columns wrap to share what the other columns leave; nothing is cut."""
+    width = width or terminal_width()
+    columns = frame.columns
+    texts = [[cell(v, decimals(frame[c])) for v in frame[c]] for c in columns]
+    numeric = [t.is_numeric() for t in frame.dtypes]
+    sizes = [max([len(c), *map(len, cells)]) for c, cells in zip(columns, texts)]
+    wrap = [i for i, t in enumerate(frame.dtypes) if t == pl.String and sizes[i] > WRAPPED]
+    fixed = sum(s for i, s in enumerate(sizes) if i not in wrap) + 2 * (len(columns) - 1)
+    room = width - fixed
+    if wrap and sum(sizes[i] for i in wrap) > room >= sum(len(columns[i]) for i in wrap):
+        for i in sorted(wrap, key=lambda i: sizes[i]):  # the narrow ones keep their width
+            share = room // len([j for j in wrap if sizes[j] >= sizes[i]])
+            sizes[i] = max(len(columns[i]), min(sizes[i], share))
+            room -= sizes[i]
+
+    def lines(row: list[str]) -> list[str]:
+        pieces = [textwrap.wrap(t, sizes[i], break_on_hyphens=False) or [""] if i in wrap else [t]
+                  for i, t in enumerate(row)]
+        return ["  ".join((p[k] if k < len(p) else "").rjust(sizes[i]) if numeric[i] else
+                          (p[k] if k < len(p) else "").ljust(sizes[i]) for i, p in enumerate(pieces)).rstrip()
+                for k in range(max(map(len, pieces)))]
+
+    out = lines(columns) + ["  ".join("─" * s for s in sizes)]
+    for row in zip(*texts):
+        out += lines(list(row))
+    return "\n".join(out)
