@@ -14,9 +14,10 @@ gives intervals far too narrow. Here:
   effective steps − 1.
 - `delta_ci`: B's median − A's, with the same interval for the difference (variances added,
   ρ pooled over both sides, Welch–Satterthwaite df).
-- `verdict`: `too few steps` below `MIN_STEPS` timed steps (per repeat); `inconclusive` when the interval
-  holds 0 or the run is worth fewer than `MIN_EFFECTIVE` independent steps; else `faster` /
-  `slower` — "in this run" for one run's steps.
+- `verdict`: `too few steps` below `MIN_STEPS` timed steps (per repeat); `too few
+  independent steps` when one run's steps are worth fewer than `MIN_EFFECTIVE` independent
+  ones; `inconclusive` when the interval holds 0; else `faster` / `slower` — "in this run"
+  for one run's steps, "in R repeats" across repeats.
 - `repeats_delta_ci`: across R repeats of the matrix, the per-repeat Δs' mean with a t
   interval (R − 1 df): the run-to-run spread. `verdict` then speaks of the repeats.
 - `drift_pct`: the least-squares slope of step time over the steps, × (n − 1), as a percent
@@ -104,7 +105,9 @@ def verdict(lo: float, hi: float, n_steps: int, effective: float, repeats: int =
     """What the interval says (module docstring)."""
     if n_steps < MIN_STEPS:
         return "too few steps"
-    if (repeats < 2 and effective < MIN_EFFECTIVE) or lo <= 0 <= hi:
+    if repeats < 2 and effective < MIN_EFFECTIVE:
+        return "too few independent steps"
+    if lo <= 0 <= hi:
         return "inconclusive"
     word = "faster" if hi < 0 else "slower"
     return f"{word} in {repeats} repeats" if repeats > 1 else f"{word} in this run"

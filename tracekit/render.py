@@ -127,10 +127,11 @@ def render_diff(a_path: str, b_path: str, result, fmt: str, layout: Layout = Lay
         u = result.real
         overhead = ", ".join(f"{side} {u[f'{side.lower()}_profiler_overhead']}× ({u[f'{side.lower()}_profile_mode']})"
                              for side in "AB" if u[f"{side.lower()}_profiler_overhead"] is not None)
-        parts += [f"real Δ (the timed steps): B − A = {u['step']['d_ms']:+.3f} ms, 95 % interval "
-                  f"{u['step']['d_ms_ci']}: {u['step']['verdict']}"
-                  + (f"; recorded steps ÷ timed: {overhead}" if overhead else "")
-                  + "\nper phase, real (timers) vs recorded (timers) vs attributed (trace, mean rank):",
+        parts += [f"real Δ (timed steps): B − A = {u['step']['d_ms']:+.3f} ms {u['step']['d_ms_ci']} (95 %): "
+                  f"{u['step']['verdict']}"
+                  + (f"\nrecorded steps ÷ timed: {overhead}" if overhead else "")
+                  + "\nB − A per phase, ms: real (the timed steps' timers), recorded (the recorded steps'"
+                  "\ntimers), attributed (the trace, mean rank) = device + idle:",
                   render_frame(result.reconciled, fmt, "diff.reconciliation", layout)]
     parts.append(render_frame(diff.items, fmt, "diff.items", layout))
     for title, frame in (("syncs", diff.syncs), ("collectives", diff.collectives)):
