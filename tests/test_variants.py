@@ -145,3 +145,56 @@ def test_check_does_not_count_collectives_of_a_one_rank_gpu_run(tmp_path):
         {"rank": 0, "runtime_counts": {"all_reduce": 3, "Event.synchronize": 1}}]}}}
     table = count_check(manifest, {"fsdp1": run})
     assert table.select("count", "runtime", "trace", "match").rows() == [("syncs.cudaEventSynchronize", 1, 1, True)]
+
+
+def timed_rank(rank_, forward, backward, optimizer, device=True, saved=()):
+    """A rank's timed steps with phase timers; step = forward + backward + optimizer."""
+    step = [f + b + o for f, b, o in zip(forward, backward, optimizer)]
+    phases = {"forward": forward, "backward": backward, "optimizer": optimizer, "step": step}
+    return {"rank": rank_, "step_ms": {"median": float(np.median(step)), "all": step}, "saved_steps": list(saved),
+            "phase_ms": {"host": phases, "device": phases if device else None},
+            "peak_allocated_bytes": 10, "first_step": {"loss": 2.0, "grad_norm": 1.0}}
+
+
+def test_phase_table_pools_ranks_per_step_and_compares_each_phase_with_the_base():
+    """Two ranks, 10 steps. A: forward 10 ms on rank 0, 12 ms on rank 1 (pooled: 12), backward
+    20, optimizer 5; B: forward 12/12, backward 30 (rank 0) / 25, optimizer 5. Pooled (the
+    slowest rank's, per step) medians: A forward 12, backward 20, optimizer 5, step 37 (rank 0:
+    35, rank 1: 37); B forward 12, backward 30, step 47."""
+    from tracekit.analyses.variants import phase_table
+
+    n = 10
+    a = [timed_rank(0, [10.0] * n, [20.0] * n, [5.0] * n), timed_rank(1, [12.0] * n, [20.0] * n, [5.0] * n)]
+    b = [timed_rank(0, [12.0] * n, [30.0] * n, [5.0] * n), timed_rank(1, [12.0] * n, [25.0] * n, [5.0] * n)]
+    manifest = {"variants": {"A": {"status": "ok", "ranks": a}, "B": {"status": "ok", "ranks": b}}}
+    rows = {(r["variant"], r["phase"]): r for r in phase_table(manifest).iter_rows(named=True)}
+    assert rows[("A", "forward")]["ms"] == 12.0 and rows[("A", "step")]["ms"] == 37.0
+    assert rows[("B", "backward")]["ms"] == 30.0 and rows[("B", "step")]["ms"] == 47.0
+    assert rows[("B", "backward")]["d_ms"] == 10.0 and rows[("B", "forward")]["d_ms"] == 0.0
+    assert rows[("B", "backward")]["pct_of_step"] == round(100 * 30 / 47, 1)
+    assert rows[("A", "forward")]["verdict"] == "base" and rows[("A", "forward")]["clock"] == "device"
+
+
+def test_reconciliation_sets_the_trace_beside_the_timed_steps():
+    """Real Δ per phase (forward +2 [1, 3], step +5 [4, 6]); the trace attributes forward 1.5 ms
+    of device time and 1 ms idle (inside), backward −0.5 ms (no real figure: left out), step
+    2 ms (outside, 3 ms unexplained)."""
+    import polars as pl
+
+    from tracekit.analyses.variants import fidelity_warnings, reconciliation
+
+    def c(d, lo, hi):
+        return {"d_ms": d, "d_ms_ci": [lo, hi], "verdict": "slower in this run"}
+
+    real = {"step": c(5.0, 4.0, 6.0), "phases": {"forward": c(2.0, 1.0, 3.0)},
+            "a_recorded": {"forward": 10.0, "step": 30.0}, "b_recorded": {"forward": 12.5, "step": 32.0},
+            "a_profiler_overhead": 1.0, "b_profiler_overhead": 1.3, "a_profile_mode": "lean", "b_profile_mode": "lean"}
+    attributed = pl.DataFrame({"phase": ["backward", "forward"], "device_delta_ns": [-500_000, 1_500_000],
+                               "idle_delta_ns": [0, 1_000_000]})
+    table = {r["phase"]: r for r in reconciliation(real, attributed).iter_rows(named=True)}
+    assert table["forward"]["attributed_d_ms"] == 2.5 and table["forward"]["within"]
+    assert table["forward"]["recorded_d_ms"] == 2.5 and table["forward"]["idle_d_ms"] == 1.0
+    assert table["step"]["attributed_d_ms"] == 2.0 and not table["step"]["within"]
+    assert table["step"]["unexplained_ms"] == 3.0 and "backward" not in table
+    warnings = fidelity_warnings(real, reconciliation(real, attributed))
+    assert len(warnings) == 2 and "+3.000 ms unexplained" in warnings[0] and "1.30×" in warnings[1]

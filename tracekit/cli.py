@@ -606,7 +606,7 @@ def show_report(out, fmt: str, layout=None) -> None:
     emit(render_frame(table, fmt, "report", layout))
     phases = phase_table(manifest)
     if fmt in ("table", "md") and phases.height:
-        click.echo("\nper phase (timed steps; recorded_ms: the same phase in the recorded steps):")
+        click.echo("\nper phase, timed steps (pct: of the step; rec_d_ms: the Δ in the recorded steps):")
         emit(render_frame(phases, fmt, "report.phases", layout))
     for warning in report_warnings(table, manifest["config"].get("profile_mode", "full")):
         click.echo(f"tracekit: warning: {warning}", err=True)
