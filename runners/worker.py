@@ -1,9 +1,10 @@
-"""One worker process: every variant on this rank, one after the other.
+"""One worker process: every variant on this rank, one after the other, `repeats` times.
 
 Per variant: build and wrap (timed), memory after wrap, warm-up steps (the first records loss
 and grad norm), timed unprofiled steps (with checkpoint saves when asked), peak memory, then
-`profile_steps` steps recorded with torch.profiler, each timed and with the runtime's own
-counts of it.
+(in the last repeat) `profile_steps` steps recorded with torch.profiler with the runtime's
+own counts of each. Every step carries phase timers (`clock.py`); the steps of each loop run
+back to back, drained only before the first and after the last.
 
 Each variant gets a process group of its own, made from the launcher's store under the
 variant's prefix and destroyed after it, with a timeout (`collective_timeout_s`). The ranks
