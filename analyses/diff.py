@@ -13,7 +13,9 @@ time − A's (integer ns).
 - op: the CPU op that launched it; phase: forward / backward / optimizer (`phases.py`), so
   that the same kernel pairs across FSDP1 and FSDP2; an idle part takes the phase of the
   device's next activity (`idle_items`).
-- The FSDP-aware view (`by="fsdp"`) groups the same items by (kind, phase, FSDP label).
+- The FSDP-aware view (`by="fsdp"`) groups the same items by (kind, phase, FSDP phase): the
+  FSDP label mapped onto one vocabulary for FSDP1 and FSDP2 (`phases.fsdp_phase`), so that
+  their rows pair.
 - A trace without device activity (CPU-only, gloo): a step's time is its CPU window, split
   among the outermost CPU ops of the step's thread (kind `cpu`), the rest `host: other`.
 - Steps: one (`step`), or — `steps="all"` — the median step of each side (by time; the
@@ -28,7 +30,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from tracekit.analyses.comms import collective_kernels
-from tracekit.analyses.phases import launch_context
+from tracekit.analyses.phases import fsdp_phase, launch_context
 from tracekit.analyses.syncs import host_syncs
 from tracekit.analyses.timeline import outermost, timeline
 from tracekit.errors import TraceError
@@ -178,7 +180,10 @@ class Material:
 
 def material(trace: Trace, by: str = "kernel") -> Material:
     key = VIEWS[by]
-    items = all_items(trace).group_by("step", *key).agg(ns=pl.col("ns").sum(), count=pl.len().cast(pl.Int64))
+    items = all_items(trace)
+    if by == "fsdp":
+        items = items.with_columns(fsdp=fsdp_phase(pl.col("phase"), pl.col("fsdp")))
+    items = items.group_by("step", *key).agg(ns=pl.col("ns").sum(), count=pl.len().cast(pl.Int64))
     syncs = host_syncs(trace).group_by("step", "api").agg(
         count=pl.len().cast(pl.Int64), blocked_ns=pl.col("blocked_ns").sum())
     colls = collective_kernels(trace).group_by("step", pl.col("coll_kind").alias("kind")).agg(

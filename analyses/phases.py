@@ -61,3 +61,27 @@ def launch_context(trace: Trace) -> pl.DataFrame:
                 fsdp=pl.col("label").str.replace(r" \(.*\)$", ""),
                 unit=pl.col("label").str.extract(r"\((.*)\)$", 1))
             .select("row", "phase", "fsdp", "unit", "op").sort("row"))
+
+
+# FSDP1's and FSDP2's labels (unit stripped) → one phase vocabulary (docs/diff.md, "--by fsdp").
+# A label of all-gather work lands in `pre-forward all-gather` during forward, `pre-backward`
+# during backward (the unshard before a module's backward, prefetched or not).
+POST_BACKWARD = (r"^(FullyShardedDataParallel\._post_backward_hook(_reshard_only)?|FSDP::post_backward_"
+                 r"(reduce|rs_wait|accumulate|reshard)|FSDP::root_post_backward_callback|fsdp::chunk_cat)$")
+POST_FORWARD = r"^(FullyShardedDataParallel\._post_forward|FSDP::post_forward|FSDP::cast_forward_outputs)$"
+ALL_GATHER = (r"^(FullyShardedDataParallel\.(_pre_forward(_prefetch)?|_root_pre_forward|_to_kwargs|rate_limiter|"
+              r"_pre_backward_(hook|prefetch)|_post_backward_prefetch)|"
+              r"FSDP::(all_gather(_copy_out)?|pre_forward|root_pre_forward|pre_backward|(forward|backward)_prefetch .*|"
+              r"cast_forward_inputs|inputs_to_device)|fsdp::(all_gather_copy_in|split_with_sizes_copy))$")
+
+
+def fsdp_phase(phase: pl.Expr, label: pl.Expr) -> pl.Expr:
+    """The FSDP phase of an item from its coarse `phase` and FSDP `label`: pre-forward
+    all-gather, forward, pre-backward, backward, post-backward reduce-scatter, optimizer (or
+    the coarse phase, e.g. checkpoint); a label not in the table stays itself, unpaired."""
+    return (pl.when(label.is_null()).then(phase)
+            .when(label.str.contains(POST_BACKWARD)).then(pl.lit("post-backward reduce-scatter"))
+            .when(label.str.contains(POST_FORWARD)).then(pl.lit("forward"))
+            .when(label.str.contains(ALL_GATHER) & (phase == "forward")).then(pl.lit("pre-forward all-gather"))
+            .when(label.str.contains(ALL_GATHER) & (phase == "backward")).then(pl.lit("pre-backward"))
+            .otherwise(label))

@@ -93,7 +93,52 @@ def test_plot_and_fsdp_view(tmp_path):
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     header = result.stdout.splitlines()[0]
     assert header == "kind,phase,fsdp,change,a_ns,b_ns,delta_ns,a_count,b_count"
-    assert "FSDP::post_backward_reduce" in result.stdout and "FullyShardedDataParallel._post_backward_hook" in result.stdout
+    assert "post-backward reduce-scatter" in result.stdout and "FSDP::post_backward_reduce" not in result.stdout
+
+
+def test_fsdp_view_pairs_fsdp1_with_fsdp2():
+    """Acceptance (issue 18): no FSDP phase is both added and removed; the FSDP1 and FSDP2
+    reduce-scatters share one row."""
+    result = CliRunner().invoke(main, ["diff", "--by", "fsdp", "--format", "json", "--top", "100",
+                                       str(DATA / "h200x2-blocks4"), "fsdp1", "fsdp2"])
+    assert result.exit_code == 0, result.output
+    items = json.loads(result.stdout)["items"]
+    for phase in {i["fsdp"] for i in items}:
+        changes = {i["change"] for i in items if i["fsdp"] == phase}
+        assert not {"added", "removed"} <= changes, phase
+    (rs,) = [i for i in items if (i["kind"], i["fsdp"]) == ("comm", "post-backward reduce-scatter")]
+    assert rs["a_count"] > 0 and rs["b_count"] > 0
+
+
+def test_fsdp_phase_table():
+    """Each label of both implementations (as the traces spell them) → the documented phase."""
+    import polars as pl
+
+    from tracekit.analyses.phases import fsdp_phase
+
+    expected = [
+        ("forward", "FullyShardedDataParallel._pre_forward", "pre-forward all-gather"),
+        ("forward", "FullyShardedDataParallel.rate_limiter", "pre-forward all-gather"),
+        ("forward", "FSDP::all_gather", "pre-forward all-gather"),
+        ("forward", "fsdp::all_gather_copy_in", "pre-forward all-gather"),
+        ("forward", "fsdp::split_with_sizes_copy", "pre-forward all-gather"),
+        ("forward", "FSDP::post_forward", "forward"),
+        ("forward", None, "forward"),
+        ("backward", "FullyShardedDataParallel._pre_backward_prefetch", "pre-backward"),
+        ("backward", "FullyShardedDataParallel._post_backward_prefetch", "pre-backward"),
+        ("backward", "FSDP::all_gather", "pre-backward"),
+        ("backward", "FSDP::backward_prefetch for blocks.2", "pre-backward"),
+        ("backward", None, "backward"),
+        ("backward", "FullyShardedDataParallel._post_backward_hook", "post-backward reduce-scatter"),
+        ("backward", "FSDP::post_backward_reduce", "post-backward reduce-scatter"),
+        ("backward", "fsdp::chunk_cat", "post-backward reduce-scatter"),
+        ("optimizer", None, "optimizer"),
+        ("backward", "FSDP::something_new", "FSDP::something_new"),
+    ]
+    frame = pl.DataFrame({"phase": [e[0] for e in expected], "label": [e[1] for e in expected]},
+                         schema={"phase": pl.String, "label": pl.String})
+    got = frame.select(fsdp_phase(pl.col("phase"), pl.col("label")))["phase"].to_list()
+    assert got == [e[2] for e in expected]
 
 
 def test_different_models_are_warned_about(tmp_path):

@@ -364,9 +364,26 @@ def diffed(a, b, steps, rank, top: int, by: str, options: dict, whole: bool = Fa
     return a_traces, b_traces, result
 
 
+def diff_sides(paths: tuple) -> tuple[str, str]:
+    """A's and B's paths: `A B` (trace files or run directories), or `OUT A B` (variant names
+    of one profile output)."""
+    if len(paths) not in (2, 3):
+        raise UsageError(f"diff takes A B, or OUT A B (variants of a profile output); got {len(paths)} argument(s)")
+    if len(paths) == 2:
+        existing(None, None, paths)
+        return paths
+    out, *variants = paths
+    existing(None, None, out)
+    found = sorted(p.name for p in Path(out).iterdir() if p.is_dir() and p.name != "names") \
+        if Path(out).is_dir() else []
+    for variant in variants:
+        if variant not in found:
+            raise UsageError(f"{out}: no variant {variant} (found: {', '.join(found) or 'none'})")
+    return str(Path(out) / variants[0]), str(Path(out) / variants[1])
+
+
 @main.command()
-@click.argument("a", callback=existing)
-@click.argument("b", callback=existing)
+@click.argument("paths", nargs=-1, required=True, metavar="[OUT] A B")
 @click.option("--steps", default="all", show_default=True, callback=steps_choice,
               help="One step both have, or all: each side's median step is attributed and each item's "
                    "delta over the steps both have gives its spread.")
@@ -379,12 +396,14 @@ def diffed(a, b, steps, rank, top: int, by: str, options: dict, whole: bool = Fa
               help="Also draw the waterfall to FILE.png or FILE.html.")
 @format_option
 @table_layout
-def diff(a, b, steps, rank, options, top, by, plot_path, fmt, layout):
+def diff(paths, steps, rank, options, top, by, plot_path, fmt, layout):
     """Attribute B's step time minus A's to kernels, collectives and idle causes, exactly.
 
-    A and B are trace files or run directories of the same job in two variants."""
+    A and B are trace files or run directories of the same job in two variants, or, after a
+    `tracekit profile` output OUT, two of its variants' names."""
     from tracekit.render import render_diff
 
+    a, b = diff_sides(paths)
     _, _, result = diffed(a, b, steps, rank, top, by, options)
     emit(render_diff(a, b, result, fmt, layout))
     if plot_path:
