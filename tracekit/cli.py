@@ -330,14 +330,13 @@ def lint(paths, rank, fmt, layout, options, strict):
         sys.exit(1)
 
 
-def diffed(a, b, steps, rank, top: int, by: str, options: dict, whole: bool = False):
+def diffed(a, b, steps, rank, top: int, by: str, options: dict, whole: bool = False, ranks: str = "sum"):
     """(A's traces, B's traces, the RunDiff) with every warning printed: world sizes, steps,
     and the models named by the profile manifests when both have one. The traces are loaded
     here only when `whole` (for export); else each rank's diff material comes from a worker."""
     from functools import partial
 
-    from tracekit.analyses.diff import combine, diff_runs, material
-    from tracekit.analyses.diff import phase_attribution
+    from tracekit.analyses.diff import combine, diff_runs, material, phase_attribution, sign_disagreements
     from tracekit.analyses.variants import config_mismatch, fidelity_warnings, real_delta, reconciliation
     from tracekit.loading import profile_variant
 
@@ -359,6 +358,8 @@ def diffed(a, b, steps, rank, top: int, by: str, options: dict, whole: bool = Fa
         if result.real:
             result.reconciled = reconciliation(result.real, phase_attribution(result.together, len(result.per_rank)))
             warnings += fidelity_warnings(result.real, result.reconciled)
+    if ranks != "each":
+        warnings += [f"{w}; the {ranks} over ranks hides it (--ranks each)" for w in sign_disagreements(result, by=by)]
     for warning in warnings:
         click.echo(f"tracekit: warning: {warning}", err=True)
     return a_traces, b_traces, result
@@ -382,6 +383,12 @@ def diff_sides(paths: tuple) -> tuple[str, str]:
     return str(Path(out) / variants[0]), str(Path(out) / variants[1])
 
 
+def side_names(a: str, b: str) -> tuple[str, str]:
+    """Short names of the two sides: their last path parts (`A`/`B` when those agree)."""
+    names = Path(a.rstrip("/")).name, Path(b.rstrip("/")).name
+    return names if names[0] != names[1] else ("A", "B")
+
+
 @main.command()
 @click.argument("paths", nargs=-1, required=True, metavar="[OUT] A B")
 @click.option("--steps", default="all", show_default=True, callback=steps_choice,
@@ -394,9 +401,12 @@ def diff_sides(paths: tuple) -> tuple[str, str]:
               help="Group by kernel identity (kind, name, op, phase) or by FSDP phase (kind, phase, FSDP label).")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), callback=new_file,
               help="Also draw the waterfall to FILE.png or FILE.html.")
+@click.option("--ranks", type=click.Choice(["each", "sum", "mean"]), default="each", show_default=True,
+              help="With several ranks: a table per rank, or their sum or mean (JSON: the top level is the "
+                   "mean with mean, else the sum; `ranks` holds each).")
 @format_option
 @table_layout
-def diff(paths, steps, rank, options, top, by, plot_path, fmt, layout):
+def diff(paths, steps, rank, options, top, by, ranks, plot_path, fmt, layout):
     """Attribute B's step time minus A's to kernels, collectives and idle causes, exactly.
 
     A and B are trace files or run directories of the same job in two variants, or, after a
@@ -404,12 +414,15 @@ def diff(paths, steps, rank, options, top, by, plot_path, fmt, layout):
     from tracekit.render import render_diff
 
     a, b = diff_sides(paths)
-    _, _, result = diffed(a, b, steps, rank, top, by, options)
-    emit(render_diff(a, b, result, fmt, layout))
+    from tracekit.analyses.lead import diff_lead
+
+    _, _, result = diffed(a, b, steps, rank, top, by, options, ranks=ranks)
+    names = side_names(a, b)
+    emit(render_diff(a, b, result, fmt, layout, ranks, diff_lead(result, *names, by)))
     if plot_path:
         from tracekit.plot import waterfall
 
-        written = waterfall(result.shown, Path(a).name, Path(b).name, plot_path)
+        written = waterfall(result.shown(ranks), *names, plot_path)
         wrote(written)
 
 
@@ -632,7 +645,7 @@ def show_report(out, fmt: str, layout=None) -> None:
     if fmt in ("table", "md"):
         for (a, b), result in variant_diffs(runs, top=8).items():
             click.echo("")
-            emit(render_diff(a, b, result, fmt, Layout(wide=layout.wide)))
+            emit(render_diff(a, b, result, fmt, Layout(wide=layout.wide), "mean"))
 
 
 @main.command()
