@@ -336,8 +336,8 @@ def diffed(a, b, steps, rank, top: int, by: str, options: dict, whole: bool = Fa
     here only when `whole` (for export); else each rank's diff material comes from a worker."""
     from functools import partial
 
-    from tracekit.analyses.diff import combine, diff_runs, material, phase_attribution, sign_disagreements
-    from tracekit.analyses.variants import config_mismatch, fidelity_warnings, real_delta, reconciliation
+    from tracekit.analyses.diff import combine, diff_runs, material, sign_disagreements
+    from tracekit.analyses.variants import with_real
     from tracekit.loading import profile_variant
 
     if isinstance(steps, list) and len(steps) != 1:
@@ -352,12 +352,7 @@ def diffed(a, b, steps, rank, top: int, by: str, options: dict, whole: bool = Fa
                  for p in (a, b)]
         result = combine(*sides, step, top, by)
     (ma, va), (mb, vb) = profile_variant(a), profile_variant(b)
-    warnings = result.warnings + config_mismatch(ma, mb)
-    if ma and mb:
-        result.real = real_delta(ma, va, mb, vb)
-        if result.real:
-            result.reconciled = reconciliation(result.real, phase_attribution(result.together, len(result.per_rank)))
-            warnings += fidelity_warnings(result.real, result.reconciled)
+    warnings = result.warnings + with_real(result, ma, va, mb, vb)
     if ranks != "each":
         warnings += [f"{w}; the {ranks} over ranks hides it (--ranks each)" for w in sign_disagreements(result, by=by)]
     for warning in warnings:
@@ -422,7 +417,7 @@ def diff(paths, steps, rank, options, top, by, ranks, plot_path, fmt, layout):
     if plot_path:
         from tracekit.plot import waterfall
 
-        written = waterfall(result.shown(ranks), *names, plot_path)
+        written = waterfall(result.shown(ranks), *names, plot_path, "sum over ranks" if ranks == "sum" else "mean rank")
         wrote(written)
 
 
@@ -617,35 +612,61 @@ def capacity(out, variants, presets, batches, seq, overwrite, fmt, **options):
 
 @main.command("report")
 @click.argument("out", type=click.Path(exists=True, file_okay=False))
+@click.option("--baseline", default=None, metavar="VARIANT", help="The variant the others are compared with "
+              "(default: the first that ran).")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), callback=new_file,
+              help="Also draw each variant's recorded step split (compute, exposed comm, memcpy, idle by "
+                   "cause) beside its timed step to FILE.png or FILE.html.")
 @format_option
 @table_layout
-def report_command(out, fmt, layout):
-    """The variants of a `tracekit profile` output side by side, each against the first."""
-    show_report(out, fmt, layout)
+def report_command(out, baseline, plot_path, fmt, layout):
+    """The variants of a `tracekit profile` output side by side, each against the baseline."""
+    show_report(out, fmt, layout, baseline, plot_path)
 
 
-def show_report(out, fmt: str, layout=None) -> None:
+def show_report(out, fmt: str, layout=None, baseline: str | None = None, plot_path=None) -> None:
     """The variants side by side with their noise and fidelity, warnings, then each one's
-    exact diff against the first (top items)."""
-    from tracekit.analyses.variants import phase_table, report_warnings, variant_diffs, variant_table
+    exact diff against the baseline (top items, the mean rank); in JSON one object
+    `{variants, phases, diffs, warnings}` (docs/json.md)."""
+    from tracekit.analyses.lead import diff_lead
+    from tracekit.analyses.variants import (base_variant, phase_table, report_warnings, variant_diffs,
+                                            variant_table, with_real)
     from tracekit.loading import load_profile
-    from tracekit.render import render_diff
+    from tracekit.render import full_diff_doc, render_diff
     from tracekit.views import Layout
 
     layout = layout or Layout()
     manifest, runs = load_profile(out)
-    table = variant_table(manifest, runs)
-    emit(render_frame(table, fmt, "report", layout))
-    phases = phase_table(manifest)
-    if fmt in ("table", "md") and phases.height:
-        click.echo("\nper phase (timed steps; recorded_ms: the same phase in the recorded steps):")
-        emit(render_frame(phases, fmt, "report.phases", layout))
-    for warning in report_warnings(table, manifest["config"].get("profile_mode", "full")):
+    try:
+        base = base_variant(manifest, baseline)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    table, phases = variant_table(manifest, runs, base), phase_table(manifest, base)
+    warnings = report_warnings(table, manifest["config"].get("profile_mode", "full"))
+    diffs = variant_diffs(runs, top=8, base=base)
+    for (a, b), result in diffs.items():
+        warnings += [f"{b} − {a}: {w}" for w in result.warnings + with_real(result, manifest, a, manifest, b)]
+    leads = {pair: diff_lead(result, *pair) for pair, result in diffs.items()}
+    if fmt == "json":
+        emit(json.dumps({"variants": table.to_dicts(), "phases": phases.to_dicts(),
+                         "diffs": [full_diff_doc(a, b, result, "sum", leads[a, b]) for (a, b), result in diffs.items()],
+                         "warnings": warnings}, indent=1))
+    else:
+        emit(render_frame(table, fmt, "report", layout))
+        if fmt in ("table", "md") and phases.height:
+            click.echo("\nper phase (timed steps; recorded_ms: the same phase in the recorded steps):")
+            emit(render_frame(phases, fmt, "report.phases", layout))
+        if fmt in ("table", "md"):
+            for (a, b), result in diffs.items():
+                click.echo("")
+                emit(render_diff(a, b, result, fmt, Layout(wide=layout.wide), "mean", leads[a, b]))
+    for warning in warnings:
         click.echo(f"tracekit: warning: {warning}", err=True)
-    if fmt in ("table", "md"):
-        for (a, b), result in variant_diffs(runs, top=8).items():
-            click.echo("")
-            emit(render_diff(a, b, result, fmt, Layout(wide=layout.wide), "mean"))
+    if plot_path:
+        from tracekit.analyses.variants import step_split, timed_steps
+        from tracekit.plot import report_picture
+
+        wrote(report_picture(step_split(runs), timed_steps(table), plot_path))
 
 
 @main.command()
