@@ -182,6 +182,7 @@ class Material:
     items: pl.DataFrame
     syncs: pl.DataFrame
     collectives: pl.DataFrame
+    named: tuple[int, int] | None = None  # a lean trace named from its full step: (matched, activities)
 
 
 def material(trace: Trace, by: str = "kernel") -> Material:
@@ -286,6 +287,10 @@ def combine(a_side: list[Material], b_side: list[Material], steps="all", top: in
     if len(a_ranks) != len(b_ranks) or {m.world_size for m in a_side} != {m.world_size for m in b_side}:
         warnings.append(f"A has {len(a_ranks)} rank(s) (world size {a_side[0].world_size}), B has "
                         f"{len(b_ranks)} (world size {b_side[0].world_size}): comparing the ranks both have")
+    for side, materials in (("A", a_side), ("B", b_side)):
+        warnings += [f"{side} rank {m.rank}: {m.named[1] - m.named[0]} of {m.named[1]} lean GPU activities not named "
+                     "from the full step (no kernel of that name at their place in it): their op and dtype are "
+                     "unknown" for m in materials if m.named and m.named[0] < m.named[1]]
     common = sorted(set(a_ranks) & set(b_ranks))
     if not common:
         raise TraceError(f"{a_side[0].path} / {b_side[0].path}",

@@ -13,7 +13,8 @@ start ≤ call start, end ≥ call end) give:
   `fsdp::all_gather_copy_in`, `FSDP::post_backward_reduce (…)`…, FSDP1
   `FullyShardedDataParallel._pre_forward`, `.rate_limiter`, … — with its unit (the FQN in
   parentheses) split off into `unit`;
-- `op`: the CPU op that launched it (same External id).
+- `op`: the CPU op that launched it (same External id); in a `lean` trace, where there is none,
+  the one `naming.named` copied from the full step (`derived["lean-names"]`).
 """
 
 from __future__ import annotations
@@ -52,9 +53,11 @@ def launch_context(trace: Trace) -> pl.DataFrame:
                  .join_where(runner, pl.col("r_start") <= pl.col("c_start"), pl.col("r_end") >= pl.col("c_end"))
                  .group_by("row").agg(pl.col("runner_phase").first()))
     launcher = trace.ops.filter(pl.col("cat") == "cpu_op").select("ext_id", op=pl.col("name")).unique("ext_id")
+    named = trace.derived.get("lean-names", pl.DataFrame(schema={"row": pl.UInt32, "op": pl.String}))
     return (launches.select("row", "ext_id").join(fsdp, on="row", how="left").join(coarse, on="row", how="left")
             .join(by_runner, on="row", how="left").join(launcher, on="ext_id", how="left")
-            .with_columns(
+            .join(named.rename({"op": "named_op"}), on="row", how="left")
+            .with_columns(op=pl.coalesce("op", "named_op"),
                 phase=pl.when(pl.col("runner_phase").is_not_null()).then(pl.col("runner_phase"))
                 .when(pl.col("optimizer")).then(pl.lit("optimizer"))
                 .when(pl.col("backward")).then(pl.lit("backward")).otherwise(pl.lit("forward")),

@@ -330,13 +330,27 @@ def lint(paths, rank, fmt, layout, options, strict):
         sys.exit(1)
 
 
+def named_material(trace, by: str, comm_kernels: tuple = (), cache=None):
+    """`diff.material` of a trace, a lean one first named from the full step beside it
+    (`<its folder>/names/<its file name>`, as `tracekit profile` writes it) when there is one."""
+    from tracekit.analyses.diff import material
+    from tracekit.analyses.naming import named
+    from tracekit.loading import load_trace
+
+    beside = Path(str(trace.path)).parent / "names" / Path(str(trace.path)).name
+    counts = named(trace, load_trace(beside, comm_kernels=comm_kernels, cache=cache)) if beside.is_file() else None
+    found = material(trace, by)
+    found.named = counts
+    return found
+
+
 def diffed(a, b, steps, rank, top: int, by: str, options: dict, whole: bool = False, ranks: str = "sum"):
     """(A's traces, B's traces, the RunDiff) with every warning printed: world sizes, steps,
     and the models named by the profile manifests when both have one. The traces are loaded
     here only when `whole` (for export); else each rank's diff material comes from a worker."""
     from functools import partial
 
-    from tracekit.analyses.diff import combine, diff_runs, material, sign_disagreements
+    from tracekit.analyses.diff import combine, diff_runs, sign_disagreements
     from tracekit.analyses.variants import with_real
     from tracekit.loading import profile_variant
 
@@ -348,8 +362,8 @@ def diffed(a, b, steps, rank, top: int, by: str, options: dict, whole: bool = Fa
         result = diff_runs(a_traces, b_traces, step, top, by)
     else:
         a_traces = b_traces = None
-        sides = [[m for _, m in of_ranks(analysed_runs([p], options, partial(material, by=by), rank=rank), rank, [p])]
-                 for p in (a, b)]
+        naming = partial(named_material, by=by, comm_kernels=options["comm_kernels"], cache=options["cache"])
+        sides = [[m for _, m in of_ranks(analysed_runs([p], options, naming, rank=rank), rank, [p])] for p in (a, b)]
         result = combine(*sides, step, top, by)
     (ma, va), (mb, vb) = profile_variant(a), profile_variant(b)
     warnings = result.warnings + with_real(result, ma, va, mb, vb)

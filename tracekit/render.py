@@ -176,7 +176,7 @@ def render_diff(a_path: str, b_path: str, result, fmt: str, layout: Layout = Lay
         return result.shown(ranks).items.write_csv()
     parts = [textwrap.fill(" ".join(lead), terminal_width() if fmt == "table" else 10**6)] if lead else []
     if result.real:
-        parts += [real_text(result.real), render_frame(result.reconciled, fmt, "diff.reconciliation", layout)]
+        parts += [real_text(result.real), render_frame(result.reconciled, fmt, "diff.reconciliation", Layout(wide=layout.wide))]
     for diff in result.per_rank if each else [result.shown(ranks)]:
         parts += diff_blocks(a_path, b_path, diff, result, ranks, fmt, layout)
     return "\n\n".join(parts)
