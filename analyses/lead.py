@@ -47,7 +47,7 @@ def phase_sentence(result: RunDiff) -> str | None:
         if not attributed.height:
             return None
         phases = attributed.select("phase", d=(pl.col("device_delta_ns") + pl.col("idle_delta_ns")) / 1e6)
-        source = "the trace, mean rank"
+        source = "the trace, mean rank" if len(result.per_rank) > 1 else "the trace"
     top = phases.sort(pl.col("d").abs(), descending=True).head(2).iter_rows()
     parts = [f"{phase} {'+' if d > 0 else '−'}{ms(d)} ms" for phase, d in top]
     return f"By phase: {' and '.join(parts)} ({source})."
