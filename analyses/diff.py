@@ -13,7 +13,9 @@ time − A's (integer ns).
 - op: the CPU op that launched it; phase: forward / backward / optimizer (`phases.py`), so
   that the same kernel pairs across FSDP1 and FSDP2; an idle part takes the phase of the
   device's next activity (`idle_items`).
-- The FSDP-aware view (`by="fsdp"`) groups the same items by (kind, phase, FSDP label).
+- The FSDP-aware view (`by="fsdp"`) groups the same items by (kind, phase, FSDP phase): the
+  FSDP label mapped onto one vocabulary for FSDP1 and FSDP2 (`phases.fsdp_phase`), so that
+  their rows pair.
 - A trace without device activity (CPU-only, gloo): a step's time is its CPU window, split
   among the outermost CPU ops of the step's thread (kind `cpu`), the rest `host: other`.
 - Steps: one (`step`), or — `steps="all"` — the median step of each side (by time; the
@@ -28,7 +30,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from tracekit.analyses.comms import collective_kernels
-from tracekit.analyses.phases import launch_context
+from tracekit.analyses.phases import fsdp_phase, launch_context
 from tracekit.analyses.syncs import host_syncs
 from tracekit.analyses.timeline import outermost, timeline
 from tracekit.errors import TraceError
@@ -50,10 +52,10 @@ class Diff:
     `row` into trace.gpu; per rank only)."""
 
     rank: int | None
-    a_step: int
-    b_step: int
-    a_step_ns: int
-    b_step_ns: int
+    a_step: int | None  # None: the ranks of a sum or mean used different steps
+    b_step: int | None
+    a_step_ns: int | float
+    b_step_ns: int | float
     items: pl.DataFrame
     all_items: pl.DataFrame
     syncs: pl.DataFrame
@@ -76,10 +78,16 @@ class RunDiff:
     real: dict | None = None  # `variants.real_delta`, when both sides come with a profile manifest
     reconciled: pl.DataFrame | None = None  # `variants.reconciliation` of `real` with `phase_attribution`
 
-    @property
-    def shown(self) -> Diff:
-        """What a one-object report shows: the rank's diff, or the sum over ranks."""
-        return self.per_rank[0] if len(self.per_rank) == 1 else self.together
+    def shown(self, ranks: str = "sum") -> Diff:
+        """What a one-object report shows: the rank's diff, or over ranks their sum (`ranks`
+        "sum") or mean ("mean", "each": a picture of one rank's scale)."""
+        if len(self.per_rank) == 1:
+            return self.per_rank[0]
+        return self.together if ranks == "sum" else rank_mean(self.together, len(self.per_rank))
+
+    def steps_used(self, side: str) -> dict[int, int]:
+        """rank → the step of `side` ("a" or "b") that was attributed."""
+        return {d.rank: d.a_step if side == "a" else d.b_step for d in self.per_rank}
 
 
 def step_items(trace: Trace, step: int) -> pl.DataFrame:
@@ -174,11 +182,15 @@ class Material:
     items: pl.DataFrame
     syncs: pl.DataFrame
     collectives: pl.DataFrame
+    named: tuple[int, int] | None = None  # a lean trace named from its full step: (matched, activities)
 
 
 def material(trace: Trace, by: str = "kernel") -> Material:
     key = VIEWS[by]
-    items = all_items(trace).group_by("step", *key).agg(ns=pl.col("ns").sum(), count=pl.len().cast(pl.Int64))
+    items = all_items(trace)
+    if by == "fsdp":
+        items = items.with_columns(fsdp=fsdp_phase(pl.col("phase"), pl.col("fsdp")))
+    items = items.group_by("step", *key).agg(ns=pl.col("ns").sum(), count=pl.len().cast(pl.Int64))
     syncs = host_syncs(trace).group_by("step", "api").agg(
         count=pl.len().cast(pl.Int64), blocked_ns=pl.col("blocked_ns").sum())
     colls = collective_kernels(trace).group_by("step", pl.col("coll_kind").alias("kind")).agg(
@@ -275,6 +287,10 @@ def combine(a_side: list[Material], b_side: list[Material], steps="all", top: in
     if len(a_ranks) != len(b_ranks) or {m.world_size for m in a_side} != {m.world_size for m in b_side}:
         warnings.append(f"A has {len(a_ranks)} rank(s) (world size {a_side[0].world_size}), B has "
                         f"{len(b_ranks)} (world size {b_side[0].world_size}): comparing the ranks both have")
+    for side, materials in (("A", a_side), ("B", b_side)):
+        warnings += [f"{side} rank {m.rank}: {m.named[1] - m.named[0]} of {m.named[1]} lean GPU activities not named "
+                     "from the full step (no kernel of that name at their place in it): their op and dtype are "
+                     "unknown" for m in materials if m.named and m.named[0] < m.named[1]]
     common = sorted(set(a_ranks) & set(b_ranks))
     if not common:
         raise TraceError(f"{a_side[0].path} / {b_side[0].path}",
@@ -311,9 +327,48 @@ def aggregate(diffs: list[Diff], top: int, by: str, spread: pl.DataFrame | None)
     summed = by_delta(items.group_by(key).agg(pl.col(*SUMS).sum()), key)
     if spread is not None:
         summed = summed.join(spread, on=key, how="left", nulls_equal=True, maintain_order="left")
-    return Diff(None, diffs[0].a_step, diffs[0].b_step, sum(d.a_step_ns for d in diffs),
+    a_steps, b_steps = {d.a_step for d in diffs}, {d.b_step for d in diffs}
+    return Diff(None, a_steps.pop() if len(a_steps) == 1 else None, b_steps.pop() if len(b_steps) == 1 else None,
+                sum(d.a_step_ns for d in diffs),
                 sum(d.b_step_ns for d in diffs), top_with_other(summed, top, key), summed,
                 summed_by([d.syncs for d in diffs], "api"), summed_by([d.collectives for d in diffs], "kind"))
+
+
+def rank_mean(diff: Diff, ranks: int) -> Diff:
+    """A sum over `ranks` ranks as the mean rank: every figure ÷ `ranks` (floats; the items
+    still sum to the step's Δ, up to rounding)."""
+    def mean(frame):
+        return frame.with_columns(pl.col(c) / ranks for c, t in frame.schema.items() if t.is_numeric())
+
+    return Diff(None, diff.a_step, diff.b_step, diff.a_step_ns / ranks, diff.b_step_ns / ranks, mean(diff.items),
+                mean(diff.all_items), mean(diff.syncs), mean(diff.collectives))
+
+
+def sign_disagreements(result: RunDiff, top: int = 5, by: str = "kernel") -> list[str]:
+    """Where ranks move in opposite directions — the step, and each of the `top` items of the
+    sum — with each rank's Δ: a sum or mean over ranks hides it."""
+    if len(result.per_rank) < 2:
+        return []
+    out = []
+    steps = {d.rank: d.step_delta_ns for d in result.per_rank}
+    if max(steps.values()) > 0 > min(steps.values()):
+        out.append("ranks disagree on the step's Δ: " + per_rank_text(steps))
+    key = VIEWS[by]
+    leading = result.together.all_items.head(top).select(key)
+    per_rank = pl.concat([d.all_items.select(*key, "delta_ns").with_columns(rank=pl.lit(d.rank)) for d in result.per_rank])
+    split = (leading.join(per_rank, on=key, how="left", nulls_equal=True, maintain_order="left")
+             .group_by(key, maintain_order=True).agg("rank", "delta_ns")
+             .filter((pl.col("delta_ns").list.max() > 0) & (pl.col("delta_ns").list.min() < 0)))
+    for row in split.iter_rows(named=True):
+        label = " ".join(dict.fromkeys(str(row[k]) for k in key if row[k] is not None))
+        out.append(f"ranks disagree on {label}: {per_rank_text(dict(zip(row['rank'], row['delta_ns'])))}")
+    return out
+
+
+def per_rank_text(deltas: dict[int, int]) -> str:
+    """`rank 0 −14.0 ms, rank 1 +6.3 ms`."""
+    return ", ".join(f"rank {r} {d / 1e6:+.{1 if abs(d) >= 1e6 else 3}f} ms".replace("-", "−")
+                     for r, d in sorted(deltas.items()))
 
 
 def phase_attribution(diff: Diff, ranks: int = 1) -> pl.DataFrame:

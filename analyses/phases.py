@@ -13,7 +13,8 @@ start ≤ call start, end ≥ call end) give:
   `fsdp::all_gather_copy_in`, `FSDP::post_backward_reduce (…)`…, FSDP1
   `FullyShardedDataParallel._pre_forward`, `.rate_limiter`, … — with its unit (the FQN in
   parentheses) split off into `unit`;
-- `op`: the CPU op that launched it (same External id).
+- `op`: the CPU op that launched it (same External id); in a `lean` trace, where there is none,
+  the one `naming.named` copied from the full step (`derived["lean-names"]`).
 """
 
 from __future__ import annotations
@@ -52,12 +53,38 @@ def launch_context(trace: Trace) -> pl.DataFrame:
                  .join_where(runner, pl.col("r_start") <= pl.col("c_start"), pl.col("r_end") >= pl.col("c_end"))
                  .group_by("row").agg(pl.col("runner_phase").first()))
     launcher = trace.ops.filter(pl.col("cat") == "cpu_op").select("ext_id", op=pl.col("name")).unique("ext_id")
+    named = trace.derived.get("lean-names", pl.DataFrame(schema={"row": pl.UInt32, "op": pl.String}))
     return (launches.select("row", "ext_id").join(fsdp, on="row", how="left").join(coarse, on="row", how="left")
             .join(by_runner, on="row", how="left").join(launcher, on="ext_id", how="left")
-            .with_columns(
+            .join(named.rename({"op": "named_op"}), on="row", how="left")
+            .with_columns(op=pl.coalesce("op", "named_op"),
                 phase=pl.when(pl.col("runner_phase").is_not_null()).then(pl.col("runner_phase"))
                 .when(pl.col("optimizer")).then(pl.lit("optimizer"))
                 .when(pl.col("backward")).then(pl.lit("backward")).otherwise(pl.lit("forward")),
                 fsdp=pl.col("label").str.replace(r" \(.*\)$", ""),
                 unit=pl.col("label").str.extract(r"\((.*)\)$", 1))
             .select("row", "phase", "fsdp", "unit", "op").sort("row"))
+
+
+# FSDP1's and FSDP2's labels (unit stripped) → one phase vocabulary (docs/diff.md, "--by fsdp").
+# A label of all-gather work lands in `pre-forward all-gather` during forward, `pre-backward`
+# during backward (the unshard before a module's backward, prefetched or not).
+POST_BACKWARD = (r"^(FullyShardedDataParallel\._post_backward_hook(_reshard_only)?|FSDP::post_backward_"
+                 r"(reduce|rs_wait|accumulate|reshard)|FSDP::root_post_backward_callback|fsdp::chunk_cat)$")
+POST_FORWARD = r"^(FullyShardedDataParallel\._post_forward|FSDP::post_forward|FSDP::cast_forward_outputs)$"
+ALL_GATHER = (r"^(FullyShardedDataParallel\.(_pre_forward(_prefetch)?|_root_pre_forward|_to_kwargs|rate_limiter|"
+              r"_pre_backward_(hook|prefetch)|_post_backward_prefetch)|"
+              r"FSDP::(all_gather(_copy_out)?|pre_forward|root_pre_forward|pre_backward|(forward|backward)_prefetch .*|"
+              r"cast_forward_inputs|inputs_to_device)|fsdp::(all_gather_copy_in|split_with_sizes_copy))$")
+
+
+def fsdp_phase(phase: pl.Expr, label: pl.Expr) -> pl.Expr:
+    """The FSDP phase of an item from its coarse `phase` and FSDP `label`: pre-forward
+    all-gather, forward, pre-backward, backward, post-backward reduce-scatter, optimizer (or
+    the coarse phase, e.g. checkpoint); a label not in the table stays itself, unpaired."""
+    return (pl.when(label.is_null()).then(phase)
+            .when(label.str.contains(POST_BACKWARD)).then(pl.lit("post-backward reduce-scatter"))
+            .when(label.str.contains(POST_FORWARD)).then(pl.lit("forward"))
+            .when(label.str.contains(ALL_GATHER) & (phase == "forward")).then(pl.lit("pre-forward all-gather"))
+            .when(label.str.contains(ALL_GATHER) & (phase == "backward")).then(pl.lit("pre-backward"))
+            .otherwise(label))

@@ -24,9 +24,10 @@ import statistics
 import numpy as np
 import polars as pl
 
-from tracekit.analyses.diff import RunDiff, diff_runs, median_step, step_times
+from tracekit.analyses.diff import RunDiff, diff_runs, median_step, phase_attribution, step_times
 from tracekit.analyses.noise import (DRIFT_WARN, delta_ci, drift_pct, effective_steps, median_ci, pooled,
                                      repeats_delta_ci, verdict)
+from tracekit.analyses.breakdown import breakdown
 from tracekit.analyses.summary import summary
 from tracekit.model import Run
 
@@ -217,6 +218,45 @@ def variant_table(manifest: dict, runs: dict[str, Run], baseline: str | None = N
 
 
 PHASE_ORDER = ("forward", "backward", "optimizer")
+IDLE_CAUSES = 5  # idle causes named in `step_split`; the rest is `idle: other`
+
+
+def timed_steps(table: pl.DataFrame) -> pl.DataFrame:
+    """variant, step_ms, step_ms_ci: one row per variant that ran (of `variant_table`)."""
+    if "step_ms" not in table.columns:
+        return pl.DataFrame(schema={"variant": pl.String, "step_ms": pl.Float64, "step_ms_ci": pl.List(pl.Float64)})
+    return (table.filter(pl.col("status") == "ok").unique("variant", maintain_order=True)
+            .select("variant", "step_ms", "step_ms_ci"))
+
+
+def step_split(runs: dict[str, Run]) -> pl.DataFrame:
+    """Per variant, its recorded step (each rank's median step, `diff.median_step`) split into
+    compute, exposed comm, memcpy (with memset) and idle by cause, ms, mean over ranks
+    (`breakdown`; devices summed). The `IDLE_CAUSES` largest idle causes over all variants
+    are named, the rest is `idle: other`. Runs without device work give no rows."""
+    frames = []
+    for variant, run in runs.items():
+        for t in [t for t in run.traces if t.has_gpu]:
+            step = median_step(step_times(t))
+            frames.append(breakdown(t).filter(pl.col("step") == step).explode("parts").unnest("parts")
+                          .select(pl.lit(variant).alias("variant"), pl.lit(t.rank).alias("rank"), "category",
+                                  "cause", "ns"))
+    if not frames:
+        return pl.DataFrame(schema={"variant": pl.String, "part": pl.String, "ms": pl.Float64})
+    parts = pl.concat(frames).with_columns(part=pl.when(pl.col("category") == "idle")
+                                           .then(pl.concat_str(pl.lit("idle: "), pl.col("cause").fill_null("?")))
+                                           .when(pl.col("category") == "comm").then(pl.lit("exposed comm"))
+                                           .when(pl.col("category") == "memset").then(pl.lit("memcpy"))
+                                           .otherwise(pl.col("category")))
+    named = (parts.filter(pl.col("category") == "idle").group_by("part").agg(pl.col("ns").sum())
+             .sort("ns", "part", descending=[True, False]).head(IDLE_CAUSES)["part"])
+    parts = parts.with_columns(part=pl.when((pl.col("category") == "idle") & ~pl.col("part").is_in(named.implode()))
+                               .then(pl.lit("idle: other")).otherwise(pl.col("part")))
+    ranks = parts.group_by("variant").agg(n=pl.col("rank").n_unique())
+    order = {v: i for i, v in enumerate(runs)}
+    return (parts.group_by("variant", "part").agg(pl.col("ns").sum()).join(ranks, on="variant")
+            .select("variant", "part", ms=(pl.col("ns") / pl.col("n") / 1e6).round(3))
+            .sort(pl.col("variant").replace_strict(order, return_dtype=pl.Int64), "part"))
 
 
 def recorded_phases(entry: dict) -> dict[str, float]:
@@ -349,6 +389,20 @@ def fidelity_warnings(real: dict, table: pl.DataFrame) -> list[str]:
             out.append(f"{side.upper()}'s recorded steps ({real[f'{side}_profile_mode']} mode) took {overhead:.2f}× "
                        "its timed ones")
     return out
+
+
+def with_real(result: RunDiff, a: dict | None, a_variant: str | None, b: dict | None,
+              b_variant: str | None) -> list[str]:
+    """Sets the diff's real Δ (`real_delta`) and its `reconciliation` with the trace's phase
+    attribution, when both sides' manifests give timed steps; the warnings it raises (models
+    that differ, attribution outside the real Δ's interval)."""
+    warnings = config_mismatch(a, b)
+    if a and b:
+        result.real = real_delta(a, a_variant, b, b_variant)
+        if result.real:
+            result.reconciled = reconciliation(result.real, phase_attribution(result.together, len(result.per_rank)))
+            warnings += fidelity_warnings(result.real, result.reconciled)
+    return warnings
 
 
 def variant_diffs(runs: dict[str, Run], top: int, base: str | None = None) -> dict[tuple[str, str], RunDiff]:

@@ -92,8 +92,53 @@ def test_plot_and_fsdp_view(tmp_path):
     assert result.exit_code == 0, result.output
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     header = result.stdout.splitlines()[0]
-    assert header == "kind,phase,fsdp,change,a_ns,b_ns,delta_ns,a_count,b_count"
-    assert "FSDP::post_backward_reduce" in result.stdout and "FullyShardedDataParallel._post_backward_hook" in result.stdout
+    assert header == "rank,kind,phase,fsdp,change,a_ns,b_ns,delta_ns,a_count,b_count"
+    assert "post-backward reduce-scatter" in result.stdout and "FSDP::post_backward_reduce" not in result.stdout
+
+
+def test_fsdp_view_pairs_fsdp1_with_fsdp2():
+    """Acceptance (issue 18): no FSDP phase is both added and removed; the FSDP1 and FSDP2
+    reduce-scatters share one row."""
+    result = CliRunner().invoke(main, ["diff", "--by", "fsdp", "--format", "json", "--top", "100",
+                                       str(DATA / "h200x2-blocks4"), "fsdp1", "fsdp2"])
+    assert result.exit_code == 0, result.output
+    items = json.loads(result.stdout)["items"]
+    for phase in {i["fsdp"] for i in items}:
+        changes = {i["change"] for i in items if i["fsdp"] == phase}
+        assert not {"added", "removed"} <= changes, phase
+    (rs,) = [i for i in items if (i["kind"], i["fsdp"]) == ("comm", "post-backward reduce-scatter")]
+    assert rs["a_count"] > 0 and rs["b_count"] > 0
+
+
+def test_fsdp_phase_table():
+    """Each label of both implementations (as the traces spell them) → the documented phase."""
+    import polars as pl
+
+    from tracekit.analyses.phases import fsdp_phase
+
+    expected = [
+        ("forward", "FullyShardedDataParallel._pre_forward", "pre-forward all-gather"),
+        ("forward", "FullyShardedDataParallel.rate_limiter", "pre-forward all-gather"),
+        ("forward", "FSDP::all_gather", "pre-forward all-gather"),
+        ("forward", "fsdp::all_gather_copy_in", "pre-forward all-gather"),
+        ("forward", "fsdp::split_with_sizes_copy", "pre-forward all-gather"),
+        ("forward", "FSDP::post_forward", "forward"),
+        ("forward", None, "forward"),
+        ("backward", "FullyShardedDataParallel._pre_backward_prefetch", "pre-backward"),
+        ("backward", "FullyShardedDataParallel._post_backward_prefetch", "pre-backward"),
+        ("backward", "FSDP::all_gather", "pre-backward"),
+        ("backward", "FSDP::backward_prefetch for blocks.2", "pre-backward"),
+        ("backward", None, "backward"),
+        ("backward", "FullyShardedDataParallel._post_backward_hook", "post-backward reduce-scatter"),
+        ("backward", "FSDP::post_backward_reduce", "post-backward reduce-scatter"),
+        ("backward", "fsdp::chunk_cat", "post-backward reduce-scatter"),
+        ("optimizer", None, "optimizer"),
+        ("backward", "FSDP::something_new", "FSDP::something_new"),
+    ]
+    frame = pl.DataFrame({"phase": [e[0] for e in expected], "label": [e[1] for e in expected]},
+                         schema={"phase": pl.String, "label": pl.String})
+    got = frame.select(fsdp_phase(pl.col("phase"), pl.col("label")))["phase"].to_list()
+    assert got == [e[2] for e in expected]
 
 
 def test_different_models_are_warned_about(tmp_path):
@@ -113,3 +158,47 @@ def test_different_models_are_warned_about(tmp_path):
     same = CliRunner().invoke(main, ["diff", "--format", "csv", str(DATA / "h200x2-blocks4" / "fsdp1"),
                                      str(DATA / "h200x2-blocks4" / "fsdp2")])
     assert same.exit_code == 0 and "ran different" not in same.stderr
+
+
+def two_ranks(tmp_path):
+    """k's duration (µs): A 100 on both ranks; B 80 on rank 0 (step 1) and 110 on rank 1
+    (recorded as step 2). So rank 0 Δ −20, rank 1 Δ +10: sum −10, mean −5, and the ranks
+    disagree in sign; B's rank 1 used step 2."""
+    for side, durations, steps in (("a", (100.0, 100.0), (1, 1)), ("b", (80.0, 110.0), (1, 2))):
+        (tmp_path / side).mkdir()
+        for rank, (dur, step) in enumerate(zip(durations, steps)):
+            events = [synth.step(step, 0.0, 500.0), *synth.launched("k", 1.0, 0.0, dur, corr=1)]
+            synth.write(tmp_path / side, f"rank{rank}.json", synth.doc(events, rank=rank))
+    return str(tmp_path / "a"), str(tmp_path / "b")
+
+
+def test_ranks_each_sum_mean(tmp_path):
+    a, b = two_ranks(tmp_path)
+    each = CliRunner().invoke(main, ["diff", a, b])
+    assert each.exit_code == 0, each.output
+    assert "step 1 (rank 0), 2 (rank 1)" not in each.stdout  # each: one header per rank
+    assert each.stdout.count("B − A: ") == 2 and "B − A: -0.020 ms" in each.stdout and "B − A: +0.010 ms" in each.stdout
+    total = CliRunner().invoke(main, ["diff", "--ranks", "sum", a, b])
+    assert "B − A: -0.010 ms" in total.stdout and "step 1 (rank 0), 2 (rank 1)" in total.stdout
+    assert "None" not in total.stdout
+    assert "ranks disagree on the step's Δ: rank 0 −0.020 ms, rank 1 +0.010 ms" in total.stderr
+    assert "ranks disagree on compute k" in total.stderr
+    mean = json.loads(CliRunner().invoke(main, ["diff", "--ranks", "mean", "--format", "json", a, b]).stdout)
+    assert (mean["rank_agg"], mean["step_delta_ns"], mean["b_step"]) == ("mean", -5 * US, None)
+    assert [(r["rank"], r["step_delta_ns"], r["b_step"]) for r in mean["ranks"]] == [(0, -20 * US, 1), (1, 10 * US, 2)]
+    summed = json.loads(CliRunner().invoke(main, ["diff", "--format", "json", a, b]).stdout)
+    assert (summed["rank_agg"], summed["step_delta_ns"]) == ("sum", -10 * US)
+
+
+def test_lead_says_the_step_and_the_largest_item(tmp_path):
+    """The pair of `pair`: B − A = −10 µs on rank 0; the all-gather's exposed time −20 µs, k2
+    added +10 µs; no manifest, so the recorded step is the one compared."""
+    from tracekit.analyses.lead import diff_lead
+
+    a, b = pair(tmp_path)
+    lead = diff_lead(diff_runs([a], [b]), "A", "B")
+    assert lead[0] == "In the recorded step, B takes 0.010 ms less than A (on rank 0; no timed steps to compare)."
+    assert lead[1] == "By phase: forward −0.010 ms (the trace)."
+    assert lead[2] == "Exposed all-gather Float time in forward is 0.020 ms less."
+    assert lead[3] == "B adds compute k2 in forward, 0.010 ms."
+    assert len(lead) == 4

@@ -90,3 +90,15 @@ def test_warnings_of_other_ranks_are_not_printed(tmp_path):
     assert only.exit_code == 0 and "rank1.json" not in only.stderr
     assert [t["rank"] for t in json.loads(cli("summary", "--rank", 0, "--format", "json", tmp_path).stdout)[
         "traces"]] == [0]
+
+
+def test_diff_of_variants_a_run_does_not_have():
+    one_line(cli("diff", RUN, "fsdp1", "fsdp9"), "no variant fsdp9", "fsdp2")
+    one_line(cli("diff", RUN, "fsdp1", "fsdp2", "ddp"), "diff takes A B, or OUT A B")
+    one_line(cli("diff", FSDP1), "diff takes A B")
+    one_line(cli("diff", RUN / "nothing", "fsdp1", "fsdp2"), "no such file or directory")
+
+
+def test_report_baseline_and_plot_mistakes(tmp_path):
+    one_line(cli("report", "--baseline", "fsdp9", RUN), "--baseline fsdp9", "ran: ddp, fsdp1")
+    one_line(cli("report", "--plot", tmp_path / "no" / "r.png", RUN), "the folder", "does not exist")

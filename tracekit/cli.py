@@ -330,15 +330,28 @@ def lint(paths, rank, fmt, layout, options, strict):
         sys.exit(1)
 
 
-def diffed(a, b, steps, rank, top: int, by: str, options: dict, whole: bool = False):
+def named_material(trace, by: str, comm_kernels: tuple = (), cache=None):
+    """`diff.material` of a trace, a lean one first named from the full step beside it
+    (`<its folder>/names/<its file name>`, as `tracekit profile` writes it) when there is one."""
+    from tracekit.analyses.diff import material
+    from tracekit.analyses.naming import named
+    from tracekit.loading import load_trace
+
+    beside = Path(str(trace.path)).parent / "names" / Path(str(trace.path)).name
+    counts = named(trace, load_trace(beside, comm_kernels=comm_kernels, cache=cache)) if beside.is_file() else None
+    found = material(trace, by)
+    found.named = counts
+    return found
+
+
+def diffed(a, b, steps, rank, top: int, by: str, options: dict, whole: bool = False, ranks: str = "sum"):
     """(A's traces, B's traces, the RunDiff) with every warning printed: world sizes, steps,
     and the models named by the profile manifests when both have one. The traces are loaded
     here only when `whole` (for export); else each rank's diff material comes from a worker."""
     from functools import partial
 
-    from tracekit.analyses.diff import combine, diff_runs, material
-    from tracekit.analyses.diff import phase_attribution
-    from tracekit.analyses.variants import config_mismatch, fidelity_warnings, real_delta, reconciliation
+    from tracekit.analyses.diff import combine, diff_runs, sign_disagreements
+    from tracekit.analyses.variants import with_real
     from tracekit.loading import profile_variant
 
     if isinstance(steps, list) and len(steps) != 1:
@@ -349,24 +362,44 @@ def diffed(a, b, steps, rank, top: int, by: str, options: dict, whole: bool = Fa
         result = diff_runs(a_traces, b_traces, step, top, by)
     else:
         a_traces = b_traces = None
-        sides = [[m for _, m in of_ranks(analysed_runs([p], options, partial(material, by=by), rank=rank), rank, [p])]
-                 for p in (a, b)]
+        naming = partial(named_material, by=by, comm_kernels=options["comm_kernels"], cache=options["cache"])
+        sides = [[m for _, m in of_ranks(analysed_runs([p], options, naming, rank=rank), rank, [p])] for p in (a, b)]
         result = combine(*sides, step, top, by)
     (ma, va), (mb, vb) = profile_variant(a), profile_variant(b)
-    warnings = result.warnings + config_mismatch(ma, mb)
-    if ma and mb:
-        result.real = real_delta(ma, va, mb, vb)
-        if result.real:
-            result.reconciled = reconciliation(result.real, phase_attribution(result.together, len(result.per_rank)))
-            warnings += fidelity_warnings(result.real, result.reconciled)
+    warnings = result.warnings + with_real(result, ma, va, mb, vb)
+    if ranks != "each":
+        warnings += [f"{w}; the {ranks} over ranks hides it (--ranks each)" for w in sign_disagreements(result, by=by)]
     for warning in warnings:
         click.echo(f"tracekit: warning: {warning}", err=True)
     return a_traces, b_traces, result
 
 
+def diff_sides(paths: tuple) -> tuple[str, str]:
+    """A's and B's paths: `A B` (trace files or run directories), or `OUT A B` (variant names
+    of one profile output)."""
+    if len(paths) not in (2, 3):
+        raise UsageError(f"diff takes A B, or OUT A B (variants of a profile output); got {len(paths)} argument(s)")
+    if len(paths) == 2:
+        existing(None, None, paths)
+        return paths
+    out, *variants = paths
+    existing(None, None, out)
+    found = sorted(p.name for p in Path(out).iterdir() if p.is_dir() and p.name != "names") \
+        if Path(out).is_dir() else []
+    for variant in variants:
+        if variant not in found:
+            raise UsageError(f"{out}: no variant {variant} (found: {', '.join(found) or 'none'})")
+    return str(Path(out) / variants[0]), str(Path(out) / variants[1])
+
+
+def side_names(a: str, b: str) -> tuple[str, str]:
+    """Short names of the two sides: their last path parts (`A`/`B` when those agree)."""
+    names = Path(a.rstrip("/")).name, Path(b.rstrip("/")).name
+    return names if names[0] != names[1] else ("A", "B")
+
+
 @main.command()
-@click.argument("a", callback=existing)
-@click.argument("b", callback=existing)
+@click.argument("paths", nargs=-1, required=True, metavar="[OUT] A B")
 @click.option("--steps", default="all", show_default=True, callback=steps_choice,
               help="One step both have, or all: each side's median step is attributed and each item's "
                    "delta over the steps both have gives its spread.")
@@ -377,20 +410,28 @@ def diffed(a, b, steps, rank, top: int, by: str, options: dict, whole: bool = Fa
               help="Group by kernel identity (kind, name, op, phase) or by FSDP phase (kind, phase, FSDP label).")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), callback=new_file,
               help="Also draw the waterfall to FILE.png or FILE.html.")
+@click.option("--ranks", type=click.Choice(["each", "sum", "mean"]), default="each", show_default=True,
+              help="With several ranks: a table per rank, or their sum or mean (JSON: the top level is the "
+                   "mean with mean, else the sum; `ranks` holds each).")
 @format_option
 @table_layout
-def diff(a, b, steps, rank, options, top, by, plot_path, fmt, layout):
+def diff(paths, steps, rank, options, top, by, ranks, plot_path, fmt, layout):
     """Attribute B's step time minus A's to kernels, collectives and idle causes, exactly.
 
-    A and B are trace files or run directories of the same job in two variants."""
+    A and B are trace files or run directories of the same job in two variants, or, after a
+    `tracekit profile` output OUT, two of its variants' names."""
     from tracekit.render import render_diff
 
-    _, _, result = diffed(a, b, steps, rank, top, by, options)
-    emit(render_diff(a, b, result, fmt, layout))
+    a, b = diff_sides(paths)
+    from tracekit.analyses.lead import diff_lead
+
+    _, _, result = diffed(a, b, steps, rank, top, by, options, ranks=ranks)
+    names = side_names(a, b)
+    emit(render_diff(a, b, result, fmt, layout, ranks, diff_lead(result, *names, by)))
     if plot_path:
         from tracekit.plot import waterfall
 
-        written = waterfall(result.shown, Path(a).name, Path(b).name, plot_path)
+        written = waterfall(result.shown(ranks), *names, plot_path, "sum over ranks" if ranks == "sum" else "mean rank")
         wrote(written)
 
 
@@ -585,35 +626,61 @@ def capacity(out, variants, presets, batches, seq, overwrite, fmt, **options):
 
 @main.command("report")
 @click.argument("out", type=click.Path(exists=True, file_okay=False))
+@click.option("--baseline", default=None, metavar="VARIANT", help="The variant the others are compared with "
+              "(default: the first that ran).")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), callback=new_file,
+              help="Also draw each variant's recorded step split (compute, exposed comm, memcpy, idle by "
+                   "cause) beside its timed step to FILE.png or FILE.html.")
 @format_option
 @table_layout
-def report_command(out, fmt, layout):
-    """The variants of a `tracekit profile` output side by side, each against the first."""
-    show_report(out, fmt, layout)
+def report_command(out, baseline, plot_path, fmt, layout):
+    """The variants of a `tracekit profile` output side by side, each against the baseline."""
+    show_report(out, fmt, layout, baseline, plot_path)
 
 
-def show_report(out, fmt: str, layout=None) -> None:
+def show_report(out, fmt: str, layout=None, baseline: str | None = None, plot_path=None) -> None:
     """The variants side by side with their noise and fidelity, warnings, then each one's
-    exact diff against the first (top items)."""
-    from tracekit.analyses.variants import phase_table, report_warnings, variant_diffs, variant_table
+    exact diff against the baseline (top items, the mean rank); in JSON one object
+    `{variants, phases, diffs, warnings}` (docs/json.md)."""
+    from tracekit.analyses.lead import diff_lead
+    from tracekit.analyses.variants import (base_variant, phase_table, report_warnings, variant_diffs,
+                                            variant_table, with_real)
     from tracekit.loading import load_profile
-    from tracekit.render import render_diff
+    from tracekit.render import full_diff_doc, render_diff
     from tracekit.views import Layout
 
     layout = layout or Layout()
     manifest, runs = load_profile(out)
-    table = variant_table(manifest, runs)
-    emit(render_frame(table, fmt, "report", layout))
-    phases = phase_table(manifest)
-    if fmt in ("table", "md") and phases.height:
-        click.echo("\nper phase, timed steps (pct: of the step; rec_d_ms: the Δ in the recorded steps):")
-        emit(render_frame(phases, fmt, "report.phases", layout))
-    for warning in report_warnings(table, manifest["config"].get("profile_mode", "full")):
+    try:
+        base = base_variant(manifest, baseline)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    table, phases = variant_table(manifest, runs, base), phase_table(manifest, base)
+    warnings = report_warnings(table, manifest["config"].get("profile_mode", "full"))
+    diffs = variant_diffs(runs, top=8, base=base)
+    for (a, b), result in diffs.items():
+        warnings += [f"{b} − {a}: {w}" for w in result.warnings + with_real(result, manifest, a, manifest, b)]
+    leads = {pair: diff_lead(result, *pair) for pair, result in diffs.items()}
+    if fmt == "json":
+        emit(json.dumps({"variants": table.to_dicts(), "phases": phases.to_dicts(),
+                         "diffs": [full_diff_doc(a, b, result, "sum", leads[a, b]) for (a, b), result in diffs.items()],
+                         "warnings": warnings}, indent=1))
+    else:
+        emit(render_frame(table, fmt, "report", layout))
+        if fmt in ("table", "md") and phases.height:
+            click.echo("\nper phase, timed steps (pct: of the step; rec_d_ms: the Δ in the recorded steps):")
+            emit(render_frame(phases, fmt, "report.phases", layout))
+        if fmt in ("table", "md"):
+            for (a, b), result in diffs.items():
+                click.echo("")
+                emit(render_diff(a, b, result, fmt, Layout(wide=layout.wide), "mean", leads[a, b]))
+    for warning in warnings:
         click.echo(f"tracekit: warning: {warning}", err=True)
-    if fmt in ("table", "md"):
-        for (a, b), result in variant_diffs(runs, top=8).items():
-            click.echo("")
-            emit(render_diff(a, b, result, fmt, Layout(wide=layout.wide)))
+    if plot_path:
+        from tracekit.analyses.variants import step_split, timed_steps
+        from tracekit.plot import report_picture
+
+        wrote(report_picture(step_split(runs), timed_steps(table), plot_path))
 
 
 @main.command()

@@ -1,4 +1,4 @@
-"""Pictures (matplotlib, the `plot` extra): the diff waterfall."""
+"""Pictures (matplotlib, the `plot` extra): the diff waterfall, the report's step split, timelines."""
 
 from __future__ import annotations
 
@@ -41,9 +41,9 @@ def item_label(item: dict) -> str:
     return " · ".join(str(item[k]) for k in ("kind", "phase", "fsdp") if item.get(k))
 
 
-def waterfall(diff, a_label: str, b_label: str, path) -> Path:
+def waterfall(diff, a_label: str, b_label: str, path, over: str = "all ranks") -> Path:
     """A's step, each item's signed delta (top items and `other`), B's step, in milliseconds
-    (`diff`: a `Diff`)."""
+    (`diff`: a `Diff`; `over`: what a diff over ranks is, e.g. "mean rank")."""
     plt = _pyplot()
     items = diff.items.to_dicts()
     labels = [a_label] + [item_label(r) for r in items] + [b_label]
@@ -62,7 +62,7 @@ def waterfall(diff, a_label: str, b_label: str, path) -> Path:
     ax.set_yticks(range(len(labels)), labels, fontsize=7)
     ax.invert_yaxis()
     ax.set_xlabel("GPU step span (ms; the axis does not start at 0): red = B slower, green = B faster")
-    who = "all ranks" if diff.rank is None else f"rank {diff.rank}"
+    who = over if diff.rank is None else f"rank {diff.rank}"
     ax.set_title(f"{b_label} − {a_label}: {diff.step_delta_ns / 1e6:+.3f} ms ({who})")
     written = save(fig, Path(path))
     plt.close(fig)
@@ -134,6 +134,41 @@ def timeline(traces: list, step: int | None, path) -> Path:
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in (*COLOURS.values(), *PARTITION_COLOURS.values())]
     fig.legend(handles, [*COLOURS, "exposed comm", "idle"], loc="upper right", ncol=6, fontsize=8)
     fig.tight_layout(rect=(0, 0, 1, 0.97))
+    written = save(fig, Path(path))
+    plt.close(fig)
+    return written
+
+
+PART_COLOURS = {"compute": "#2e86c1", "exposed comm": "#c0392b", "memcpy": "#7f8c8d"}
+IDLE_SHADES = ("#f5b041", "#f8c471", "#fad7a0", "#d7bde2", "#a9dfbf", "#d5d8dc")
+
+
+def report_picture(split, timed, path) -> Path:
+    """Per variant, two bars: the recorded step split into its parts (`split`: variant, part,
+    ms) and the timed step's median with its 95 % interval (`timed`: variant, step_ms,
+    step_ms_ci), in ms."""
+    plt = _pyplot()
+    variants = timed["variant"].to_list()
+    idle = sorted(p for p in split["part"].unique().to_list() if p.startswith("idle") and p != "idle: other")
+    parts = [p for p in ("compute", "exposed comm", "memcpy") if p in split["part"].to_list()] + idle
+    parts += ["idle: other"] if "idle: other" in split["part"].to_list() else []
+    colours = {**PART_COLOURS, **{p: IDLE_SHADES[i % len(IDLE_SHADES)] for i, p in enumerate([*idle, "idle: other"])}}
+    fig, ax = plt.subplots(figsize=(10, 0.9 * len(variants) + 2))
+    for i, variant in enumerate(variants):
+        left = 0.0
+        mine = dict(split.filter(split["variant"] == variant).select("part", "ms").iter_rows())
+        for part in parts:
+            width = mine.get(part, 0.0)
+            ax.barh(i - 0.2, width, left=left, height=0.38, color=colours[part], label=part if i == 0 else None)
+            left += width
+        row = timed.row(i, named=True)
+        lo, hi = row["step_ms_ci"] or (row["step_ms"], row["step_ms"])
+        ax.barh(i + 0.2, row["step_ms"], height=0.38, color="#555555", label="timed step (median)" if i == 0 else None,
+                xerr=[[row["step_ms"] - lo], [hi - row["step_ms"]]], capsize=3)
+    ax.set_yticks(range(len(variants)), [f"{v}\nrecorded · timed" for v in variants], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("ms per step (recorded: the trace's median step, mean over ranks; timed: median, 95 % interval)")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     written = save(fig, Path(path))
     plt.close(fig)
     return written

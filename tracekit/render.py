@@ -9,10 +9,11 @@ shape is shared by every per-rank, per-step verb:
 from __future__ import annotations
 
 import json
+import textwrap
 
 import polars as pl
 
-from .views import VIEWS, Layout, View, chosen, table_text
+from .views import VIEWS, Layout, View, chosen, table_text, terminal_width
 
 
 def nest(row: dict) -> dict:
@@ -96,7 +97,7 @@ def render_lint(per_trace, per_run, fmt: str, layout: Layout = Layout()) -> str:
 
 
 def diff_doc(a_path: str, b_path: str, diff, ranks: list | None = None) -> dict:
-    """The documented `tracekit diff` JSON object for one rank (or the sum over ranks, rank null)."""
+    """The documented `tracekit diff` JSON object for one rank (or over ranks, rank null)."""
     doc = {"a": a_path, "b": b_path, "rank": diff.rank, "step": diff.a_step, "b_step": diff.b_step,
            "a_step_ns": diff.a_step_ns, "b_step_ns": diff.b_step_ns, "step_delta_ns": diff.step_delta_ns,
            "items": diff.items.to_dicts(), "syncs": diff.syncs.to_dicts(),
@@ -106,35 +107,76 @@ def diff_doc(a_path: str, b_path: str, diff, ranks: list | None = None) -> dict:
     return doc
 
 
-def render_diff(a_path: str, b_path: str, result, fmt: str, layout: Layout = Layout()) -> str:
-    """`tracekit diff` output (a `RunDiff`): JSON object, the items as CSV, or a headed
-    table/markdown."""
-    diff = result.shown
-    if fmt == "json":
-        doc = diff_doc(a_path, b_path, diff, result.per_rank if len(result.per_rank) > 1 else None)
-        if result.real:
-            doc["real"] = result.real
-            doc["reconciliation"] = result.reconciled.to_dicts()
-        return json.dumps(doc, indent=1)
-    if fmt == "csv":
-        return diff.items.write_csv()
-    who = "all ranks (summed)" if diff.rank is None else f"rank {diff.rank}"
-    head = (f"A {a_path} step {diff.a_step}: {diff.a_step_ns:,} ns\n"
-            f"B {b_path} step {diff.b_step}: {diff.b_step_ns:,} ns\n"
-            f"B − A ({who}): {diff.step_delta_ns:+,} ns = sum of delta_ns below")
-    parts = [head]
+def full_diff_doc(a_path: str, b_path: str, result, ranks: str = "each", lead: list[str] | None = None) -> dict:
+    """`diff_doc` of a `RunDiff`: the top level over ranks (their mean with `ranks` "mean",
+    else their sum), `rank_agg`, the lead, and the real Δ with its reconciliation."""
+    several = len(result.per_rank) > 1
+    doc = diff_doc(a_path, b_path, result.shown("mean" if ranks == "mean" else "sum"),
+                   result.per_rank if several else None)
+    if several:
+        doc["rank_agg"] = "mean" if ranks == "mean" else "sum"
+    doc["lead"] = lead or []
     if result.real:
-        u = result.real
-        overhead = ", ".join(f"{side} {u[f'{side.lower()}_profiler_overhead']}× ({u[f'{side.lower()}_profile_mode']})"
-                             for side in "AB" if u[f"{side.lower()}_profiler_overhead"] is not None)
-        parts += [f"real Δ (timed steps): B − A = {u['step']['d_ms']:+.3f} ms {u['step']['d_ms_ci']} (95 %): "
-                  f"{u['step']['verdict']}"
-                  + (f"\nrecorded steps ÷ timed: {overhead}" if overhead else "")
-                  + "\nB − A per phase, ms: real (the timed steps' timers), recorded (the recorded steps'"
-                  "\ntimers), attributed (the trace, mean rank) = device + idle:",
-                  render_frame(result.reconciled, fmt, "diff.reconciliation", layout)]
-    parts.append(render_frame(diff.items, fmt, "diff.items", layout))
+        doc["real"] = result.real
+        doc["reconciliation"] = result.reconciled.to_dicts()
+    return doc
+
+
+def steps_text(steps: dict) -> str:
+    """`step 2` when every rank used it, else `step 2 (rank 0), 3 (rank 1)`."""
+    if len(set(steps.values())) == 1:
+        return f"step {next(iter(steps.values()))}"
+    return "step " + ", ".join(f"{s} (rank {r})" for r, s in sorted(steps.items()))
+
+
+def diff_head(a_path: str, b_path: str, diff, result, ranks: str) -> str:
+    """Which rank and step each side used, both times and the Δ, in ms."""
+    if diff.rank is None:
+        who = f"{'sum' if ranks == 'sum' else 'mean'} over {len(result.per_rank)} ranks"
+        a_steps, b_steps = steps_text(result.steps_used("a")), steps_text(result.steps_used("b"))
+    else:
+        who, a_steps, b_steps = f"rank {diff.rank}", f"step {diff.a_step}", f"step {diff.b_step}"
+    return (f"A {a_path} {a_steps}: {diff.a_step_ns / 1e6:,.3f} ms ({who})\n"
+            f"B {b_path} {b_steps}: {diff.b_step_ns / 1e6:,.3f} ms\n"
+            f"B − A: {diff.step_delta_ns / 1e6:+,.3f} ms = the sum of delta below")
+
+
+def real_text(real: dict) -> str:
+    """The timed steps' Δ and, where known, each side's profiler overhead."""
+    overhead = ", ".join(f"{side} {real[f'{side.lower()}_profiler_overhead']}× "
+                         f"({real[f'{side.lower()}_profile_mode'] or 'mode not recorded'})"
+                         for side in "AB" if real[f"{side.lower()}_profiler_overhead"] is not None)
+    step = real["step"]
+    return (f"real Δ (timed steps): B − A = {step['d_ms']:+.3f} ms {step['d_ms_ci']} (95 %): {step['verdict']}"
+            + (f"\nrecorded steps ÷ timed: {overhead}" if overhead else "")
+            + "\nB − A per phase, ms: real (the timed steps' timers), recorded (the recorded steps'"
+            "\ntimers), attributed (the trace, mean rank) = device + idle:")
+
+
+def diff_blocks(a_path: str, b_path: str, diff, result, ranks: str, fmt: str, layout: Layout) -> list[str]:
+    """One diff's header, items, syncs and collectives."""
+    parts = [diff_head(a_path, b_path, diff, result, ranks), render_frame(diff.items, fmt, "diff.items", layout)]
     for title, frame in (("syncs", diff.syncs), ("collectives", diff.collectives)):
         if frame.height:
             parts += [f"{title}:", render_frame(frame, fmt, f"diff.{title}", Layout(wide=layout.wide))]
+    return parts
+
+
+def render_diff(a_path: str, b_path: str, result, fmt: str, layout: Layout = Layout(), ranks: str = "each",
+                lead: list[str] | None = None) -> str:
+    """`tracekit diff` output (a `RunDiff`): JSON object, the items as CSV (with `rank` for
+    `ranks` "each"), or the lead then a headed table/markdown — one per rank for "each"."""
+    if fmt == "json":
+        return json.dumps(full_diff_doc(a_path, b_path, result, ranks, lead), indent=1)
+    each = ranks == "each" and len(result.per_rank) > 1
+    if fmt == "csv":
+        if each:
+            return pl.concat([d.items.select(pl.lit(d.rank).alias("rank"), pl.all()) for d in result.per_rank],
+                             how="diagonal_relaxed").write_csv()
+        return result.shown(ranks).items.write_csv()
+    parts = [textwrap.fill(" ".join(lead), terminal_width() if fmt == "table" else 10**6)] if lead else []
+    if result.real:
+        parts += [real_text(result.real), render_frame(result.reconciled, fmt, "diff.reconciliation", Layout(wide=layout.wide))]
+    for diff in result.per_rank if each else [result.shown(ranks)]:
+        parts += diff_blocks(a_path, b_path, diff, result, ranks, fmt, layout)
     return "\n\n".join(parts)

@@ -1,0 +1,110 @@
+"""The lead of `tracekit diff`: at most five plain sentences from the diff's frames — the real
+Δ (timed steps) with its interval and verdict, the phases that carry it, and the largest
+named causes in the recorded step (the rank that carries each, added and removed work, host
+syncs that appear or disappear). docs/diff.md, "The lead"."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from tracekit.analyses.diff import VIEWS, RunDiff, phase_attribution
+
+CAUSES = 2  # item sentences
+
+
+def ms(value_ms: float) -> str:
+    """A duration in ms with the decimals its size needs (`12.3`, `1.23`, `0.012`)."""
+    size = abs(value_ms)
+    return f"{size:.1f}" if size >= 10 else f"{size:.2f}" if size >= 1 else f"{size:.3f}"
+
+
+def more_or_less(delta_ms: float) -> str:
+    return f"{ms(delta_ms)} ms {'more' if delta_ms > 0 else 'less'}"
+
+
+def step_sentence(result: RunDiff, a: str, b: str) -> str:
+    """The timed steps' Δ when the manifests give it, else the recorded step's (mean rank)."""
+    if result.real and result.real.get("step"):
+        step = result.real["step"]
+        lo, hi = step["d_ms_ci"]
+        word = "longer" if step["d_ms"] > 0 else "shorter"
+        return (f"In the timed steps, {b}'s step is {ms(step['d_ms'])} ms {word} than {a}'s "
+                f"(95 % interval {lo:+.2f} to {hi:+.2f} ms): {step['verdict']}.")
+    n = len(result.per_rank)
+    delta = result.together.step_delta_ns / n / 1e6
+    who = f"on the mean of {n} ranks" if n > 1 else f"on rank {result.per_rank[0].rank}"
+    return f"In the recorded step, {b} takes {more_or_less(delta)} than {a} ({who}; no timed steps to compare)."
+
+
+def phase_sentence(result: RunDiff) -> str | None:
+    """The two phases with the largest Δ: the timed steps' phase timers when known, else the
+    trace's attribution (mean rank)."""
+    if result.reconciled is not None and result.reconciled.filter(pl.col("phase") != "step").height:
+        phases = result.reconciled.filter(pl.col("phase") != "step").select("phase", d="real_d_ms")
+        source = "the timed steps' phase timers"
+    else:
+        attributed = phase_attribution(result.together, len(result.per_rank))
+        if not attributed.height:
+            return None
+        phases = attributed.select("phase", d=(pl.col("device_delta_ns") + pl.col("idle_delta_ns")) / 1e6)
+        source = "the trace, mean rank" if len(result.per_rank) > 1 else "the trace"
+    top = phases.sort(pl.col("d").abs(), descending=True).head(2).iter_rows()
+    parts = [f"{phase} {'+' if d > 0 else '−'}{ms(d)} ms" for phase, d in top]
+    return f"By phase: {' and '.join(parts)} ({source})."
+
+
+def item_phrase(row: dict, a: str, b: str, by: str) -> str:
+    """What one item is and how it moved, in words."""
+    what = row["name"] if by == "kernel" else row["fsdp"]
+    phase = f" in {row['phase']}" if row.get("phase") else ""
+    delta = row["delta_ns"] / 1e6
+    if row["kind"] == "comm":
+        subject = f"exposed {what.replace('_', '-')} time" if by == "kernel" else f"exposed comm ({what})"
+        return f"{subject}{phase} is {more_or_less(delta)}"
+    if row["kind"] == "idle":
+        cause = f" for {what}" if by == "kernel" and what else ""
+        return f"the GPU idles {more_or_less(delta)}{cause}{phase}"
+    launcher = f" (from {row['op']})" if by == "kernel" and row.get("op") else ""
+    if row["a_count"] == 0:
+        return f"{b} adds {row['kind']} {what}{launcher}{phase}, {ms(delta)} ms"
+    if row["b_count"] == 0:
+        return f"{a}'s {row['kind']} {what}{launcher}{phase} is gone, {ms(delta)} ms"
+    return f"{row['kind']} {what}{launcher}{phase} takes {more_or_less(delta)}"
+
+
+def cause_sentences(result: RunDiff, a: str, b: str, by: str) -> list[str]:
+    """The `CAUSES` largest items over every rank's diff (one sentence each, an item once),
+    naming the rank when there are several."""
+    key = VIEWS[by]
+    pooled = pl.concat([d.all_items.with_columns(rank=pl.lit(d.rank)) for d in result.per_rank], how="diagonal_relaxed")
+    largest = (pooled.sort(pl.col("delta_ns").abs(), descending=True).unique(key, keep="first", maintain_order=True)
+               .filter(pl.col("delta_ns") != 0).head(CAUSES))
+    several = len(result.per_rank) > 1
+    out = []
+    for row in largest.iter_rows(named=True):
+        text = item_phrase(row, a, b, by)
+        out.append(f"On rank {row['rank']}, {text}." if several else text[0].upper() + text[1:] + ".")
+    return out
+
+
+def sync_sentence(result: RunDiff, a: str, b: str) -> str | None:
+    """Host-sync APIs one side calls and the other does not (counts summed over ranks)."""
+    syncs = result.together.syncs
+    if not syncs.height:
+        return None
+    n = len(result.per_rank)
+    gone = syncs.filter((pl.col("a_count") > 0) & (pl.col("b_count") == 0))
+    new = syncs.filter((pl.col("a_count") == 0) & (pl.col("b_count") > 0))
+    parts = [f"{a}'s {r['a_count'] / n:g} {r['api']} per rank (blocking the host {ms(r['a_blocked_ns'] / n / 1e6)} ms) "
+             f"are gone in {b}" for r in gone.iter_rows(named=True)]
+    parts += [f"{b} adds {r['b_count'] / n:g} {r['api']} per rank (blocking the host "
+              f"{ms(r['b_blocked_ns'] / n / 1e6)} ms)" for r in new.iter_rows(named=True)]
+    return ("; ".join(parts) + ".") if parts else None
+
+
+def diff_lead(result: RunDiff, a: str, b: str, by: str = "kernel") -> list[str]:
+    """At most five sentences: the step's Δ, the phases, the largest causes, the host syncs
+    that appear or go (`a`, `b`: the sides' names)."""
+    sentences = [step_sentence(result, a, b), phase_sentence(result), *cause_sentences(result, a, b, by),
+                 sync_sentence(result, a, b)]
+    return [s for s in sentences if s][:5]

@@ -1,0 +1,56 @@
+"""`tracekit report`: --baseline, its JSON object, and the picture's figures (`step_split`)."""
+
+import json
+
+import synth
+from click.testing import CliRunner
+from conftest import DATA
+
+import tracekit
+from tracekit.analyses.variants import step_split
+from tracekit.cli import main
+
+RUN = DATA / "h200x2-blocks4"
+US = 1000
+
+
+def test_report_json_holds_rows_phases_diffs_and_warnings():
+    result = CliRunner().invoke(main, ["report", "--baseline", "fsdp1", "--format", "json", str(RUN)])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert set(doc) == {"variants", "phases", "diffs", "warnings"}
+    manifest = json.loads((RUN / "manifest.json").read_text())
+    ran = [v for v, e in manifest["variants"].items() if e["status"] == "ok"]
+    assert {r["variant"] for r in doc["variants"] if r["verdict"] == "base"} == {"fsdp1"}
+    assert [(d["a"], d["b"]) for d in doc["diffs"]] == [("fsdp1", v) for v in ran if v != "fsdp1"]
+    for d in doc["diffs"]:
+        assert d["rank"] is None and d["rank_agg"] == "sum" and len(d["ranks"]) == 2 and d["lead"]
+        assert sum(i["delta_ns"] for i in d["items"]) == d["step_delta_ns"]
+        assert d["step_delta_ns"] == sum(r["step_delta_ns"] for r in d["ranks"])
+    assert all(isinstance(w, str) for w in doc["warnings"])
+
+
+def test_report_plot_writes_a_png(tmp_path):
+    out = tmp_path / "r.png"
+    result = CliRunner().invoke(main, ["report", "--plot", str(out), str(RUN)])
+    assert result.exit_code == 0, result.output
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert result.stderr.strip().splitlines()[-1] == f"tracekit: wrote {out}"
+
+
+def test_step_split_by_hand(tmp_path):
+    """One rank per variant. a: k1 [0,100) and an all-gather [50,150) µs → compute 100,
+    exposed comm 50. b: k1 [0,100), the all-gather [100,130) → compute 100, exposed comm 30,
+    and k2 [130,140) → compute 110."""
+    a = [synth.step(1, 0.0, 500.0), *synth.launched("k1", 1.0, 0.0, 100.0, corr=1),
+         *synth.nccl("all_gather", 2.0, 50.0, 100.0, corr=2)]
+    b = [synth.step(1, 0.0, 500.0), *synth.launched("k1", 1.0, 0.0, 100.0, corr=1),
+         *synth.nccl("all_gather", 2.0, 100.0, 30.0, corr=2), *synth.launched("k2", 3.0, 130.0, 10.0, corr=3)]
+    runs = {}
+    for name, events in (("a", a), ("b", b)):
+        (tmp_path / name).mkdir()
+        synth.write(tmp_path / name, "rank0.json", synth.doc(events))
+        runs[name] = tracekit.load(tmp_path / name)
+    got = {(v, p): ms for v, p, ms in step_split(runs).iter_rows()}
+    assert got == {("a", "compute"): 0.1, ("a", "exposed comm"): 0.05,
+                   ("b", "compute"): 0.11, ("b", "exposed comm"): 0.03}
