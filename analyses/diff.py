@@ -32,7 +32,7 @@ import polars as pl
 from tracekit.analyses.comms import collective_kernels
 from tracekit.analyses.phases import fsdp_phase, launch_context
 from tracekit.analyses.syncs import host_syncs
-from tracekit.analyses.timeline import outermost, timeline
+from tracekit.analyses.timeline import outermost, timeline, unshared
 from tracekit.errors import TraceError
 from tracekit.model import Trace
 from tracekit.names import kernel_identity
@@ -110,7 +110,7 @@ def all_items(trace: Trace) -> pl.DataFrame:
                   .with_columns(phase=pl.coalesce("phase", "idle_phase")))
         trace.derived["diff-items"] = joined.select(
             "step", pl.col("category").replace({"memset": "memcpy"}).alias("kind"),
-            pl.when(pl.col("category") == "idle").then(pl.col("cause").str.replace(r" \(.*\)$", ""))
+            pl.when(pl.col("row").is_null()).then(pl.col("cause").str.replace(r" \(.*\)$", ""))
             .when(pl.col("category") == "comm").then(pl.concat_str(pl.col("cause").fill_null("other"), pl.lit(" "),
                                                                    pl.col("dtype").fill_null("?")))
             .otherwise(pl.col("identity")).alias("name"),
@@ -119,10 +119,11 @@ def all_items(trace: Trace) -> pl.DataFrame:
 
 
 def idle_items(trace: Trace) -> pl.DataFrame:
-    """The step's idle time per (cause, phase): an idle segment belongs to the phase of the
-    device's next activity — the work the device was waiting for (`idle_phase`; null when
-    nothing follows on the device)."""
-    segments = timeline(trace).segments.filter(pl.col("category") == "idle").select(
+    """The step's time no activity of it has a share of (`timeline.unshared`: idle, and comm
+    hidden by another step's compute) per (category, cause, phase): a segment belongs to the
+    phase of the device's next activity — the work the device was waiting for (`idle_phase`;
+    null when nothing follows on the device)."""
+    segments = unshared(timeline(trace).segments).select(
         "step", "device", "start", "end", "category", "cause")
     following = trace.gpu.with_row_index("next_row").select("next_row", "device", next_start="start").sort("next_start")
     phases = launch_context(trace).select(next_row="row", idle_phase="phase")

@@ -87,6 +87,9 @@ def load_findings(facts: dict) -> list[dict]:
         rows.append(finding("warning", "metadata", f"top-level metadata not read ({facts['metadata']})"))
     if facts.get("rank_from") == "file name":
         rows.append(finding("info", "rank_guessed", "no rank in distributedInfo: rank taken from the file name"))
+    elif str(facts.get("rank_from")).startswith("fused file"):
+        rows.append(finding("info", "fused_file_split", f"one of {facts['fused_ranks']} processes of a file fusing "
+                            f"several ranks, read as its rank ({facts['rank_from'][12:]})"))
     elif facts.get("rank_from") == "default":
         rows.append(finding("warning", "rank_guessed", "no rank in distributedInfo or the file name: taken as rank 0"))
     if facts.get("schema", "kineto") != "kineto":
@@ -97,22 +100,24 @@ def load_findings(facts: dict) -> list[dict]:
 def steps_findings(trace: Trace) -> list[dict]:
     if trace.steps["step"].to_list() == [0] and not trace.ops["name"].str.starts_with("ProfilerStep#").any():
         return [finding("info", "no_steps", "no ProfilerStep#N: the whole trace is one step, numbered 0")]
-    return _fused_ranks(trace)
+    return _fused_ranks(trace, trace.facts.get("processes", 1))
 
 
-def _fused_ranks(trace: Trace) -> list[dict]:
-    """A `ProfilerStep#N` recorded by several threads: one profiler records each step once
-    per process, so the file holds several processes — ranks fused into one file (as
-    TraceLens' TraceFuse writes them), read here as one rank."""
+def _fused_ranks(trace: Trace, processes: int) -> list[dict]:
+    """A `ProfilerStep#N` recorded by several threads or processes: one profiler records each
+    step once per process, so the file holds several processes — ranks fused into one file (as
+    TraceLens' TraceFuse writes them) that the loader could not split safely (`fused.py`),
+    read here as one rank."""
     marks = trace.ops.filter(pl.col("name").str.starts_with("ProfilerStep#"))
-    per_step = marks.group_by("name").agg(n=pl.len(), threads=pl.col("tid").n_unique())
+    per_step = marks.group_by("name").agg(n=pl.len(), threads=pl.max_horizontal(pl.col("tid").n_unique(),
+                                                                                 pl.lit(processes)))
     fused = per_step.filter((pl.col("n") > 1) & (pl.col("threads") > 1))
     if fused.height == 0:
         return []
     k = int(fused["threads"].max())
     devices = trace.gpu["device"].n_unique()
     return [finding("warning", "fused_ranks", f"{fused.height:,} ProfilerStep#N are each recorded by up to {k} "
-                    f"threads ({devices} device(s)): the file looks like {k} processes (ranks) fused into one; it is "
+                    f"threads or processes ({devices} device(s)): the file looks like {k} processes (ranks) fused into one; it is "
                     "read as one rank, so host figures (syncs, CPU time) are pooled over them and no cross-rank "
                     "figure is made: analyse the per-rank files instead", fused.height)]
 

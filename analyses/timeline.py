@@ -6,8 +6,10 @@ elementary segments; idle segments are cut further at the starts and ends of the
 host calls and CPU ops, so that one cause holds over each. Per segment: how many of the
 step's activities of each category run (`n_compute`, `n_comm`, `n_memcpy`, `n_memset`), the
 category the partition gives it — the highest-priority one running: compute > comm > memcpy
-> memset, else idle — and its `cause`: the collective kind of a comm segment (the first kind
-by name when several run); for an idle one, highest priority first, `other step's GPU work`
+> memset, else idle; the step's communication while compute of another step (or of none) runs
+on the device is hidden, not exposed: compute, cause `other step's GPU work`, no activity's
+share — and its `cause`: the collective kind of a comm segment (the first kind by name when
+several run); for an idle one, highest priority first, `other step's GPU work`
 (device work of another step, or of none, running) · `sync: <api>` · `launch: <api>` ·
 `runtime: <api>` (a runtime/driver call covering it that no other call of its thread
 contains; of several, on several threads, the last to start) · `cpu_op: <name>` (likewise a
@@ -34,7 +36,7 @@ import polars as pl
 from tracekit.model import Trace
 
 PRIORITY = ("compute", "comm", "memcpy", "memset")  # highest first; a code is its index
-IDLE = len(PRIORITY)
+COMPUTE, COMM, IDLE = 0, 1, len(PRIORITY)
 SYNC_APIS = (
     "cudaEventSynchronize", "cudaStreamSynchronize", "cudaDeviceSynchronize",
     "cuEventSynchronize", "cuStreamSynchronize", "cuCtxSynchronize",
@@ -54,7 +56,8 @@ class Timeline:
     exactly; idle segments not yet cut at host boundaries (cause null): every figure but the
     idle causes. `segments`: the same with idle segments cut and given their causes (made on
     first use). `shares`: row (index into `trace.gpu`), step, device, category, cause,
-    share_ns for every activity."""
+    share_ns for every activity: they cover the segments but the idle ones and those of the
+    step's comm hidden by another step's compute (`unshared`)."""
 
     coarse: pl.DataFrame
     shares: pl.DataFrame
@@ -83,7 +86,7 @@ def timeline(trace: Trace, scope: str = "step") -> Timeline:
 
 def with_idle_causes(coarse: pl.DataFrame, trace: Trace) -> pl.DataFrame:
     idle = pl.col("category") == "idle"
-    return (pl.concat([coarse.filter(~idle).drop("other"), idle_causes(coarse.filter(idle), trace)])
+    return (pl.concat([coarse.filter(~idle), idle_causes(coarse.filter(idle), trace)])
             .sort("device", "step", "start", nulls_last=False))
 
 
@@ -202,21 +205,25 @@ def sweep(acts: Activities, own: np.ndarray, others: np.ndarray | None) -> tuple
     counts = np.stack([active(bounds, s[cat == c], e[cat == c]) for c in range(IDLE)])
     running = counts > 0
     category = np.where(running.any(axis=0), running.argmax(axis=0), IDLE)
-    other = active(bounds, acts.start[others], acts.end[others]) > 0 if others is not None and len(others) \
-        else np.zeros(len(length), bool)
+    other, other_compute = np.zeros(len(length), bool), np.zeros(len(length), bool)
+    if others is not None and len(others):
+        other = active(bounds, acts.start[others], acts.end[others]) > 0
+        computing = others[acts.category[others] == COMPUTE]
+        other_compute = active(bounds, acts.start[computing], acts.end[computing]) > 0
+    category[(category == COMM) & other_compute] = COMPUTE  # comm hidden by another step's compute
     kind = np.full(len(length), None, dtype=object)
-    comm = cat == PRIORITY.index("comm")
+    comm = cat == COMM
     for name in sorted({k for k in acts.kind[own][comm] if k is not None}, reverse=True):
         pick = comm & (acts.kind[own] == name)
         kind[active(bounds, s[pick], e[pick]) > 0] = name
-    kind[category != PRIORITY.index("comm")] = None
+    kind[category != COMM] = None
     share = np.zeros(len(own), dtype=np.int64)
     i0, i1 = np.searchsorted(bounds, s), np.searchsorted(bounds, e)
     for c in range(IDLE):
         mine = cat == c
         if not mine.any():
             continue
-        wins = category == c
+        wins = (category == c) & (counts[c] > 0)  # not comm hidden by another step's compute
         per_segment = np.where(wins, length / np.maximum(counts[c], 1), 0.0)
         prefix = np.concatenate([[0.0], np.cumsum(per_segment)])
         share[mine] = largest_remainder(prefix[i1[mine]] - prefix[i0[mine]], int(length[wins].sum()))
@@ -241,9 +248,18 @@ def coarse(pieces: list) -> pl.DataFrame:
         "other": np.concatenate([seg["other"] for _, _, seg in pieces]),
     })
     return frame.with_columns(
-        pl.col("cause").fill_null(pl.when(pl.col("category") == "comm").then(pl.lit("other"))),
+        pl.col("cause").fill_null(pl.when(pl.col("category") == "comm").then(pl.lit("other"))
+                                  .when((pl.col("category") == "compute") & (pl.col("n_compute") == 0))
+                                  .then(pl.lit(OTHER_WORK))),
         step=pl.when(pl.col("step") >= 0).then(pl.col("step")),
     ).sort("device", "step", "start", nulls_last=False).select(*SEGMENT_SCHEMA, "other")
+
+
+def unshared(segments: pl.DataFrame) -> pl.DataFrame:
+    """The segments no activity of their step has a share of: idle ones, and the step's comm
+    hidden by another step's compute (category compute, no compute of the step running)."""
+    return segments.filter((pl.col("category") == "idle")
+                           | ((pl.col("category") == "compute") & (pl.col("n_compute") == 0)))
 
 
 def outermost(intervals: pl.DataFrame) -> pl.DataFrame:
@@ -272,7 +288,7 @@ def idle_causes(idle: pl.DataFrame, trace: Trace) -> pl.DataFrame:
     """Idle segments cut at every boundary of the outermost host calls and ops, each piece
     with its cause."""
     if idle.height == 0:
-        return idle.drop("other")
+        return idle
     layers = host_layers(trace)
     cuts = np.unique(np.concatenate([np.zeros(0, np.int64)] + [f[c].to_numpy() for f in layers for c in ("start", "end")]))
     a, b = idle["start"].to_numpy(), idle["end"].to_numpy()
@@ -292,7 +308,7 @@ def idle_causes(idle: pl.DataFrame, trace: Trace) -> pl.DataFrame:
         take = ~found & (hit >= 0)
         cause[take] = layer["cause"].to_numpy()[hit[take]]
         found |= take
-    return idle[seg].drop("other").with_columns(start=pl.Series(start), end=pl.Series(end),
+    return idle[seg].with_columns(start=pl.Series(start), end=pl.Series(end),
                                                 cause=pl.Series(cause.tolist(), dtype=pl.String))
 
 
@@ -316,18 +332,20 @@ def covering(layer: pl.DataFrame, start: np.ndarray, end: np.ndarray) -> np.ndar
 
 def figures(segments: pl.DataFrame) -> pl.DataFrame:
     """Per (step, device), every time figure the verbs report (ns), read off the segments:
-    span, busy (anything of the step running), idle, comm (collectives running), compute,
-    overlap (both running), exposed comm (collectives running with no compute: the
-    partition's comm parts), comm alone (collectives running with nothing else of the step),
+    span, busy (anything of the step running), idle, comm (the step's collectives running),
+    compute (the step's compute running), overlap (the step's collectives running while any
+    compute runs on the device, whichever step launched it: the partition gives such time to
+    compute), exposed comm (collectives running with no compute at all: the partition's comm
+    parts), comm alone (collectives running with no other device work at all, of any step),
     and overlap_pct = overlap / comm × 100 (null without comm)."""
     ns = pl.col("end") - pl.col("start")
     comm, compute = pl.col("n_comm") > 0, pl.col("n_compute") > 0
-    alone = comm & ~compute & (pl.col("n_memcpy") == 0) & (pl.col("n_memset") == 0)
+    alone = comm & ~compute & (pl.col("n_memcpy") == 0) & (pl.col("n_memset") == 0) & ~pl.col("other")
     return (segments.group_by("step", "device", maintain_order=True).agg(
         gpu_span_ns=ns.sum(), gpu_busy_ns=ns.filter(pl.col("category") != "idle").sum(),
         idle_ns=ns.filter(pl.col("category") == "idle").sum(),
         comm_ns=ns.filter(comm).sum(), compute_ns=ns.filter(compute).sum(),
-        overlap_ns=ns.filter(comm & compute).sum(),
+        overlap_ns=ns.filter(comm & (pl.col("category") == "compute")).sum(),
         exposed_comm_ns=ns.filter(pl.col("category") == "comm").sum(), comm_alone_ns=ns.filter(alone).sum(),
         gpu_start=pl.col("start").min(), gpu_end=pl.col("end").max())
         .with_columns(overlap_pct=pl.when(pl.col("comm_ns") > 0)

@@ -86,16 +86,23 @@ def reference(trace, scope="step"):
             running = {c: [r for r in own if r["category"] == c and covers(r, t)] for c in PRIORITY}
             n = {c: len(v) for c, v in running.items()}
             winner = next((c for c in PRIORITY if n[c]), "idle")
+            # the step's comm under another step's compute on its device is hidden, not exposed
+            hidden = winner == "comm" and any(o["category"] == "compute" and covers(o, t) for o in others)
+            winner = "compute" if hidden else winner
             fig["span"] += w
             fig["busy"] += w * (winner != "idle")
             fig["idle"] += w * (winner == "idle")
             fig["comm"] += w * (n["comm"] > 0)
             fig["compute"] += w * (n["compute"] > 0)
-            fig["overlap"] += w * (n["comm"] > 0 and n["compute"] > 0)
+            fig["overlap"] += w * (n["comm"] > 0 and (n["compute"] > 0 or hidden))
             fig["exposed_comm"] += w * (winner == "comm")
-            fig["comm_alone"] += w * (n["comm"] > 0 and n["compute"] == n["memcpy"] == n["memset"] == 0)
+            fig["comm_alone"] += w * (n["comm"] > 0 and n["compute"] == n["memcpy"] == n["memset"] == 0
+                                      and not any(covers(o, t) for o in others))
             if winner == "idle":
                 parts[("idle", cause(t, others, calls, ops))] += w
+                continue
+            if hidden:  # no activity of the step has a share of it
+                parts[("compute", "other step's GPU work")] += w
                 continue
             kinds = sorted(r["coll_kind"] for r in running["comm"]) if winner == "comm" else [None]
             parts[(winner, kinds[0])] += w
@@ -106,25 +113,31 @@ def reference(trace, scope="step"):
 
 
 
-def swept(rows):
+def swept(rows, hiding=()):
     """{"span", "busy", "idle", "comm", "compute", "overlap", "exposed_comm"} of a list of
     (start, end, category) rows on one device: a plain sweep over their start/end events,
-    counting what runs between consecutive event times."""
-    events = sorted([(a, 1, c) for a, _, c in rows] + [(b, -1, c) for _, b, c in rows], key=lambda e: e[0])
+    counting what runs between consecutive event times. `hiding`: (start, end) of compute on
+    the device that is not the rows' own (another step's): it hides their comm, nothing else."""
+    lo, hi = min(a for a, _, _ in rows), max(b for _, b, _ in rows)
+    hiders = [(max(a, lo), min(b, hi), "hiding") for a, b in hiding if min(b, hi) > max(a, lo)]
+    events = sorted([(a, 1, c) for a, _, c in [*rows, *hiders]] + [(b, -1, c) for _, b, c in [*rows, *hiders]],
+                    key=lambda e: e[0])
     running, fig, last = Counter(), Counter(), None
     for t, step, category in events:
         if last is not None and t > last:
             w = t - last
-            busy, comm, compute = sum(running.values()) > 0, running["comm"] > 0, running["compute"] > 0
+            busy = sum(v for c, v in running.items() if c != "hiding") > 0
+            comm, compute = running["comm"] > 0, running["compute"] > 0
+            hidden = compute or running["hiding"] > 0
             fig["busy"] += w * busy
             fig["idle"] += w * (not busy)
             fig["comm"] += w * comm
             fig["compute"] += w * compute
-            fig["overlap"] += w * (comm and compute)
-            fig["exposed_comm"] += w * (comm and not compute)
+            fig["overlap"] += w * (comm and hidden)
+            fig["exposed_comm"] += w * (comm and not hidden)
         running[category] += step
         last = t
-    fig["span"] = max(b for _, b, _ in rows) - min(a for a, _, _ in rows)
+    fig["span"] = hi - lo
     return {k: fig[k] for k in ("span", "busy", "idle", "comm", "compute", "overlap", "exposed_comm")}
 
 
@@ -138,9 +151,14 @@ def whole_trace(trace):
 
 
 def per_step(trace):
-    """{(step, device): figures of `swept`} over the device activities each step launched."""
+    """{(step, device): figures of `swept`} over the device activities each step launched, with
+    the compute of other steps (or of none) on the device hiding their comm."""
+    gpu = [dict(r, device=r["device"] if r["device"] is not None else 0)
+           for r in trace.gpu.select("step", "device", "category", "start", "end").to_dicts()]
     rows = defaultdict(list)
-    for r in trace.gpu.select("step", "device", "category", "start", "end").to_dicts():
+    for r in gpu:
         if r["step"] is not None:
-            rows[(r["step"], r["device"] if r["device"] is not None else 0)].append((r["start"], r["end"], r["category"]))
-    return {key: swept(group) for key, group in rows.items()}
+            rows[(r["step"], r["device"])].append((r["start"], r["end"], r["category"]))
+    return {(step, device): swept(group, [(r["start"], r["end"]) for r in gpu if r["device"] == device
+                                          and r["step"] != step and r["category"] == "compute"])
+            for (step, device), group in rows.items()}

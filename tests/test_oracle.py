@@ -10,13 +10,13 @@ import pytest
 from conftest import DATA
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from oracle import reference
+from oracle import per_step, reference
 
 import synth
 import tracekit
 from tracekit.analyses.breakdown import breakdown
 from tracekit.analyses.comms import collective_kernels
-from tracekit.analyses.diff import diff_runs
+from tracekit.analyses.diff import diff_runs, step_items
 from tracekit.analyses.overlap import overlap
 from tracekit.analyses.summary import summary
 from tracekit.analyses.timeline import timeline
@@ -101,7 +101,8 @@ def check(trace, scope: str) -> None:
         got = dict(mine.select("row", "share_ns").iter_rows())
         for row, exact in want["shares"].items():
             assert abs(got[row] - exact) < 1, (row, got[row], exact)
-        assert sum(got.values()) == sum(want["shares"].values(), Fraction(0)) == want.get("busy", 0)
+        hidden = want["parts"].get(("compute", "other step's GPU work"), 0)  # comm under another step's compute
+        assert sum(got.values()) == sum(want["shares"].values(), Fraction(0)) == want.get("busy", 0) - hidden
     if scope == "step":
         exposed = collective_kernels(trace).filter(pl.col("step").is_not_null())
         per_group = exposed.group_by(key).agg(pl.col("exposed_ns").sum())
@@ -126,6 +127,7 @@ def test_every_verb_agrees_with_the_oracle(tmp_path_factory, doc):
         assert d.a_step_ns == span
         idle = sum(ns for (s, _), v in truth.items() if s == d.a_step for (c, _), ns in v["parts"].items() if c == "idle")
         assert d.a_items.filter(pl.col("kind") == "idle")["ns"].sum() == idle
+        assert d.a_items["ns"].sum() == d.a_step_ns  # the items add up to the step exactly
 
 
 def test_compute_on_one_device_hides_no_comm_on_another(tmp_path):
@@ -141,6 +143,42 @@ def test_compute_on_one_device_hides_no_comm_on_another(tmp_path):
     assert rows[0]["comm_ns"] == 0 and rows[0]["compute_ns"] == 100_000
     parts = {r["device"]: r["parts"] for r in breakdown(trace).to_dicts()}
     assert parts[1] == [{"category": "comm", "cause": "all_gather", "ns": 100_000}]
+
+
+def test_comm_hidden_by_another_steps_compute_is_overlapped_in_every_view(tmp_path):
+    """Step 1 launches a GEMM that runs late, [100,200) µs; step 2's all-gather [120,180) runs
+    entirely under it on the same device, and step 2's own kernel at [200,230). Step 2: span
+    110 µs, busy 90 (comm 60 + compute 30), idle 20 (the GEMM's tail); its comm is overlapped
+    (100 %), none exposed or alone — per step as in the trace scope. Its partition gives the
+    60 µs to compute, cause `other step's GPU work`, and diff's items still add up to 110 µs."""
+    events = [synth.step(1, 0.0, 100.0), synth.step(2, 100.0, 100.0),
+              *synth.launched("gemm", 90.0, 100.0, 100.0, corr=1),
+              *synth.nccl("all_gather", 110.0, 120.0, 60.0, corr=2),
+              *synth.launched("k", 111.0, 200.0, 30.0, corr=3)]
+    trace = tracekit.load(synth.write(tmp_path, "rank0.json", synth.doc(events)))
+    want = {"comm_ns": 60_000, "compute_ns": 30_000, "overlap_ns": 60_000, "overlap_pct": 100.0,
+            "exposed_comm_ns": 0, "comm_alone_ns": 0}
+    rows = {r["step"]: r for r in overlap(trace).to_dicts()}
+    assert {k: rows[2][k] for k in want} == want
+    (whole,) = overlap(trace, "trace").to_dicts()
+    assert (whole["comm_ns"], whole["overlap_ns"], whole["overlap_pct"], whole["exposed_comm_ns"]) == \
+        (60_000, 60_000, 100.0, 0)
+    row = summary(trace).filter(pl.col("step") == 2).row(0, named=True)
+    assert (row["gpu_span_ns"], row["gpu_busy_ns"], row["idle_ns"], row["exposed_comm_ns"]) == \
+        (110_000, 90_000, 20_000, 0)
+    parts = {r["step"]: r["parts"] for r in breakdown(trace).to_dicts()}
+    assert parts[2] == [{"category": "compute", "cause": "other step's GPU work", "ns": 60_000},
+                        {"category": "compute", "cause": None, "ns": 30_000},
+                        {"category": "idle", "cause": "other step's GPU work", "ns": 20_000}]
+    assert collective_kernels(trace).filter(pl.col("step") == 2)["exposed_ns"].to_list() == [0]
+    items = step_items(trace, 2)
+    assert items["ns"].sum() == 110_000
+    hidden = items.filter(pl.col("row").is_null() & (pl.col("kind") == "compute"))
+    assert hidden["name"].to_list() == ["other step's GPU work"] and hidden["ns"].to_list() == [60_000]
+    truth = per_step(trace)[(2, 0)]
+    assert (truth["overlap"], truth["exposed_comm"], truth["span"], truth["idle"]) == (60_000, 0, 110_000, 20_000)
+    check(trace, "step")
+    check(trace, "trace")
 
 
 SMALL_REAL = ["critical_path/cuda_event_sync/", "critical_path/cuda_event_sync_multi_stream/", "triton_example",

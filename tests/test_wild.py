@@ -5,11 +5,13 @@ kernels, epoch timestamps with nanoseconds, profiling cycles, missing optional e
 import gzip
 import json
 import sys
+from pathlib import Path
 
 import polars as pl
 import pytest
 import synth
 from click.testing import CliRunner
+from conftest import DATA
 
 import tracekit
 from tracekit.analyses.lint import trace_findings
@@ -251,3 +253,90 @@ def test_a_file_fusing_several_ranks_is_warned(tmp_path):
     assert result.exit_code == 0 and "warning: fused_ranks" in result.stderr and "4 processes" in result.stderr
     one = synth.write(tmp_path, "one.json", synth.doc([e for e in events if e["pid"] in (1000, 0)]))
     assert "fused_ranks" not in CliRunner().invoke(main, ["summary", str(one)]).stderr
+
+
+def fused_ranks(ranks: int, rank_args: bool) -> list:
+    """`ranks` processes as TraceFuse fuses them: rank r's pids shifted by r × 10⁴ (its CPU
+    pid and its device row), its correlation ids by r × 10⁴; each records ProfilerStep#1 and
+    #2 and issues 8 hipEventSynchronize in step 1 and one kernel per step."""
+    events = []
+    for r in range(ranks):
+        own = [synth.step(1, 0.0, 100.0), synth.step(2, 100.0, 100.0),
+               *[synth.call("hipEventSynchronize", 10.0 + 5 * i, 2.0, corr=50 + i) for i in range(8)],
+               *synth.launched("k", 1.0, 60.0, 10.0 + r, corr=1), *synth.launched("k", 101.0, 150.0, 10.0, corr=2)]
+        for e in own:
+            e["pid"] += r * 10_000
+            if "correlation" in e["args"]:
+                e["args"]["correlation"] += r * 10_000
+            if rank_args:
+                e["args"]["rank"] = r
+        events += own
+    return events
+
+
+@pytest.mark.parametrize("rank_args", [True, False])
+def test_a_file_fusing_several_ranks_is_read_rank_by_rank(tmp_path, rank_args):
+    """Four processes fused into one file: four ranks, each with its own 8 syncs (not 32) and
+    its own device's kernels; ranks from `args.rank`, else from the processes' order."""
+    path = synth.write(tmp_path, "fused.json", {"traceEvents": fused_ranks(4, rank_args)})
+    run = tracekit.load(path)
+    assert [t.rank for t in run.traces] == [0, 1, 2, 3] and {t.world_size for t in run.traces} == {4}
+    for r, trace in enumerate(run.traces):
+        rows = summary(trace).to_dicts()
+        assert [row["syncs.hipEventSynchronize"] for row in rows] == [8, 0]
+        assert [row["gpu_busy_ns"] for row in rows] == [(10 + r) * 1000, 10_000]
+    result = CliRunner().invoke(main, ["summary", "--format", "json", str(path)])
+    assert result.exit_code == 0 and "fused_ranks" not in result.stderr
+    doc = json.loads(result.stdout)
+    assert [(t["rank"], t["steps"][0]["syncs"]["hipEventSynchronize"]) for t in doc["traces"]] == \
+        [(0, 8), (1, 8), (2, 8), (3, 8)]
+
+
+def test_a_fused_file_that_cannot_be_split_safely_is_warned(tmp_path):
+    """Correlation ids not shifted apart (two processes launch id 1): which process launched a
+    kernel is ambiguous, so the file is read as one trace, with the warning."""
+    events = fused_ranks(2, rank_args=False)
+    for e in events:
+        if "correlation" in e["args"]:
+            e["args"]["correlation"] %= 10_000
+    path = synth.write(tmp_path, "fused.json", synth.doc(events))
+    assert isinstance(tracekit.load(path), tracekit.Trace)
+    result = CliRunner().invoke(main, ["summary", str(path)])
+    assert result.exit_code == 0 and "warning: fused_ranks" in result.stderr
+
+
+def trace_fused(files: list, out: Path) -> Path:
+    """The rank files fused into one as TraceLens' TraceFuse does: every event's pid and
+    correlation id shifted by rank × a power of ten above the largest, `args.rank` set, the
+    top-level metadata (distributedInfo) left out."""
+    docs = [json.loads(gzip.decompress(f.read_bytes())) for f in files]
+    events = [e for d in docs for e in d["traceEvents"]]
+    shift = {k: 10 ** (len(str(max(v for v in values if isinstance(v, int)))) + 1) for k, values in (
+        ("pid", [e.get("pid") for e in events]),
+        ("correlation", [e.get("args", {}).get("correlation") for e in events] + [1]))}
+    fused = []
+    for rank, d in enumerate(docs):
+        for e in d["traceEvents"]:
+            e = dict(e, args=dict(e.get("args", {}), rank=rank))
+            if isinstance(e.get("pid"), int):
+                e["pid"] += rank * shift["pid"]
+            if isinstance(e["args"].get("correlation"), int):
+                e["args"]["correlation"] += rank * shift["correlation"]
+            fused.append(e)
+    out.write_bytes(gzip.compress(json.dumps({"traceEvents": fused}).encode()))
+    return out
+
+
+def test_two_real_ranks_fused_read_as_their_own_files(tmp_path):
+    """H200 FSDP1 ranks 0 and 1 fused: each rank's summary, syncs and cross-rank comms figures
+    are those of its own file."""
+    apart = DATA / "h200x2-small" / "fsdp1"
+    fused = trace_fused(sorted(apart.glob("rank*.trace.json.gz")), tmp_path / "fused.json.gz")
+
+    def figures(path, verb):
+        result = CliRunner().invoke(main, [verb, "--format", "json", str(path)])
+        assert result.exit_code == 0, result.output
+        return [(t["rank"], t["steps"]) for t in json.loads(result.stdout)["traces"]]
+
+    for verb in ("summary", "syncs", "comms", "overlap", "breakdown"):
+        assert figures(fused, verb) == figures(apart, verb), verb

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import json
 import os
 import sys
 from importlib.resources import files
@@ -486,11 +485,12 @@ def cache():
 def cache_info(fmt):
     """Where the cache is, how many traces and bytes it holds, and its bound."""
     from tracekit.cache import info
+    from tracekit.render import json_text
     from tracekit.views import size_text
 
     found = info()
     if fmt == "json":
-        emit(json.dumps(found, indent=1))
+        emit(json_text(found))
         return
     emit(f"folder: {found['folder']}\nentries: {found['entries']}\nsize: {size_text(found['bytes'])}\n"
          f"bound: {size_text(found['max_bytes'])} (TRACEKIT_CACHE_MAX_GB={found['max_bytes'] / 1e9:g})")
@@ -646,7 +646,7 @@ def show_report(out, fmt: str, layout=None, baseline: str | None = None, plot_pa
     from tracekit.analyses.variants import (base_variant, phase_table, report_warnings, variant_diffs,
                                             variant_table, with_real)
     from tracekit.loading import load_profile
-    from tracekit.render import full_diff_doc, render_diff
+    from tracekit.render import json_text, full_diff_doc, render_diff
     from tracekit.views import Layout
 
     layout = layout or Layout()
@@ -662,7 +662,7 @@ def show_report(out, fmt: str, layout=None, baseline: str | None = None, plot_pa
         warnings += [f"{b} − {a}: {w}" for w in result.warnings + with_real(result, manifest, a, manifest, b)]
     leads = {pair: diff_lead(result, *pair) for pair, result in diffs.items()}
     if fmt == "json":
-        emit(json.dumps({"variants": table.to_dicts(), "phases": phases.to_dicts(),
+        emit(json_text({"variants": table.to_dicts(), "phases": phases.to_dicts(),
                          "diffs": [full_diff_doc(a, b, result, "sum", leads[a, b]) for (a, b), result in diffs.items()],
                          "warnings": warnings}, indent=1))
     else:
@@ -694,11 +694,12 @@ def check(out, fmt):
     exits 1 on any mismatch."""
     from tracekit.analyses.variants import count_check, parity_check
     from tracekit.loading import load_profile
+    from tracekit.render import json_text
 
     manifest, runs = load_profile(out)
     counts, parity = count_check(manifest, runs, load_profile(out, names=True)[1]), parity_check(manifest)
     if fmt == "json":
-        emit(json.dumps({"counts": counts.to_dicts(), "parity": parity.to_dicts()}, indent=1))
+        emit(json_text({"counts": counts.to_dicts(), "parity": parity.to_dicts()}))
     else:
         emit(render_frame(counts, fmt) + "\n\n" + render_frame(parity, fmt))
     for row in counts.filter(~counts["match"]).iter_rows(named=True):

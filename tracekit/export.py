@@ -237,7 +237,7 @@ def export_traces(paths: list, out, options: dict, rank: int | None = None) -> i
     """Every trace file under `paths` (or `rank`'s only), one process per rank, loaded one at a
     time; nothing is written when no trace is of `rank`."""
     from tracekit.files import runs_in, trace_files
-    from tracekit.loading import NotATrace, load_trace
+    from tracekit.loading import NotATrace, load_traces
 
     written = 0
 
@@ -245,13 +245,13 @@ def export_traces(paths: list, out, options: dict, rank: int | None = None) -> i
         nonlocal written
         for file in (f for p in paths for run in runs_in(p) for f in trace_files(run)):
             try:
-                trace = load_trace(file, comm_kernels=options["comm_kernels"], cache=options["cache"])
+                traces = load_traces(file, comm_kernels=options["comm_kernels"], cache=options["cache"])
             except NotATrace:
                 continue
-            if rank is not None and trace.rank != rank:
-                continue
-            write_trace(writer, trace, f"rank {trace.rank} · {'/'.join(file.rstrip('/').rsplit('/', 2)[-2:])}", 0)
-            written += 1
+            for trace in traces:
+                if rank is None or trace.rank == rank:
+                    write_trace(writer, trace, f"rank {trace.rank} · {'/'.join(file.rstrip('/').rsplit('/', 2)[-2:])}", 0)
+                    written += 1
         if rank is not None and not written:
             raise TraceError(", ".join(map(str, paths)), f"no trace of rank {rank}")
     write_atomically(out, write)

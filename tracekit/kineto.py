@@ -39,6 +39,7 @@ class Args(msgspec.Struct, frozen=True, gc=False):
     pg_desc: str | None = msgspec.field(default=None, name="Process Group Description")
     pg_ranks: str | list[int] | None = msgspec.field(default=None, name="Process Group Ranks")
     sync_kind: str | None = msgspec.field(default=None, name="cuda_sync_kind")
+    rank: int | None = None  # TraceLens' TraceFuse writes each event's rank here
 
 
 NO_ARGS = Args()
@@ -77,6 +78,7 @@ class LooseArgs(msgspec.Struct, frozen=True, gc=False):
     pg_desc: Any = msgspec.field(default=None, name="Process Group Description")
     pg_ranks: Any = msgspec.field(default=None, name="Process Group Ranks")
     sync_kind: Any = msgspec.field(default=None, name="cuda_sync_kind")
+    rank: Any = None
 
 
 NO_LOOSE_ARGS = LooseArgs()

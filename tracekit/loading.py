@@ -22,6 +22,7 @@ from . import cache as trace_cache
 from . import files
 from .classify import classified
 from .errors import TraceError
+from .fused import PROCESS_COLUMNS, per_process, processes
 from .kineto import CATEGORIES, DECODER, EVENTS, LOOSE_DECODER, LOOSE_EVENTS, NO_LOOSE_ARGS, LooseArgs
 from .stream import RAWS, EventStream, Unsplittable
 from .model import Run, Trace
@@ -40,7 +41,8 @@ def load(path, *, comm_kernels: tuple[str, ...] = (), cycle: str = "last", cache
     (`cache.py`; default: unless TRACEKIT_NO_CACHE is set)."""
     if files.is_dir(path):
         return load_run(path, comm_kernels=comm_kernels, cycle=cycle, cache=cache)
-    return load_trace(path, comm_kernels=comm_kernels, cache=cache)
+    traces = load_traces(path, comm_kernels=comm_kernels, cache=cache)
+    return traces[0] if len(traces) == 1 else Run(path=str(path), traces=traces, facts={"fused": True})
 
 
 def load_runs(paths, *, comm_kernels: tuple[str, ...] = (), cycle: str = "last", cache: bool | None = None) -> list[Run]:
@@ -61,7 +63,7 @@ def load_run(path, *, comm_kernels: tuple[str, ...] = (), cycle: str = "last", c
     traces, skipped = [], []
     for file in chosen:
         try:
-            traces.append(load_trace(file, comm_kernels=comm_kernels, cache=cache))
+            traces.extend(load_traces(file, comm_kernels=comm_kernels, cache=cache))
         except NotATrace:
             skipped.append(str(file))
     if not traces:
@@ -129,24 +131,36 @@ TABLES = ("gpu", "calls", "ops", "marks")
 
 
 def load_trace(path, *, comm_kernels: tuple[str, ...] = (), cache: bool | None = None) -> Trace:
-    """One Kineto trace file → `Trace` with steps assigned; from the trace cache when it holds
-    this version of the file (`cache.py`), else decoded and put there."""
+    """One Kineto trace file → `Trace` with steps assigned (of a file fusing several ranks, the
+    first rank's: `load_traces` gives each)."""
+    return load_traces(path, comm_kernels=comm_kernels, cache=cache)[0]
+
+
+def load_traces(path, *, comm_kernels: tuple[str, ...] = (), cache: bool | None = None) -> list[Trace]:
+    """The traces of one Kineto trace file, steps assigned: one, or one per rank of a file
+    fusing several (`fused.py`); from the trace cache when it holds this version of the file
+    (`cache.py`: a fused file's ranks after the first under `<key>-<i>`), else decoded and put
+    there."""
     use = trace_cache.enabled() if cache is None else cache
     if use:
         entry = trace_cache.key(files.identity(path), comm_kernels)
-        cached = trace_cache.read(entry)
-        if cached is not None:
-            cached.path = str(path)
+        first = trace_cache.read(entry)
+        cached = [first] + [trace_cache.read(f"{entry}-{i}") for i in range(1, first.facts.get("fused_ranks", 1))] \
+            if first is not None else [None]
+        if all(t is not None for t in cached):
+            for t in cached:
+                t.path = str(path)
             return cached
-    trace = decode(path, comm_kernels)
+    traces = decode(path, comm_kernels)
     if use:
-        trace_cache.write(entry, trace)
-    return trace
+        for i, trace in enumerate(traces):
+            trace_cache.write(f"{entry}-{i}" if i else entry, trace)
+    return traces
 
 
-def decode(path, comm_kernels: tuple[str, ...]) -> Trace:
-    """Decode one Kineto trace file into a `Trace` with steps assigned: a block at a time
-    where the text allows (`stream.py`), else whole."""
+def decode(path, comm_kernels: tuple[str, ...]) -> list[Trace]:
+    """Decode one Kineto trace file into its traces (one per rank of a fused file) with steps
+    assigned: a block at a time where the text allows (`stream.py`), else whole."""
     try:
         parts, doc, facts = streamed(path)
     except (Unsplittable, TraceError, msgspec.DecodeError, OSError, EOFError, ValueError, IsalError):
@@ -161,18 +175,35 @@ def decode(path, comm_kernels: tuple[str, ...]) -> Trace:
         dropped = "; ".join(f"{n} {why}" for why, n in facts["dropped"].items())
         raise TraceError(path, "no complete ('X') events with a usable ts and dur" + (f" ({dropped})" if dropped else ""))
     origin_us = extent[0] // 1000
-    gpu, calls, ops, marks = (_with_ns(tables[t], origin_us) for t in TABLES)
+    tables = {t: _with_ns(tables[t], origin_us) for t in TABLES}
+    info = getattr(doc, "distributedInfo", None)
+    world_size = info.world_size if info else None
+    facts["schema"] = "kineto 2021 (PyTorch 1.8-1.10)" if facts.pop("old_names") else "kineto"
+    facts.pop("array_form")
+    parts = per_process(tables)
+    if parts is None:
+        facts["processes"] = len(processes(tables["ops"]))  # several: ranks fused, not split (lint)
+        whole_file = {name: t.drop(PROCESS_COLUMNS) for name, t in tables.items()}
+        return [assembled(path, doc, whole_file, extent, origin_us, comm_kernels, _rank(path, doc), world_size, facts)]
+    size = max(world_size or 0, len(parts))
+    return [assembled(path, doc, own, extent, origin_us, comm_kernels, (rank, where), size,
+                      {**facts, "fused_ranks": len(parts)}) for rank, where, own in parts]
+
+
+def assembled(path, doc, tables: dict, extent: tuple, origin_us: int, comm_kernels: tuple[str, ...],
+              rank: tuple[int, str], world_size: int | None, facts: dict) -> Trace:
+    """One rank's `Trace` from its tables: device work classified, steps assigned."""
+    gpu, calls, ops, marks = (tables[t] for t in TABLES)
     gpu = classified(gpu, comm_kernels)
     steps = steps_table(ops)
     whole_trace = steps.height == 0
     if whole_trace:
         steps = whole_trace_step(extent[0] - origin_us * 1000, extent[1] - origin_us * 1000)
     gpu, calls, ops = assign_steps(steps, gpu, calls, ops, whole_trace)
-    rank, facts["rank_from"] = _rank(path, doc)
+    facts = {**facts, "rank_from": rank[1]}
     info = getattr(doc, "distributedInfo", None)
-    world_size = info.world_size if info else None
     meta = {
-        "rank": rank,
+        "rank": rank[0],
         "world_size": world_size,
         "backend": info.backend if info else None,
         "pg_config": [msgspec.structs.asdict(pg) for pg in (info.pg_config or [])] if info else [],
@@ -182,9 +213,7 @@ def decode(path, comm_kernels: tuple[str, ...]) -> Trace:
         "schema_version": getattr(doc, "schemaVersion", None),
         "trace_name": getattr(doc, "traceName", None),
     }
-    facts["schema"] = "kineto 2021 (PyTorch 1.8-1.10)" if facts.pop("old_names") else "kineto"
-    facts.pop("array_form")
-    return Trace(path=str(path), rank=rank, world_size=world_size, gpu=gpu, calls=calls, ops=ops,
+    return Trace(path=str(path), rank=rank[0], world_size=world_size, gpu=gpu, calls=calls, ops=ops,
                  marks=marks, steps=steps, meta=meta, origin_us=origin_us, facts=facts)
 
 
@@ -405,7 +434,8 @@ def _with_args(events: list, table: pl.DataFrame, columns: dict, old: bool) -> p
     External id may be spelled `external id` (PyTorch 1.8–1.10)."""
     chosen = gather(events, table["idx"])
     args = list(map(attrgetter("args"), chosen))
-    made = {"tid": ints(list(map(attrgetter("tid"), chosen))), "ext_id": ints(list(map(attrgetter("external_id"), args)))}
+    made = {"tid": ints(list(map(attrgetter("tid"), chosen))), "ext_id": ints(list(map(attrgetter("external_id"), args))),
+            "pid": ints(list(map(attrgetter("pid"), chosen))), "rank_arg": ints(list(map(attrgetter("rank"), args)))}
     if old:
         made["ext_id"] = made["ext_id"].fill_null(ints(list(map(attrgetter("external_id_2021"), args))))
     for name, convert in columns.items():

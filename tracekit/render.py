@@ -9,11 +9,28 @@ shape is shared by every per-rank, per-step verb:
 from __future__ import annotations
 
 import json
+import math
 import textwrap
 
 import polars as pl
 
 from .views import VIEWS, Layout, View, chosen, table_text, terminal_width
+
+
+def defined(value):
+    """`value` with every NaN or infinite float (an undefined figure) replaced by None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: defined(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [defined(v) for v in value]
+    return value
+
+
+def json_text(doc, indent: int | None = 1) -> str:
+    """`doc` as strict JSON: an undefined figure (NaN, ±inf) is null, never `NaN`/`Infinity`."""
+    return json.dumps(defined(doc), indent=indent, allow_nan=False)
 
 
 def nest(row: dict) -> dict:
@@ -54,7 +71,7 @@ def flat_table(report) -> pl.DataFrame:
 def flattened(frame: pl.DataFrame) -> pl.DataFrame:
     """`frame` with every nested (list or struct) column written as JSON text."""
     return frame.with_columns(
-        pl.col(c).map_elements(lambda v: json.dumps(v.to_list() if isinstance(v, pl.Series) else v),
+        pl.col(c).map_elements(lambda v: json_text(v.to_list() if isinstance(v, pl.Series) else v, None),
                                return_dtype=pl.String)
         for c, dt in frame.schema.items() if isinstance(dt, (pl.List, pl.Struct)))
 
@@ -62,7 +79,7 @@ def flattened(frame: pl.DataFrame) -> pl.DataFrame:
 def render(report, fmt: str, view: str | None = None, layout: Layout = Layout()) -> str:
     """The report as text in `fmt`; the table shows `view`'s columns (`views.py`)."""
     if fmt == "json":
-        return json.dumps(json_doc(report), indent=1)
+        return json_text(json_doc(report))
     return render_frame(flat_table(report), fmt, view, layout)
 
 
@@ -70,7 +87,7 @@ def render_frame(frame: pl.DataFrame, fmt: str, view: str | None = None, layout:
     """json rows, csv and md of every column at full precision and full text (nested columns
     as JSON text), or the terminal table of `view` (`views.py`)."""
     if fmt == "json":
-        return json.dumps(frame.to_dicts(), indent=1)
+        return json_text(frame.to_dicts())
     frame = flattened(frame)
     if fmt == "csv":
         return frame.write_csv()
@@ -85,10 +102,10 @@ def render_lint(per_trace, per_run, fmt: str, layout: Layout = Layout()) -> str:
     """`tracekit lint` output: `{"traces": [{path, rank, world_size, findings}], "runs":
     [{path, findings}]}` in JSON, else one row per finding."""
     if fmt == "json":
-        return json.dumps({
+        return json_text({
             "traces": [{"path": t.path, "rank": t.rank, "world_size": t.world_size, "findings": f.to_dicts()}
                        for t, f in per_trace],
-            "runs": [{"path": run.path, "findings": f.to_dicts()} for run, f in per_run]}, indent=1)
+            "runs": [{"path": run.path, "findings": f.to_dicts()} for run, f in per_run]})
     rows = [f.select(pl.lit(t.path).alias("path"), pl.lit(t.rank, pl.Int64).alias("rank"), pl.all())
             for t, f in per_trace]
     rows += [f.select(pl.lit(run.path).alias("path"), pl.lit(None, pl.Int64).alias("rank"), pl.all())
@@ -167,7 +184,7 @@ def render_diff(a_path: str, b_path: str, result, fmt: str, layout: Layout = Lay
     """`tracekit diff` output (a `RunDiff`): JSON object, the items as CSV (with `rank` for
     `ranks` "each"), or the lead then a headed table/markdown — one per rank for "each"."""
     if fmt == "json":
-        return json.dumps(full_diff_doc(a_path, b_path, result, ranks, lead), indent=1)
+        return json_text(full_diff_doc(a_path, b_path, result, ranks, lead))
     each = ranks == "each" and len(result.per_rank) > 1
     if fmt == "csv":
         if each:

@@ -15,7 +15,7 @@ from . import cache as trace_cache
 from . import files
 from .errors import TraceError
 from .executor import cores, executor
-from .loading import NotATrace, cycles_by_name, cycles_by_rank, load_trace
+from .loading import NotATrace, cycles_by_name, cycles_by_rank, load_traces
 from .model import Trace
 
 
@@ -51,13 +51,14 @@ class RunResult:
     facts: dict = field(default_factory=dict)
 
 
-def analysed(file: str, task, comm_kernels: tuple[str, ...], cache: bool | None) -> Analysed | NotATrace:
-    """One task: load the trace (cache first) and analyse it; what it is when not a trace."""
+def analysed(file: str, task, comm_kernels: tuple[str, ...], cache: bool | None) -> list[Analysed] | NotATrace:
+    """One task: load the file's traces (cache first; several of a file fusing several ranks)
+    and analyse each; what it is when not a trace."""
     try:
-        trace = load_trace(file, comm_kernels=comm_kernels, cache=cache)
+        traces = load_traces(file, comm_kernels=comm_kernels, cache=cache)
     except NotATrace as e:
         return e
-    return Analysed(TraceInfo.of(trace), task(trace))
+    return [Analysed(TraceInfo.of(trace), task(trace)) for trace in traces]
 
 
 # Bytes of traces not yet in the cache that pay for starting one more worker process: on 2 cores,
@@ -98,14 +99,14 @@ def analyse(paths, task, *, comm_kernels: tuple[str, ...] = (), cycle: str = "la
     done = dict(zip(jobs, executor(workers, scheduler, len(jobs)).map(work, jobs)))
     runs = []
     for path, chosen, facts in plans:
-        results = [done[f] for f in chosen if isinstance(done[f], Analysed)]
+        results = [a for f in chosen if not isinstance(done[f], NotATrace) for a in done[f]]
         if not facts and not results:
             raise done[chosen[0]]
         if not results:
             raise TraceError(path, "no trace files in this directory")
         if facts:
             kept, more = cycles_by_rank([r.info for r in results], cycle)
-            facts = {**facts, "skipped": [f for f in chosen if not isinstance(done[f], Analysed)],
+            facts = {**facts, "skipped": [f for f in chosen if isinstance(done[f], NotATrace)],
                      "other_cycles": {**facts["other_cycles"], **more}}
             results = [r for r in results if any(r.info is k for k in kept)]
         runs.append(RunResult(path, sorted(results, key=lambda r: r.info.rank), facts))
