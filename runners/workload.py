@@ -83,14 +83,19 @@ def load_factory(spec: str, cfg: dict) -> Callable[[], Workload]:
 
 
 def import_file(path: str):
-    """The module defined by the Python file at `path`."""
+    """The module defined by the Python file at `path` (imported once per process)."""
+    import sys
+
     file = Path(path)
     if not file.is_file():
         raise FileNotFoundError(f"no file {path}")
-    spec = importlib.util.spec_from_file_location(f"tracekit_model_{file.stem}", file)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    name = f"tracekit_model_{file.stem}"
+    if name not in sys.modules:  # imported once per process, as a module named in --model is
+        spec = importlib.util.spec_from_file_location(name, file)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        sys.modules[name] = module
+    return sys.modules[name]
 
 
 def build_workload(factory: Callable[[], Workload], spec: str) -> Workload:

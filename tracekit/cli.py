@@ -634,7 +634,8 @@ def show_report(out, fmt: str, layout=None) -> None:
 @format_option
 def check(out, fmt):
     """Compare the counts found in each profiled step's traces with what the runtime counted in
-    that step, and every variant's first-step loss and grad norm with the first variant's.
+    that step, and every variant's first-step loss and grad norm and its parameter checksum
+    after the timed steps with the first variant's (tolerances: docs/metrics.md).
 
     Prints every comparison, then one line (`all N counts match` or `K of N counts differ`);
     exits 1 on any mismatch."""
@@ -651,13 +652,13 @@ def check(out, fmt):
         click.echo(f"tracekit check: mismatch: {row['variant']} rank {row['rank']} step {row['step']} {row['count']}: "
                    f"trace {row['trace']}, runtime {row['runtime']}", err=True)
     for row in parity.filter(~parity["match"]).iter_rows(named=True):
-        click.echo(f"tracekit check: mismatch: {row['variant']} rank {row['rank']} first-step {row['figure']} "
+        click.echo(f"tracekit check: mismatch: {row['variant']} rank {row['rank']} {row['figure']} "
                    f"{row['value']:.6g} vs {row['base']}'s {row['base_value']:.6g} (relative {row['rel_diff']:.2g} > "
                    f"{row['tolerance']:g})", err=True)
     verdict = agreement(counts.height, int((~counts["match"]).sum()), "counts match", "counts differ")
     if parity.height:
-        verdict += ", " + agreement(parity.height, int((~parity["match"]).sum()), "first-step figures match",
-                                    "first-step figures differ")
+        verdict += ", " + agreement(parity.height, int((~parity["match"]).sum()), "parity figures match",
+                                    "parity figures differ")
     click.echo(verdict, err=fmt in ("json", "csv"))
     if not (counts["match"].all() and parity["match"].all()):
         sys.exit(1)
