@@ -197,12 +197,14 @@ def hard_failure(error) -> dict:
 
 @contextlib.contextmanager
 def quiet_elastic():
-    """torch's elastic launch logs every worker failure at length (a traceback per rank):
-    the launcher says it in one line instead."""
-    logger = logging.getLogger("torch.distributed.elastic")
-    level = logger.level
-    logger.setLevel(logging.CRITICAL)
+    """torch's elastic launch logs every worker failure at length (a traceback per rank, the
+    peers it terminates): the launcher says it in one line instead."""
+    loggers = [logging.getLogger(name) for name in ("torch.distributed.elastic", "torch.multiprocessing")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.CRITICAL)
     try:
         yield
     finally:
-        logger.setLevel(level)
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
