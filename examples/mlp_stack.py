@@ -46,7 +46,8 @@ class MLPStack(nn.Module):
 def batch(step: int, rank: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """`BATCH` random vectors and class labels, the same for a (step, rank) in every variant."""
     g = torch.Generator().manual_seed(1_000_003 * rank + step)
-    return torch.randn(BATCH, FEATURES, generator=g).to(device), torch.randint(0, CLASSES, (BATCH,), generator=g).to(device)
+    x, y = torch.randn(BATCH, FEATURES, generator=g), torch.randint(0, CLASSES, (BATCH,), generator=g)
+    return x.to(device), y.to(device)
 
 
 def mlp_stack() -> Workload:

@@ -26,7 +26,8 @@ def read_config(path: str) -> dict:
     try:
         document = json.loads(file.read_text())
     except (OSError, ValueError) as e:
-        raise WorkloadError(f"--model hf:{path}: cannot read {file} ({type(e).__name__}: {e})".splitlines()[0]) from None
+        message = f"--model hf:{path}: cannot read {file} ({type(e).__name__}: {e})"
+        raise WorkloadError(message.splitlines()[0]) from None
     if not isinstance(document, dict) or "model_type" not in document:
         raise WorkloadError(f"--model hf:{path}: {file} has no model_type (not a transformers config.json)")
     return document

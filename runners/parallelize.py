@@ -111,7 +111,8 @@ def apply_fsdp1(model: nn.Module, blocks: list[nn.Module], device: torch.device,
     ids = {id(b) for b in blocks}
     precision = MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if mixed else None
     return FullyShardedDataParallel(
-        model, auto_wrap_policy=partial(lambda_auto_wrap_policy, lambda_fn=lambda m: id(m) in ids), mixed_precision=precision,
+        model, auto_wrap_policy=partial(lambda_auto_wrap_policy, lambda_fn=lambda m: id(m) in ids),
+        mixed_precision=precision,
         device_id=device, use_orig_params=True, limit_all_gathers=limit_all_gathers)
 
 
@@ -129,7 +130,8 @@ def apply_fsdp2(model: nn.Module, blocks: list[nn.Module], mixed: bool, per_bloc
     return model
 
 
-def apply_lightning(model: nn.Module, blocks: list[nn.Module], wrap: str, device: torch.device, mixed: bool) -> Parallel:
+def apply_lightning(model: nn.Module, blocks: list[nn.Module], wrap: str, device: torch.device,
+                    mixed: bool) -> Parallel:
     """Lightning Fabric in these already-launched workers (it reuses their process group):
     `DDPStrategy` under bf16 autocast (`bf16-mixed`, as the native ddp variant), or
     `ModelParallelStrategy` with tensor-parallel size 1 whose parallelize function is

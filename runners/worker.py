@@ -141,7 +141,8 @@ def run_variant(variant: str, cfg: dict, rank: int, device: torch.device, out: P
     workload: Workload = build_workload(load_factory(cfg["model"], cfg), cfg["model"])
     oom = os.environ.get(OOM_HOOK, "")
     batch_size = workload.info.get("batch")
-    if oom.startswith(f"{variant}@{cfg['preset']}:") and batch_size is not None and batch_size >= int(oom.rsplit(":", 1)[1]):
+    if oom.startswith(f"{variant}@{cfg['preset']}:") and batch_size is not None \
+            and batch_size >= int(oom.rsplit(":", 1)[1]):
         raise torch.OutOfMemoryError(f"injected out of memory ({OOM_HOOK}) at batch {batch_size}")
     model = workload.model.to(device)
     total_numel = sum(p.numel() for p in model.parameters())

@@ -75,7 +75,8 @@ def load_factory(spec: str, cfg: dict) -> Callable[[], Workload]:
     try:
         module = import_file(where) if where.endswith(".py") else importlib.import_module(where)
     except Exception as e:
-        raise WorkloadError(f"--model {spec}: cannot import {where} ({type(e).__name__}: {e})".splitlines()[0]) from None
+        message = f"--model {spec}: cannot import {where} ({type(e).__name__}: {e})"
+        raise WorkloadError(message.splitlines()[0]) from None
     factory = getattr(module, name, None)
     if not callable(factory):
         raise WorkloadError(f"--model {spec}: {where} has no callable {name!r}")

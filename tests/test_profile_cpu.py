@@ -306,6 +306,7 @@ def test_capacity_under_torchrun_writes_every_probe_once(tmp_path):
 def test_an_existing_out_under_torchrun_is_refused_by_every_rank(out):
     before = (out / "manifest.json").read_bytes()
     result = torchrun("profile", "--device", "cpu", "--variants", "ddp", "--out", out)
-    refusals = [line for line in result.stderr.splitlines() if line == f"tracekit: {out} exists; pass --overwrite to write into it"]
+    refusal = f"tracekit: {out} exists; pass --overwrite to write into it"
+    refusals = [line for line in result.stderr.splitlines() if line == refusal]
     assert result.returncode != 0 and len(refusals) == 2  # one per rank, neither waiting for the other
     assert (out / "manifest.json").read_bytes() == before
