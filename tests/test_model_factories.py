@@ -100,7 +100,7 @@ def test_parameter_checksums_equal_one_process_training_on_both_ranks_batches(ex
             assert checksum["sum_sq"] == pytest.approx(sum_sq, rel=1e-6)
             for name, value in checksum["samples"]:
                 param, index = name[:-1].split("[")
-                assert value == pytest.approx(float(params[param].flatten()[int(index)]), rel=1e-5, abs=1e-7)
+                assert value == pytest.approx(float(params[param].detach().flatten()[int(index)]), rel=1e-5, abs=1e-7)
 
 
 def test_a_hugging_face_config_trains_in_every_variant(tmp_path):
