@@ -1,9 +1,10 @@
-"""One worker process: every variant on this rank, one after the other.
+"""One worker process: the run's plan (every variant, once per repeat) on this rank, one after
+the other, from where earlier workers of the run stopped; rank 0 writes the manifest after each.
 
-Per variant: build and wrap (timed), memory after wrap, warm-up steps (the first records loss
-and grad norm), timed unprofiled steps (with checkpoint saves when asked), peak memory, then
-`profile_steps` steps recorded with torch.profiler, each timed and with the runtime's own
-counts of it.
+Per variant: build (the `--model` factory, `runners/workload.py`) and wrap (timed), memory
+after wrap, warm-up steps (the first records loss and grad norm), timed unprofiled steps
+(with checkpoint saves when asked), the parameter checksum, peak memory, then `profile_steps`
+steps recorded with torch.profiler, each timed and with the runtime's own counts of it.
 
 Each variant gets a process group of its own, made from the launcher's store under the
 variant's prefix and destroyed after it, with a timeout (`collective_timeout_s`). The ranks
