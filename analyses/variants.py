@@ -466,23 +466,57 @@ def count_check(manifest: dict, runs: dict[str, Run], names: dict[str, Run] | No
 
 def parity_check(manifest: dict) -> pl.DataFrame:
     """One row per (variant, rank, figure): the first variant's value, this one's, the
-    relative difference, the tolerance and whether it holds."""
+    relative difference, the tolerance and whether it holds. Figures: the first step's `loss`
+    and `grad_norm` (tolerance `PARITY`), and where the manifest has them the parameter
+    checksums after the timed steps (`param_parity_rows`)."""
     ok = {v: e for v, e in manifest["variants"].items() if e.get("status") == "ok"}
     rows = []
     if ok:
         base_name, base = next(iter(ok.items()))
-        base_by_rank = {r["rank"]: r["first_step"] for r in base["ranks"]}
+        base_by_rank = {r["rank"]: r for r in base["ranks"]}
         for variant, entry in ok.items():
             for r in entry["ranks"]:
                 for figure, tolerance in PARITY.items():
-                    want, got = base_by_rank[r["rank"]][figure], r["first_step"][figure]
+                    want, got = base_by_rank[r["rank"]]["first_step"][figure], r["first_step"][figure]
                     rel = abs(got - want) / max(abs(want), 1e-12)
                     rows.append({"variant": variant, "rank": r["rank"], "figure": figure, "base": base_name,
                                  "base_value": want, "value": got, "rel_diff": rel, "tolerance": tolerance,
                                  "match": rel <= tolerance})
+                rows += param_parity_rows(base_name, base_by_rank[r["rank"]], variant, r)
     return pl.DataFrame(rows, schema={"variant": pl.String, "rank": pl.Int64, "figure": pl.String, "base": pl.String,
                                       "base_value": pl.Float64, "value": pl.Float64, "rel_diff": pl.Float64,
                                       "tolerance": pl.Float64, "match": pl.Boolean})
+
+
+def param_tolerance(*variants: str) -> float:
+    """The tolerance of the parameter checksums between two variants: the looser of theirs —
+    1e-1 for float8 variants (their matmuls round to float8), 1e-2 for compiled ones
+    (inductor fuses and reorders reductions), else 1e-3 (docs/metrics.md)."""
+    return max(1e-1 if "fp8" in v else 1e-2 if "compile" in v else 1e-3 for v in variants)
+
+
+def param_parity_rows(base_name: str, base: dict, variant: str, rank: dict) -> list[dict]:
+    """Rows comparing `rank`'s parameter checksum with the base variant's on the same rank (none
+    when either lacks one). Relative differences, each scaled so that changing every element
+    by a fraction ε gives at most ε: `params.sum` |Δ Σθ| ÷ (‖θ‖₂·√n), `params.sum_sq`
+    |Δ Σθ²| ÷ Σθ², and each sampled element `params.<name>[i]` |Δθᵢ| ÷ max(|θᵢ|, rms θ)."""
+    want, got = base.get("param_checksum"), rank.get("param_checksum")
+    if not want or not got:
+        return []
+    tolerance = param_tolerance(base_name, variant)
+    norm = max(want["sum_sq"], 1e-300) ** 0.5
+    rms = norm / max(want["numel"], 1) ** 0.5
+    figures = [("params.sum", want["sum"], got["sum"], norm * want["numel"] ** 0.5),
+               ("params.sum_sq", want["sum_sq"], got["sum_sq"], abs(want["sum_sq"]))]
+    samples = dict(got["samples"])
+    figures += [(f"params.{name}", value, samples.get(name, float("nan")), max(abs(value), rms))
+                for name, value in want["samples"]]
+    rows = []
+    for figure, a, b, scale in figures:
+        rel = abs(b - a) / max(scale, 1e-300)
+        rows.append({"variant": variant, "rank": rank["rank"], "figure": figure, "base": base_name, "base_value": a,
+                     "value": b, "rel_diff": rel, "tolerance": tolerance, "match": bool(rel <= tolerance)})
+    return rows
 
 
 def capacity_table(result: dict) -> pl.DataFrame:

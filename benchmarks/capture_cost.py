@@ -58,7 +58,8 @@ def main() -> None:
     torch.cuda.set_device(device)
     cfg = model_config(args.preset, batch=args.batch)
     torch.manual_seed(0)
-    model = parallelize(Transformer(cfg).to(device), "fsdp2", device, True).model
+    model = Transformer(cfg).to(device)
+    model = parallelize(model, list(model.blocks), "fsdp2", device, True).model
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     tokens = torch.randint(1, cfg.vocab, (cfg.batch, cfg.seq), device=device)
 

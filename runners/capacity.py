@@ -4,14 +4,17 @@ For each preset (in the order given) and batch (ascending), one `tracekit profil
 variants still in the race (`OUT/<preset>-b<batch>/manifest.json`: 1 warm-up step, 2 timed,
 none profiled). A variant that runs out of memory at a batch is not tried at larger batches of
 that preset: an out-of-memory is capacity evidence, recorded like any other outcome.
-`--memory-fraction` makes a smaller GPU of a large one.
+`--memory-fraction` makes a smaller GPU of a large one. Under torchrun/srun every rank runs
+every probe (each under a store prefix of its own) and knows every outcome; rank 0 writes.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
-from .launch import MANIFEST, make_config, prepare_out, profile, write_json_atomically
+from .launch import make_config, prepare_out, profile
+from .manifest import MANIFEST, write_json_atomically
 
 PROBE = {"warmup": 1, "steps": 2, "profile_steps": 0, "checkpoint": None}
 
@@ -31,8 +34,6 @@ def capacity(options: dict, presets: list[str], batches: list[int]) -> dict:
                                "global_batch": None, "overrides": {**options["overrides"], "batch": batch}})
             prepare_out(out / name, overwrite=True)
             manifest = profile(cfg)
-            if manifest is None:  # a worker under torchrun other than rank 0
-                continue
             for variant, entry in manifest["variants"].items():
                 peaks = [r["peak_allocated_bytes"] for r in entry.get("ranks", []) if r["peak_allocated_bytes"]]
                 probes.append({"preset": preset, "batch": batch, "variant": variant, "status": entry["status"],
@@ -41,5 +42,6 @@ def capacity(options: dict, presets: list[str], batches: list[int]) -> dict:
                 if entry["status"] != "ok":
                     stopped.add((variant, preset))
     result = {"presets": presets, "batches": sorted(batches), "probes": probes}
-    write_json_atomically(out / "capacity.json", result)
+    if os.environ.get("RANK", "0") == "0":
+        write_json_atomically(out / "capacity.json", result)
     return result

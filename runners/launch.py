@@ -6,11 +6,11 @@ starts `nproc` workers on this node through torch's elastic launch API.
 
 from __future__ import annotations
 
-import json
+import contextlib
+import logging
 import os
-import platform
 import socket
-import statistics
+import sys
 import uuid
 from pathlib import Path
 
@@ -18,7 +18,6 @@ from tracekit.errors import TracekitError
 
 # NVLink multicast off: NCCL NVLS, PyTorch symmetric memory, NVSHMEM (shared machines).
 MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
-MANIFEST = "manifest.json"
 
 
 class ProfileError(TracekitError):
@@ -27,8 +26,10 @@ class ProfileError(TracekitError):
 
 def make_config(options: dict) -> dict:
     """The run's configuration from the command's options, every one checked before any
-    worker starts (a bad one raises ProfileError: one line). `global_batch` sets the batch per
-    rank (strong scaling) and must divide by the world size."""
+    worker starts (a bad one raises ProfileError: one line), the model factory included: it
+    is built once on the meta device (no memory) and checked against the contract
+    (`runners/workload.py`). `global_batch` sets the batch per rank (strong scaling) and must
+    divide by the world size."""
     import torch
 
     from .checkpoint import MODES
@@ -36,12 +37,21 @@ def make_config(options: dict) -> dict:
     from .model import model_config
     from .parallelize import check_variants
 
-    o = dict(options)
+    o = {"model": "builtin", **options}
     device = o["device"] or ("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cuda" and not torch.cuda.is_available():
         raise ProfileError("no CUDA device here; use --device cpu")
+    if o["nproc"] is not None and o["nproc"] < 1:
+        raise ProfileError(f"--nproc {o['nproc']}: at least 1 worker")
     world = int(os.environ["WORLD_SIZE"]) if "WORLD_SIZE" in os.environ else \
         o["nproc"] or (torch.cuda.device_count() if device == "cuda" else 2)
+    own = o["model"] != "builtin" and not o["model"].startswith("hf:")
+    fixed = ["blocks", "hidden", "heads"] + (["seq", "batch"] if own else [])
+    given = [k for k in fixed if o["overrides"].get(k) is not None] + \
+        (["global-batch"] if own and o["global_batch"] is not None else []) + \
+        (["inputs"] if own and o["inputs"] != "fixed" else [])
+    if given:
+        raise ProfileError(f"--{', --'.join(given)}: the model of --model {o['model']} has its own shapes")
     if o["global_batch"] is not None:
         if o["overrides"].get("batch") is not None:
             raise ProfileError("--batch (per rank) and --global-batch (in total) exclude each other")
@@ -64,35 +74,58 @@ def make_config(options: dict) -> dict:
     for ok, message in rules:
         if not ok:
             raise ProfileError(message)
-    return {**o, "device": device, "nproc": world, "global_batch": config.batch * world,
-            "precision": o["precision"] or ("bf16" if device == "cuda" else "fp32")}
+    cfg = {**o, "device": device, "nproc": world, "global_batch": None if own else config.batch * world,
+           "precision": o["precision"] or ("bf16" if device == "cuda" else "fp32")}
+    return {**cfg, "model_info": model_info(cfg)}
+
+
+def model_info(cfg: dict) -> dict:
+    """What `--model` builds (the manifest's `model`), built on the meta device: a factory that
+    does not fulfil the contract raises ProfileError (one line)."""
+    import torch
+
+    from .workload import WorkloadError, build_workload, describe, load_factory
+
+    try:
+        with torch.device("meta"):
+            return describe(build_workload(load_factory(cfg["model"], cfg), cfg["model"]), cfg["model"])
+    except WorkloadError as e:
+        raise ProfileError(str(e)) from None
 
 
 def prepare_out(out: Path, overwrite: bool) -> None:
-    if out.exists() and not overwrite:
+    """Make OUT; an existing one is refused (ProfileError) unless `overwrite`. Under
+    torchrun/srun every rank calls this: each says through the store whether it found OUT
+    before rank 0 made it, so every rank refuses, or none."""
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ and not overwrite:
+        existed = out_existed_everywhere(out)
+    else:
+        existed = out.exists() and not overwrite
+    if existed:
         raise ProfileError(f"{out} exists; pass --overwrite to write into it")
-    out.mkdir(parents=True, exist_ok=True)
+    if os.environ.get("RANK", "0") == "0" or overwrite:
+        out.mkdir(parents=True, exist_ok=True)
 
 
-def versions() -> dict:
-    import torch
+def out_existed_everywhere(out: Path) -> bool:
+    """Whether any rank found `out` before any made it (each rank looks, then they exchange
+    what they saw through the rendezvous store)."""
+    import datetime
 
-    cuda = torch.cuda.is_available()
-    nccl = ".".join(map(str, torch.cuda.nccl.version())) if cuda and hasattr(torch.cuda, "nccl") else None
-    try:
-        import torchao
-        torchao_version = torchao.__version__
-    except ImportError:
-        torchao_version = None
-    return {"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
-            "nccl": nccl, "torchao": torchao_version,
-            "gpu": torch.cuda.get_device_name(0) if cuda else None, "host": platform.node()}
+    from .worker import rendezvous_store
 
-
-def write_json_atomically(path: Path, document: dict) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(document, indent=1))
-    os.replace(tmp, path)
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    seen = out.exists()
+    store = rendezvous_store(rank, world)
+    key = f"tracekit/out/{os.environ.get('TORCHELASTIC_RUN_ID', 'run')}:{out}"
+    store.set(f"{key}/{rank}", "1" if seen else "0")
+    store.wait([f"{key}/{r}" for r in range(world)], datetime.timedelta(minutes=30))
+    existed = any(store.get(f"{key}/{r}") == b"1" for r in range(world))
+    store.set(f"{key}/read/{rank}", "1")
+    if rank == 0:  # rank 0 may host the store (srun): it leaves only once every rank has read
+        with contextlib.suppress(Exception):
+            store.wait([f"{key}/read/{r}" for r in range(world)], datetime.timedelta(seconds=60))
+    return existed
 
 
 def free_port() -> int:
@@ -101,38 +134,77 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def tokens_per_s(ranks: list[dict]) -> float:
-    """Real tokens (targets the loss counts: no padding) trained per second, all ranks
-    together, over the timed steps that did not save a checkpoint: Σ over ranks of the mean
-    real tokens per such step ÷ the slowest rank's median such step."""
-    tokens, slowest = 0.0, 0.0
-    for r in ranks:
-        kept = [i for i in range(len(r["step_ms"]["all"])) if i not in set(r.get("saved_steps", []))]
-        tokens += statistics.mean(r["real_tokens"][i] for i in kept)
-        slowest = max(slowest, statistics.median(r["step_ms"]["all"][i] for i in kept))
-    return round(tokens / (slowest / 1000), 1)
+def profile(cfg: dict) -> dict:
+    """Run every variant; returns the manifest (on every rank under torchrun; rank 0 writes it).
 
+    Started here, the workers run the plan until one dies hard (a signal, `os._exit`, the
+    out-of-memory killer): its run is recorded as `error` naming the rank and the cause, and
+    fresh workers go on with the rest of the plan."""
+    from .manifest import read_manifest, write_manifest
+    from .worker import record_outcome, runs, worker_main
 
-def profile(cfg: dict) -> dict | None:
-    """Run every variant; returns the manifest (None on ranks other than 0 under torchrun)."""
-    from .worker import worker_main
-
-    out = Path(cfg["out"])
     os.environ.update(MULTICAST_OFF)
+    plan = runs(cfg)
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        # every rank of this process's run must name it alike, without talking: the run and OUT
+        cfg = {**cfg, "run_id": f"{os.environ.get('TORCHELASTIC_RUN_ID', 'run')}:{cfg['out']}"}
         results = worker_main(cfg)
         if int(os.environ["RANK"]) != 0:
-            return None
-    else:
-        from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+            from .manifest import manifest
+            return manifest(cfg, results, len(plan), len(plan))
+        return write_manifest(cfg, results, len(plan), len(plan))
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-        launch = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=cfg["nproc"], run_id=uuid.uuid4().hex[:8],
+    cfg = {**cfg, "run_id": uuid.uuid4().hex[:12]}
+    results, start = {}, 0
+    while start < len(plan):
+        launch = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=cfg["nproc"], run_id=cfg["run_id"],
                               rdzv_backend="c10d", rdzv_endpoint=f"127.0.0.1:{free_port()}", max_restarts=0,
                               monitor_interval=0.5)
-        results = elastic_launch(launch, worker_main)(cfg)[0]
-    manifest = {"config": cfg, "versions": versions(), "variants": results}
-    for entry in results.values():
-        if entry.get("status") == "ok":
-            entry["tokens_per_s"] = tokens_per_s(entry["ranks"])
-    write_json_atomically(out / MANIFEST, manifest)
-    return manifest
+        try:
+            with quiet_elastic():
+                results = elastic_launch(launch, worker_main)(cfg, start, results)[0]
+            start = len(plan)
+        except ChildFailedError as e:
+            saved = read_manifest(cfg)
+            if saved and saved["progress"]["done"] > start:
+                results, start = saved["variants"], saved["progress"]["done"]
+            repeat, position, variant = plan[start]
+            entry = hard_failure(e)
+            record_outcome(results, cfg, repeat, position, variant, entry)
+            print(f"tracekit profile: {variant}: {entry['status']} ({entry['message']}); going on with fresh workers"
+                  if start + 1 < len(plan) else f"tracekit profile: {variant}: {entry['status']} ({entry['message']})",
+                  file=sys.stderr, flush=True)
+            start += 1
+            write_manifest(cfg, results, start, len(plan))
+    return write_manifest(cfg, results, len(plan), len(plan))
+
+
+def hard_failure(error) -> dict:
+    """A variant entry for workers that died (torch's ChildFailedError): the first to die
+    names the rank and the cause — its exit code or the signal (SIGKILL is what the kernel's
+    out-of-memory killer sends)."""
+    rank, first = error.get_first_failure()
+    if first.exitcode < 0:
+        cause = f"killed by {first.signal_name()}" + (" (the out-of-memory killer sends it)"
+                                                      if first.signal_name() == "SIGKILL" else "")
+    else:
+        cause = f"exited with code {first.exitcode}"
+    return {"status": "error", "message": f"rank {rank}: the worker {cause}", "failed_ranks": sorted(error.failures),
+            "messages": {str(r): f"exit code {f.exitcode}" for r, f in error.failures.items()}}
+
+
+@contextlib.contextmanager
+def quiet_elastic():
+    """torch's elastic launch logs every worker failure at length (a traceback per rank, the
+    peers it terminates): the launcher says it in one line instead."""
+    loggers = [logging.getLogger(name) for name in ("torch.distributed.elastic", "torch.multiprocessing")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)

@@ -88,8 +88,17 @@ class Transformer(nn.Module):
         return self.head(self.norm(x))
 
 
-def synthetic_batch(config: ModelConfig, seed: int, rank: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Random tokens and next-token targets, distinct per rank, the same for every variant."""
-    g = torch.Generator().manual_seed(seed * 1000 + rank)
-    tokens = torch.randint(0, config.vocab, (config.batch, config.seq + 1), generator=g)
-    return tokens[:, :-1].to(device), tokens[:, 1:].to(device)
+def builtin_workload(cfg: dict):
+    """The `--model builtin` factory: the preset's transformer (with the shape overrides) and
+    its token batches (`--inputs`, `runners/inputs.py`); the default causal-LM loss."""
+    from .inputs import batch, parse_inputs
+    from .workload import Workload
+
+    config = model_config(cfg["preset"], **cfg["overrides"])
+    inputs = parse_inputs(cfg["inputs"], config.seq)
+    model = Transformer(config)
+
+    def batch_of(step: int, rank: int, device):
+        tokens, targets, _, real = batch(config, inputs, cfg["seed"], rank, step, device)
+        return tokens, targets, real
+    return Workload(model, list(model.blocks), batch_of, info={"preset": cfg["preset"], **config.as_dict()})

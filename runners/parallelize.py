@@ -45,9 +45,15 @@ class Parallel:
 
 
 def check_variants(names: list[str]) -> list[str]:
+    """`names`, if each is a known variant and none repeats (else ValueError: one line)."""
     unknown = [n for n in names if n not in VARIANTS]
     if unknown:
         raise ValueError(f"unknown variant(s) {', '.join(unknown)}; choose from {', '.join(VARIANTS)}")
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ValueError(f"variant(s) named twice: {', '.join(twice)} (use --repeats to run a variant again)")
+    if not names:
+        raise ValueError("no variants given")
     return names
 
 
@@ -70,18 +76,20 @@ def why_skipped(variant: str, device: torch.device) -> str | None:
     return None
 
 
-def apply_float8(model: nn.Module) -> None:
+def apply_float8(model: nn.Module, blocks: list[nn.Module]) -> None:
     """Swap the blocks' nn.Linear for torchao Float8Linear with float8 all-gather under FSDP2."""
     from torchao.float8 import Float8LinearConfig, convert_to_float8_training
 
+    ids = {id(b) for b in blocks}
+    prefixes = tuple(f"{fqn}." for fqn, m in model.named_modules() if id(m) in ids)
     config = Float8LinearConfig(enable_fsdp_float8_all_gather=True)
-    convert_to_float8_training(model, config=config, module_filter_fn=lambda _module, fqn: fqn.startswith("blocks."))
+    convert_to_float8_training(model, config=config, module_filter_fn=lambda _module, fqn: fqn.startswith(prefixes))
 
 
-def apply_compile(model: nn.Module) -> None:
+def apply_compile(blocks: list[nn.Module]) -> None:
     """torch.compile each block separately, in place (`module.compile()`): module names stay
     those of the eager model, so traces and diffs of compiled and eager variants align."""
-    for block in model.blocks:
+    for block in blocks:
         block.compile()
 
 
@@ -91,33 +99,39 @@ def apply_ddp(model: nn.Module, device: torch.device) -> nn.Module:
     return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
 
 
-def apply_fsdp1(model: nn.Module, device: torch.device, mixed: bool, limit_all_gathers: bool) -> nn.Module:
-    """FullyShardedDataParallel with one unit per block (plus the root)."""
+def apply_fsdp1(model: nn.Module, blocks: list[nn.Module], device: torch.device, mixed: bool,
+                limit_all_gathers: bool) -> nn.Module:
+    """FullyShardedDataParallel with one unit per block (a lambda policy on those modules)
+    plus the root."""
+    from functools import partial
+
     from torch.distributed.fsdp import FullyShardedDataParallel, MixedPrecision
-    from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+    from torch.distributed.fsdp.wrap import lambda_auto_wrap_policy
 
-    from .model import Block
-
+    ids = {id(b) for b in blocks}
     precision = MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if mixed else None
     return FullyShardedDataParallel(
-        model, auto_wrap_policy=ModuleWrapPolicy({Block}), mixed_precision=precision,
+        model, auto_wrap_policy=partial(lambda_auto_wrap_policy, lambda_fn=lambda m: id(m) in ids),
+        mixed_precision=precision,
         device_id=device, use_orig_params=True, limit_all_gathers=limit_all_gathers)
 
 
-def apply_fsdp2(model: nn.Module, mixed: bool, per_block: bool, reshard_after_forward: bool, mesh=None) -> nn.Module:
+def apply_fsdp2(model: nn.Module, blocks: list[nn.Module], mixed: bool, per_block: bool, reshard_after_forward: bool,
+                mesh=None) -> nn.Module:
     """fully_shard each block (unless root only), then the root (over `mesh`, default: all ranks)."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if mixed \
         else MixedPrecisionPolicy()
     if per_block:
-        for block in model.blocks:
+        for block in blocks:
             fully_shard(block, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard_after_forward)
     fully_shard(model, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard_after_forward)
     return model
 
 
-def apply_lightning(model: nn.Module, wrap: str, device: torch.device, mixed: bool) -> Parallel:
+def apply_lightning(model: nn.Module, blocks: list[nn.Module], wrap: str, device: torch.device,
+                    mixed: bool) -> Parallel:
     """Lightning Fabric in these already-launched workers (it reuses their process group):
     `DDPStrategy` under bf16 autocast (`bf16-mixed`, as the native ddp variant), or
     `ModelParallelStrategy` with tensor-parallel size 1 whose parallelize function is
@@ -132,7 +146,7 @@ def apply_lightning(model: nn.Module, wrap: str, device: torch.device, mixed: bo
         strategy, precision = DDPStrategy(), "bf16-mixed" if mixed else "32-true"
     else:
         strategy = ModelParallelStrategy(
-            lambda m, mesh: apply_fsdp2(m, mixed, True, True, mesh["data_parallel"]),
+            lambda m, mesh: apply_fsdp2(m, blocks, mixed, True, True, mesh["data_parallel"]),
             data_parallel_size=world, tensor_parallel_size=1)
         precision = "32-true"
     fabric = Fabric(accelerator=device.type, devices=local, num_nodes=world // local, strategy=strategy,
@@ -141,20 +155,22 @@ def apply_lightning(model: nn.Module, wrap: str, device: torch.device, mixed: bo
     return Parallel(fabric.setup_module(model), fabric.backward, fabric.setup_optimizers)
 
 
-def parallelize(model: nn.Module, variant: str, device: torch.device, mixed: bool) -> Parallel:
-    """The model wrapped as `variant` (see the module docstring for the order)."""
+def parallelize(model: nn.Module, blocks: list[nn.Module], variant: str, device: torch.device, mixed: bool) -> Parallel:
+    """The model wrapped as `variant` (see the module docstring for the order); `blocks` are
+    its repeated blocks, each wrapped as one unit."""
     options = VARIANTS[check_variants([variant])[0]]
     if options.get("float8"):
-        apply_float8(model)
+        apply_float8(model, blocks)
     if options.get("compile"):
-        apply_compile(model)
+        apply_compile(blocks)
     if options.get("lightning"):
-        return apply_lightning(model, options["wrap"], device, mixed)
+        return apply_lightning(model, blocks, options["wrap"], device, mixed)
     if options["wrap"] == "ddp":
         return Parallel(apply_ddp(model, device))
     if options["wrap"] == "fsdp1":
-        return Parallel(apply_fsdp1(model, device, mixed, options["limit_all_gathers"]))
-    return Parallel(apply_fsdp2(model, mixed, options.get("per_block", True), options.get("reshard_after_forward", True)))
+        return Parallel(apply_fsdp1(model, blocks, device, mixed, options["limit_all_gathers"]))
+    return Parallel(apply_fsdp2(model, blocks, mixed, options.get("per_block", True),
+                                options.get("reshard_after_forward", True)))
 
 
 def precision_path(variant: str, mixed: bool) -> str:

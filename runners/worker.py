@@ -1,10 +1,12 @@
-"""One worker process: every variant on this rank, one after the other, `repeats` times.
+"""One worker process: the run's plan (every variant, once per repeat) on this rank, one after
+the other, from where earlier workers of the run stopped; rank 0 writes the manifest after each.
 
-Per variant: build and wrap (timed), memory after wrap, warm-up steps (the first records loss
-and grad norm), timed unprofiled steps (with checkpoint saves when asked), peak memory, then
-(in the last repeat) `profile_steps` steps recorded with torch.profiler with the runtime's
-own counts of each. Every step carries phase timers (`clock.py`); the steps of each loop run
-back to back, drained only before the first and after the last.
+Per variant: build (the `--model` factory, `runners/workload.py`) and wrap (timed), memory
+after wrap, warm-up steps (the first records loss and grad norm), timed unprofiled steps
+(with checkpoint saves when asked), the parameter checksum, peak memory, then `profile_steps`
+steps recorded with torch.profiler (in the last repeat) with the runtime's own counts of each.
+Every step carries phase timers (`clock.py`); the steps of each loop run back to back,
+drained only before the first and after the last.
 
 Each variant gets a process group of its own, made from the launcher's store under the
 variant's prefix and destroyed after it, with a timeout (`collective_timeout_s`). The ranks
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import functools
 import gc
 import json
 import os
@@ -31,17 +34,18 @@ import torch.distributed as dist
 
 from .checkpoint import Checkpointer
 from .counters import RuntimeCounts
-from .inputs import batch, parse_inputs
 from .clock import PHASES, PhaseClock, columns
-from .model import Transformer, model_config
+from .manifest import write_manifest
 from .parallelize import VARIANTS, after_optimizer_step, parallelize, precision_path, why_skipped
 from .recording import profiler
+from .workload import Workload, build_workload, load_factory
 
 TRACE_NAME = "rank{rank}.pt.trace.json.gz"
 NAMES_TRACE_NAME = "names/rank{rank}.pt.trace.json.gz"  # the `full` step that names a `lean` recording
 # Test hooks: "<rank>:<variant>" makes that rank raise in the variant's timed steps;
 # "<variant>@<preset>:<batch>" makes the variant run out of memory at that preset from that batch on.
 FAILURE_HOOK, OOM_HOOK = "TRACEKIT_FAIL", "TRACEKIT_OOM"
+TEARDOWN_S = 30  # the longest wait for a failed variant's process group to end
 
 
 def log(rank: int, message: str) -> None:
@@ -88,21 +92,64 @@ def compiled_frames() -> int:
     return int(counters["frames"]["total"])
 
 
+def forward(model, inputs):
+    """`model(inputs)`; a tuple is passed as positional arguments, a dict as keywords."""
+    if isinstance(inputs, dict):
+        return model(**inputs)
+    return model(*inputs) if isinstance(inputs, tuple) else model(inputs)
+
+
+def token_count(targets) -> int | None:
+    """The padded sequence length of a batch of token targets ([batch, seq] integers), else None."""
+    if isinstance(targets, torch.Tensor) and targets.dim() == 2 and not targets.is_floating_point():
+        return targets.shape[1]
+    return None
+
+
+def param_checksum(model: torch.nn.Module, wrapped: torch.nn.Module, wrap: str) -> dict:
+    """A fingerprint of the full parameters (gathered from the shards: FSDP1
+    `summon_full_params`, FSDP2 `full_tensor()`), in fp64: `sum` and `sum_sq` (Σθ, Σθ²) over
+    every element, `numel`, and `samples` [name[index], value] — the first, middle and last
+    element of the first and last parameter. `model` is the unwrapped model (the same
+    parameters `wrapped` trains); names lose the wrappers' `_fsdp_wrapped_module.` and
+    `_orig_mod.` parts."""
+    from torch.distributed.tensor import DTensor
+
+    full = contextlib.nullcontext()
+    if wrap == "fsdp1":
+        from torch.distributed.fsdp import FullyShardedDataParallel
+
+        full = FullyShardedDataParallel.summon_full_params(wrapped, writeback=False)
+    with torch.no_grad(), full:
+        params = list(model.named_parameters())
+        sums, samples, numel = [], [], 0
+        for i, (name, p) in enumerate(params):
+            t = (p.full_tensor() if isinstance(p, DTensor) else p).detach().double().flatten()
+            sums.append(torch.stack([t.sum(), (t * t).sum()]))
+            numel += t.numel()
+            if i in (0, len(params) - 1):
+                clean = name.replace("_fsdp_wrapped_module.", "").replace("_orig_mod.", "")
+                samples += [[f"{clean}[{j}]", t[j]] for j in sorted({0, t.numel() // 2, t.numel() - 1})]
+        total, total_sq = torch.stack(sums).sum(0).tolist()
+    return {"sum": total, "sum_sq": total_sq, "numel": numel, "samples": [[n, float(v)] for n, v in samples]}
+
+
 def run_variant(variant: str, cfg: dict, rank: int, device: torch.device, out: Path, record: bool) -> dict:
     """Measure one variant on this rank (and record it when `record`); returns its measurements."""
     mixed = cfg["precision"] == "bf16"
     wrap = VARIANTS[variant]["wrap"]
-    model_cfg = model_config(cfg["preset"], **cfg["overrides"])
-    inputs = parse_inputs(cfg["inputs"], model_cfg.seq)
     release_memory(device)  # what earlier variants left must not count in this one's figures
-    oom = os.environ.get(OOM_HOOK, "")
-    if oom.startswith(f"{variant}@{cfg['preset']}:") and model_cfg.batch >= int(oom.rsplit(":", 1)[1]):
-        raise torch.OutOfMemoryError(f"injected out of memory ({OOM_HOOK}) at batch {model_cfg.batch}")
     torch.manual_seed(cfg["seed"])
     t0 = time.perf_counter()
-    model = Transformer(model_cfg).to(device)
+    workload: Workload = build_workload(load_factory(cfg["model"], cfg), cfg["model"])
+    oom = os.environ.get(OOM_HOOK, "")
+    batch_size = workload.info.get("batch")
+    if oom.startswith(f"{variant}@{cfg['preset']}:") and batch_size is not None \
+            and batch_size >= int(oom.rsplit(":", 1)[1]):
+        raise torch.OutOfMemoryError(f"injected out of memory ({OOM_HOOK}) at batch {batch_size}")
+    model = workload.model.to(device)
     total_numel = sum(p.numel() for p in model.parameters())
-    parallel = parallelize(model, variant, device, mixed)
+    parallel = parallelize(model, workload.blocks, variant, device, mixed)
     model = parallel.model
     synchronize(device)
     build_s = time.perf_counter() - t0
@@ -111,7 +158,7 @@ def run_variant(variant: str, cfg: dict, rank: int, device: torch.device, out: P
     native_ddp = wrap == "ddp" and not VARIANTS[variant].get("lightning")  # Lightning autocasts itself
     autocast = (torch.autocast(device.type, dtype=torch.bfloat16) if mixed and native_ddp
                 else contextlib.nullcontext())
-    seq_lens, real_tokens, step_index = [], [], 0
+    seq_lens, real_tokens, batch_sizes, step_index = [], [], [], 0
     fail_here = os.environ.get(FAILURE_HOOK) == f"{rank}:{variant}"
 
     def step(clock: PhaseClock, record_grad_norm: bool = False):
@@ -119,13 +166,14 @@ def run_variant(variant: str, cfg: dict, rank: int, device: torch.device, out: P
         nonlocal step_index
         clock.start()
         with clock.phase("forward"):
-            tokens, targets, length, real = batch(model_cfg, inputs, cfg["seed"], rank, step_index, device)
-            seq_lens.append(length)
-            real_tokens.append(real)
+            inputs, targets, *real = workload.batch(step_index, rank, device)
+            seq_lens.append(token_count(targets))
+            real_tokens.append(real[0] if real else None)
+            batch_sizes.append(len(targets))
             step_index += 1
             with autocast:
-                logits = model(tokens)
-            loss = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
+                outputs = forward(model, inputs)
+            loss = workload.loss(outputs, targets)
         with clock.phase("backward"):
             parallel.backward(loss)
         norm = grad_norm(model, wrap) if record_grad_norm else None
@@ -181,6 +229,7 @@ def run_variant(variant: str, cfg: dict, rank: int, device: torch.device, out: P
         return work
     times, clocks, wall = run_steps([timed_step(i) for i in range(cfg["steps"])])
     timed_from = len(seq_lens) - cfg["steps"]
+    checksum = param_checksum(workload.model, model, wrap)
     peak_allocated, peak_reserved = memory(device, "max_memory_allocated"), memory(device, "max_memory_reserved")
     result = {
         "rank": rank, "build_s": round(build_s, 3), "memory_after_wrap_bytes": mem_after_wrap,
@@ -192,7 +241,7 @@ def run_variant(variant: str, cfg: dict, rank: int, device: torch.device, out: P
         "model_state_bytes": model_state_bytes(local_numel(model)),
         "precision_path": precision_path(variant, mixed),
         "first_step": first, "seq_lens": seq_lens[timed_from:], "real_tokens": real_tokens[timed_from:],
-        "batch_per_rank": model_cfg.batch,
+        "batch_per_rank": batch_sizes[-1], "param_checksum": checksum,
         "recompiles": compiled_frames() - first_compiled,
         "recompiled_steps": [i for i, r in enumerate(recompiled) if r],
         "warmup_step_ms": warmup_ms, "warmup_phase_ms": columns(warmup_clocks, phases[:3]),
@@ -278,8 +327,46 @@ def agreed(store, key: str, rank: int, world: int, result: dict, timeout_s: floa
     return [json.loads(store.get(k)) for k in keys]
 
 
-def worker_main(cfg: dict) -> dict:
-    """Entry point of one rank (spawned by `tracekit profile`, or under torchrun/srun)."""
+@functools.cache
+def rendezvous_store(rank: int, world: int):
+    """The store of this process's rendezvous (`env://`), made once: every profile run of a
+    process (capacity probes) shares it, each under a prefix of its own."""
+    return next(dist.rendezvous("env://", rank, world))[0]
+
+
+def end_group(failed: bool, wait_s: float) -> bool:
+    """Destroy the variant's process group; after a failure, abort it first (NCCL: a
+    communicator stuck in a timed-out collective is aborted, not waited for) and wait at most
+    `wait_s` for the teardown. Returns whether it ended in time."""
+    import threading
+
+    def teardown():
+        with contextlib.suppress(Exception):
+            if failed and dist.get_backend() == "nccl":
+                dist.distributed_c10d._abort_process_group()
+            dist.destroy_process_group()
+    thread = threading.Thread(target=teardown, daemon=True)
+    thread.start()
+    thread.join(wait_s if failed else None)
+    return not thread.is_alive()
+
+
+def runs(cfg: dict) -> list[tuple[int, int, str]]:
+    """The run's plan: (repeat, position in it, variant) in the order they run."""
+    return [(repeat, position, variant) for repeat, order in enumerate(repeat_orders(cfg["variants"], cfg["repeats"]))
+            for position, variant in enumerate(order)]
+
+
+def record_outcome(results: dict, cfg: dict, repeat: int, position: int, variant: str, entry: dict) -> None:
+    """Put one run's agreed `entry` into `results` (the last repeat's entry is the variant's)."""
+    repeats = results.get(variant, {}).get("repeats", []) + [repeat_record(repeat, position, entry)]
+    results[variant] = {**entry, "repeats": repeats} if repeat == cfg["repeats"] - 1 else {"repeats": repeats}
+
+
+def worker_main(cfg: dict, start: int = 0, results: dict | None = None) -> dict:
+    """Entry point of one rank (spawned by `tracekit profile`, or under torchrun/srun): the
+    plan's runs from `start` on, added to `results` (what earlier workers of this run
+    measured); rank 0 writes the manifest after each."""
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
     if cfg["device"] == "cuda":
@@ -293,44 +380,50 @@ def worker_main(cfg: dict) -> dict:
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ.get("LOCAL_WORLD_SIZE", world))))
         backend = "gloo"
     os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "2")  # a timed-out collective raises, not kills
-    store, _, _ = next(dist.rendezvous("env://", rank, world))
-    run_id = os.environ.get("TORCHELASTIC_RUN_ID", "run")
-    out, timeout = Path(cfg["out"]), cfg["collective_timeout_s"]
-    results = {}
-    for repeat, order in enumerate(repeat_orders(cfg["variants"], cfg["repeats"])):
+    store = rendezvous_store(rank, world)
+    out, timeout, prefix = Path(cfg["out"]), cfg["collective_timeout_s"], f"tracekit/{cfg['run_id']}"
+    results = dict(results or {})
+    plan = runs(cfg)
+    for index in range(start, len(plan)):
+        repeat, position, variant = plan[index]
         last = repeat == cfg["repeats"] - 1  # the repeat that records traces
-        for i, variant in enumerate(order, 1):
-            where = f"[{i}/{len(order)}] {variant}" + (f" (repeat {repeat + 1}/{cfg['repeats']})"
-                                                       if cfg["repeats"] > 1 else "")
-            reason = why_skipped(variant, device)
-            if reason:
-                log(rank, f"{where}: skipped ({reason})")
-                results[variant] = {"status": "skipped", "message": reason}
-                continue
+        where = f"[{position + 1}/{len(cfg['variants'])}] {variant}" + (
+            f" (repeat {repeat + 1}/{cfg['repeats']})" if cfg["repeats"] > 1 else "")
+        reason = why_skipped(variant, device)
+        if reason:
+            log(rank, f"{where}: skipped ({reason})")
+            results[variant] = {"status": "skipped", "message": reason}
+        else:
             log(rank, f"{where}: building, {cfg['warmup']} warm-up + {cfg['steps']} timed steps"
                       + (f", then {cfg['profile_steps']} recorded step(s)" if last else ""))
-            init_group(store, f"tracekit/{run_id}/{repeat}/{variant}", backend, rank, world, device, timeout)
-            try:
-                mine = {"status": "ok", "message": "",
-                        "ranks": [run_variant(variant, cfg, rank, device, out, record=last)]}
-            except torch.OutOfMemoryError as e:
-                mine = {"status": "oom", "message": str(e).splitlines()[0], "at": time.time()}
-            except Exception as e:  # recorded; the other variants still run
-                mine = {"status": "error", "message": f"{type(e).__name__}: {e}".splitlines()[0],
-                        "traceback": traceback.format_exc(), "at": time.time()}
-            entry = merge_ranks(agreed(store, f"tracekit/{run_id}/status/{repeat}/{variant}", rank, world, mine,
-                                       2 * timeout))
-            with contextlib.suppress(Exception):
-                dist.destroy_process_group()
-            repeats = results.get(variant, {}).get("repeats", []) + [repeat_record(repeat, i - 1, entry)]
-            if last:
-                results[variant] = {**entry, "repeats": repeats}
-            else:
-                results[variant] = {"repeats": repeats}
+            entry = run_agreed(variant, cfg, rank, world, device, out, last, store, f"{prefix}/{repeat}/{variant}",
+                               backend)
+            record_outcome(results, cfg, repeat, position, variant, entry)
             detail = f"median {statistics.median([r['step_ms']['median'] for r in entry['ranks']]):.1f} ms" \
                 if entry["status"] == "ok" else entry["message"]
             log(rank, f"{where}: {entry['status']} ({detail})")
+        if rank == 0:
+            write_manifest(cfg, results, index + 1, len(plan))
     return results
+
+
+def run_agreed(variant: str, cfg: dict, rank: int, world: int, device: torch.device, out: Path, record: bool,
+               store, prefix: str, backend: str) -> dict:
+    """One variant on a process group of its own (under `prefix` of the store); its outcome
+    agreed by every rank through the store."""
+    timeout = cfg["collective_timeout_s"]
+    init_group(store, prefix, backend, rank, world, device, timeout)
+    try:
+        mine = {"status": "ok", "message": "", "ranks": [run_variant(variant, cfg, rank, device, out, record)]}
+    except torch.OutOfMemoryError as e:
+        mine = {"status": "oom", "message": str(e).splitlines()[0], "at": time.time()}
+    except Exception as e:  # recorded; the other variants still run
+        mine = {"status": "error", "message": f"{type(e).__name__}: {e}".splitlines()[0],
+                "traceback": traceback.format_exc(), "at": time.time()}
+    entry = merge_ranks(agreed(store, f"{prefix}/status", rank, world, mine, 2 * timeout))
+    if not end_group(entry["status"] != "ok", TEARDOWN_S):
+        log(rank, f"{variant}: its process group did not end within {TEARDOWN_S} s; left behind")
+    return entry
 
 
 def repeat_orders(variants: list[str], repeats: int) -> list[list[str]]:

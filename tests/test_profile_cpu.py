@@ -273,8 +273,44 @@ def test_a_failing_variant_is_recorded_and_the_others_still_run(tmp_path, monkey
     cfg = {"out": str(tmp_path), "variants": ["fsdp1", "fsdp2", "ddp"], "preset": "tiny", "overrides": {},
            "device": "cpu", "nproc": 1, "precision": "fp32", "seed": 0, "warmup": 1, "steps": 1, "with_stack": False,
            "profile_steps": 1, "profile_mode": "full", "repeats": 1, "inputs": "fixed", "checkpoint": None, "checkpoint_every": 5,
-           "keep_checkpoints": False, "memory_fraction": None, "collective_timeout_s": 60, "global_batch": None}
+           "keep_checkpoints": False, "memory_fraction": None, "collective_timeout_s": 60, "global_batch": None,
+           "model": "builtin", "model_info": {}, "run_id": "test"}
     results = worker.worker_main(cfg)
     assert results["fsdp1"]["status"] == "error" and results["fsdp1"]["message"] == "rank 0: RuntimeError: boom"
     assert results["fsdp2"]["status"] == "oom" and "out of memory" in results["fsdp2"]["message"]
     assert results["ddp"]["status"] == "ok" and (tmp_path / "ddp" / "rank0.pt.trace.json.gz").exists()
+    assert json.loads((tmp_path / "manifest.json").read_text())["variants"] == results  # written after each
+
+
+def torchrun(*args, env=None):
+    """`python -m torch.distributed.run --nproc-per-node 2 -m tracekit ARGS` on CPU."""
+    import os
+
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m", "tracekit",
+                           *map(str, args)], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, **(env or {})})
+
+
+def test_capacity_under_torchrun_writes_every_probe_once(tmp_path):
+    """Every rank runs every probe (each under its own store prefix) and agrees on each
+    outcome: fsdp2's injected out-of-memory at batch 2 stops it on both ranks alike."""
+    out = tmp_path / "cap"
+    result = torchrun("capacity", "--device", "cpu", "--presets", "tiny", "--batches", "1,2,4", "--variants",
+                      "ddp,fsdp2", "--format", "json", "--out", out, env={"TRACEKIT_OOM": "fsdp2@tiny:2"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = {r["variant"]: r for r in json.loads(result.stdout)}  # printed once: by rank 0
+    assert (rows["ddp"]["largest_batch"], rows["fsdp2"]["largest_batch"]) == (4, 1)
+    probes = json.loads((out / "capacity.json").read_text())["probes"]
+    assert [(p["variant"], p["batch"], p["status"]) for p in probes] == [
+        ("ddp", 1, "ok"), ("fsdp2", 1, "ok"), ("ddp", 2, "ok"), ("fsdp2", 2, "oom"), ("ddp", 4, "ok")]
+    for name in ("tiny-b1", "tiny-b2", "tiny-b4"):
+        assert json.loads((out / name / "manifest.json").read_text())["config"]["out"] == str(out / name)
+
+
+def test_an_existing_out_under_torchrun_is_refused_by_every_rank(out):
+    before = (out / "manifest.json").read_bytes()
+    result = torchrun("profile", "--device", "cpu", "--variants", "ddp", "--out", out)
+    refusal = f"tracekit: {out} exists; pass --overwrite to write into it"
+    refusals = [line for line in result.stderr.splitlines() if line == refusal]
+    assert result.returncode != 0 and len(refusals) == 2  # one per rank, neither waiting for the other
+    assert (out / "manifest.json").read_bytes() == before

@@ -80,7 +80,7 @@ def test_check_ends_with_one_verdict_line(tmp_path):
 
     doc = json.loads(run("check", "--format", "json", RUN))
     assert run("check", RUN).splitlines()[-1] == \
-        f"all {len(doc['counts'])} counts match, all {len(doc['parity'])} first-step figures match"
+        f"all {len(doc['counts'])} counts match, all {len(doc['parity'])} parity figures match"
     shutil.copytree(RUN, tmp_path / "run")
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
     manifest["variants"]["fsdp1"]["ranks"][0]["first_step"]["loss"] *= 2
@@ -88,4 +88,4 @@ def test_check_ends_with_one_verdict_line(tmp_path):
     result = CliRunner().invoke(main, ["check", str(tmp_path / "run")])
     assert result.exit_code == 1
     assert result.stdout.splitlines()[-1] == f"all {len(doc['counts'])} counts match, 1 of {len(doc['parity'])} " \
-                                             "first-step figures differ"
+                                             "parity figures differ"

@@ -119,6 +119,31 @@ def test_parity_flags_a_loss_beyond_its_tolerance():
     assert not match[("c", "loss")] and match[("c", "grad_norm")]
 
 
+def test_parity_compares_parameter_checksums_with_each_variants_tolerance():
+    """θ = (3, 4) in the base (Σθ = 7, Σθ² = 25, ‖θ‖ = 5, rms = 5/√2). Variant b moves θ₀ by
+    0.01 (Σθ² by 0.0601: relative 2.4e-3 > 1e-3, Σθ by 0.01 / (5·√2) = 1.4e-3 > 1e-3; the
+    sample by 0.01 / 3.54 = 2.8e-3 > 1e-3); its compiled twin gets 1e-2 and passes; a float8
+    variant 1e-1, which a sample off by 1 (0.28) still fails."""
+    def checksum(t0, sample):
+        return {"sum": t0 + 4.0, "sum_sq": t0 ** 2 + 16.0, "numel": 2, "samples": [["w[0]", sample]]}
+
+    def ranked(t0, sample=None):
+        return {**rank([1.0]), "param_checksum": checksum(t0, t0 if sample is None else sample)}
+    manifest = {"variants": {"a": {"status": "ok", "ranks": [ranked(3.0)]},
+                             "b": {"status": "ok", "ranks": [ranked(3.01)]},
+                             "b-compile": {"status": "ok", "ranks": [ranked(3.01)]},
+                             "c-fp8": {"status": "ok", "ranks": [ranked(3.0, sample=4.0)]}}}
+    rows = {(r["variant"], r["figure"]): r for r in parity_check(manifest).iter_rows(named=True)}
+    assert rows[("b", "params.sum_sq")]["rel_diff"] == pytest.approx(0.0601 / 25)
+    assert rows[("b", "params.sum")]["rel_diff"] == pytest.approx(0.01 / (5 * 2 ** 0.5))
+    assert rows[("b", "params.w[0]")]["rel_diff"] == pytest.approx(0.01 / (5 / 2 ** 0.5))
+    assert [rows[("b", f)]["match"] for f in ("params.sum", "params.sum_sq", "params.w[0]")] == [False] * 3
+    assert all(rows[("b-compile", f)]["match"] and rows[("b-compile", f)]["tolerance"] == 1e-2
+               for f in ("params.sum", "params.sum_sq", "params.w[0]"))
+    assert rows[("c-fp8", "params.sum")]["match"] and not rows[("c-fp8", "params.w[0]")]["match"]
+    assert rows[("c-fp8", "params.w[0]")]["tolerance"] == 1e-1 and rows[("a", "params.sum")]["rel_diff"] == 0
+
+
 def test_capacity_names_the_first_failure_past_the_largest_success():
     """small b1, b4 train; small b16, medium b1 and large b1 run out of memory: the largest is
     small batch 4, stopped by small batch 16 (the later failures only confirm it)."""

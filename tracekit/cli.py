@@ -530,7 +530,12 @@ def timeline(paths, output, step, rank, options):
 @click.option("--variants", default="ddp,fsdp1,fsdp2", show_default=True,
               help="Comma-separated: ddp, fsdp1, fsdp1-nolimit, fsdp2, fsdp2-root, fsdp2-noreshard, "
                    "fsdp2-compile, fsdp2-fp8, fsdp2-compile-fp8, lightning-ddp, lightning-fsdp2.")
-@click.option("--preset", type=click.Choice(["tiny", "small", "medium", "large"]), default="tiny", show_default=True)
+@click.option("--model", default="builtin", show_default=True,
+              help="builtin (the synthetic transformer of --preset), hf:CONFIG (a local transformers config.json "
+                   "or a directory with one; random weights, extra hf), or MODULE:FACTORY / path/to/file.py:FACTORY "
+                   "returning a tracekit.runners.workload.Workload (docs/profile.md).")
+@click.option("--preset", type=click.Choice(["tiny", "small", "medium", "large"]), default="tiny", show_default=True,
+              help="The built-in model's shapes; for hf: its batch and seq.")
 @click.option("--blocks", type=int)
 @click.option("--hidden", type=int)
 @click.option("--heads", type=int)
@@ -567,23 +572,32 @@ def timeline(paths, output, step, rank, options):
 @click.option("--collective-timeout", "collective_timeout_s", type=float, default=600, show_default=True,
               help="Seconds a collective may wait for peers before the variant fails on every rank.")
 @click.option("--overwrite", is_flag=True, help="Write into an existing --out.")
+@click.option("--strict", is_flag=True, help="Exit 1 when any variant failed (error or oom). Without it the exit "
+              "status is 1 only when no variant succeeded; failures are in the manifest either way.")
 @click.option("--report/--no-report", default=True, show_default=True,
               help="Print the variants side by side at the end (`tracekit report OUT` prints it later).")
 @format_option
-def profile(out, variants, preset, blocks, hidden, heads, seq, batch, overwrite, report, fmt, **options):
-    """Record profiled optimizer steps per variant (one trace per rank) and report them side by side."""
+def profile(out, variants, preset, blocks, hidden, heads, seq, batch, overwrite, strict, report, fmt, **options):
+    """Record profiled optimizer steps per variant (one trace per rank) and report them side by side.
+
+    A variant that fails (an exception, out of memory, a worker that dies) is recorded in the
+    manifest, one line on stderr, and the next variant runs on fresh workers. Exit status: 0,
+    or 1 when no variant succeeded (or, with --strict, when any failed); 2 for bad options."""
     from tracekit.runners.launch import make_config, prepare_out, profile as run_profile
 
     cfg = make_config({"out": str(out), "variants": [v.strip() for v in variants.split(",") if v.strip()],
                        "preset": preset, "overrides": {"blocks": blocks, "hidden": hidden, "heads": heads,
                                                        "seq": seq, "batch": batch}, **options})
-    if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 checks before the others can start
-        prepare_out(Path(out), overwrite)
-    if run_profile(cfg) is None:
+    prepare_out(Path(out), overwrite)  # every rank under torchrun: each refuses an existing OUT
+    manifest = run_profile(cfg)
+    if os.environ.get("RANK", "0") != "0":
         return
     click.echo(f"tracekit profile: wrote {out}/manifest.json and one trace per rank per variant", err=True)
-    if report:
+    statuses = [e.get("status") for e in manifest["variants"].values()]
+    if report and "ok" in statuses:
         show_report(out, fmt)
+    if "ok" not in statuses or (strict and any(s in ("error", "oom") for s in statuses)):
+        sys.exit(1)
 
 
 @main.command()
@@ -611,8 +625,7 @@ def capacity(out, variants, presets, batches, seq, overwrite, fmt, **options):
         sizes = [int(b) for b in batches.split(",")]
     except ValueError:
         raise click.BadParameter("whole numbers, e.g. 1,2,4,8", param_hint="--batches") from None
-    if os.environ.get("RANK", "0") == "0":
-        prepare_out(Path(out), overwrite)
+    prepare_out(Path(out), overwrite)  # every rank under torchrun: each refuses an existing OUT
     defaults = {"seed": 0, "inputs": "fixed", "with_stack": False, "profile_mode": "lean", "repeats": 1,
                 "checkpoint_every": 5,
                 "keep_checkpoints": False, "global_batch": None,
@@ -688,7 +701,8 @@ def show_report(out, fmt: str, layout=None, baseline: str | None = None, plot_pa
 @format_option
 def check(out, fmt):
     """Compare the counts found in each profiled step's traces with what the runtime counted in
-    that step, and every variant's first-step loss and grad norm with the first variant's.
+    that step, and every variant's first-step loss and grad norm and its parameter checksum
+    after the timed steps with the first variant's (tolerances: docs/metrics.md).
 
     Prints every comparison, then one line (`all N counts match` or `K of N counts differ`);
     exits 1 on any mismatch."""
@@ -706,13 +720,13 @@ def check(out, fmt):
         click.echo(f"tracekit check: mismatch: {row['variant']} rank {row['rank']} step {row['step']} {row['count']}: "
                    f"trace {row['trace']}, runtime {row['runtime']}", err=True)
     for row in parity.filter(~parity["match"]).iter_rows(named=True):
-        click.echo(f"tracekit check: mismatch: {row['variant']} rank {row['rank']} first-step {row['figure']} "
+        click.echo(f"tracekit check: mismatch: {row['variant']} rank {row['rank']} {row['figure']} "
                    f"{row['value']:.6g} vs {row['base']}'s {row['base_value']:.6g} (relative {row['rel_diff']:.2g} > "
                    f"{row['tolerance']:g})", err=True)
     verdict = agreement(counts.height, int((~counts["match"]).sum()), "counts match", "counts differ")
     if parity.height:
-        verdict += ", " + agreement(parity.height, int((~parity["match"]).sum()), "first-step figures match",
-                                    "first-step figures differ")
+        verdict += ", " + agreement(parity.height, int((~parity["match"]).sum()), "parity figures match",
+                                    "parity figures differ")
     click.echo(verdict, err=fmt in ("json", "csv"))
     if not (counts["match"].all() and parity["match"].all()):
         sys.exit(1)

@@ -1,0 +1,200 @@
+"""`tracekit profile --model`: the user's own model (examples/mlp_stack.py), a Hugging Face
+config, factories that break the contract, and workers that die hard."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import tracekit
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "mlp_stack.py"
+VARIANTS = ["ddp", "fsdp1", "fsdp2"]
+# every variant that runs on CPU (float8 needs a GPU)
+CPU_VARIANTS = [*VARIANTS, "fsdp1-nolimit", "fsdp2-root", "fsdp2-noreshard", "fsdp2-compile", "lightning-ddp",
+                "lightning-fsdp2"]
+CALLS = []  # factory calls in this process: one per variant in a worker
+
+
+def tracekit_cli(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "tracekit", *map(str, args)], capture_output=True, text=True,
+                          timeout=600, env={**os.environ, **(env or {})})
+
+
+def example_workload():
+    from tracekit.runners.workload import import_file
+
+    return import_file(str(EXAMPLE)).mlp_stack()
+
+
+def dies_in_second_variant():
+    """The example's workload, whose forward ends rank 1's process (`os._exit(1)`, as the
+    out-of-memory killer would) in the second variant this process builds."""
+    CALLS.append(1)
+    workload = example_workload()
+    if os.environ.get("RANK") == "1" and len(CALLS) == 2:
+        workload.model.register_forward_pre_hook(lambda *_: os._exit(1))
+    return workload
+
+
+def not_a_workload():
+    return torch.nn.Linear(2, 2)
+
+
+def no_blocks():
+    workload = example_workload()
+    workload.blocks = []
+    return workload
+
+
+@pytest.fixture(scope="module")
+def example_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("model") / "run"
+    result = tracekit_cli("profile", "--device", "cpu", "--nproc", 2, "--model", f"{EXAMPLE}:mlp_stack", "--variants",
+                          ",".join(CPU_VARIANTS), "--warmup", 2, "--steps", 2, "--no-report", "--out", out)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return out
+
+
+def test_the_example_model_trains_in_every_variant(example_run):
+    manifest = json.loads((example_run / "manifest.json").read_text())
+    workload = example_workload()
+    assert manifest["model"]["parameters"] == sum(p.numel() for p in workload.model.parameters())
+    assert manifest["model"]["blocks"] == len(workload.model.blocks)
+    assert manifest["progress"] == {"done": len(CPU_VARIANTS), "of": len(CPU_VARIANTS)}
+    for variant in CPU_VARIANTS:
+        entry = manifest["variants"][variant]
+        assert entry["status"] == "ok" and entry["tokens_per_s"] is None  # the batches do not count tokens
+        for rank in (0, 1):
+            trace = tracekit.load(example_run / variant / f"rank{rank}.pt.trace.json.gz")
+            assert trace.rank == rank and trace.world_size == 2 and trace.steps["step"].to_list() == [1]
+    result = tracekit_cli("check", "--format", "json", example_run)
+    parity = json.loads(result.stdout)["parity"]
+    assert result.returncode == 0 and {"params.sum", "params.sum_sq"} <= {r["figure"] for r in parity}
+
+
+def test_parameter_checksums_equal_one_process_training_on_both_ranks_batches(example_run):
+    """Data parallelism over 2 ranks is training on both ranks' batches with the mean of their
+    losses: replayed in this process (same seed, AdamW lr 1e-4, warm-up + timed steps), the
+    parameters' Σθ² and sampled elements equal every variant's checksum."""
+    manifest = json.loads((example_run / "manifest.json").read_text())
+    torch.manual_seed(manifest["config"]["seed"])
+    workload = example_workload()
+    model = workload.model
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    for step in range(manifest["config"]["warmup"] + manifest["config"]["steps"]):
+        losses = [workload.loss(model(x), y) for x, y in (workload.batch(step, r, "cpu") for r in (0, 1))]
+        (sum(losses) / 2).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    params = dict(model.named_parameters())
+    sum_sq = sum(float((p.detach().double() ** 2).sum()) for p in params.values())
+    for variant in CPU_VARIANTS:
+        for r in manifest["variants"][variant]["ranks"]:
+            checksum = r["param_checksum"]
+            assert checksum["sum_sq"] == pytest.approx(sum_sq, rel=1e-6)
+            for name, value in checksum["samples"]:
+                param, index = name[:-1].split("[")
+                assert value == pytest.approx(float(params[param].detach().flatten()[int(index)]), rel=1e-5, abs=1e-7)
+
+
+def test_a_hugging_face_config_trains_in_every_variant(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    config = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "num_hidden_layers": 2,
+              "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 4, "intermediate_size": 128,
+              "vocab_size": 512, "max_position_embeddings": 128}
+    (tmp_path / "llama").mkdir()
+    (tmp_path / "llama" / "config.json").write_text(json.dumps(config))
+    out = tmp_path / "run"
+    result = tracekit_cli("profile", "--device", "cpu", "--nproc", 2, "--model", f"hf:{tmp_path / 'llama'}",
+                          "--variants", ",".join(VARIANTS), "--warmup", 1, "--steps", 2, "--no-report", "--out", out)
+    assert result.returncode == 0, result.stderr[-3000:]
+    manifest = json.loads((out / "manifest.json").read_text())
+    own = transformers.LlamaForCausalLM(transformers.LlamaConfig(**config))
+    assert manifest["model"]["architecture"] == "LlamaForCausalLM"
+    assert manifest["model"]["parameters"] == own.num_parameters() and manifest["model"]["blocks"] == 2
+    for variant in VARIANTS:
+        entry = manifest["variants"][variant]
+        assert entry["status"] == "ok" and entry["tokens_per_s"] > 0
+        assert all(r["real_tokens"] == [2 * 64] * 2 for r in entry["ranks"])  # batch 2 × seq 64 of the tiny preset
+        assert all((out / variant / f"rank{rank}.pt.trace.json.gz").exists() for rank in (0, 1))
+    assert tracekit_cli("check", out).returncode == 0
+
+
+def test_a_worker_that_dies_hard_loses_only_its_variant(tmp_path):
+    """Rank 1 ends its process in fsdp1's first forward: ddp (before) kept its traces, fsdp1 is
+    an error naming rank 1, fsdp2 ran on fresh workers; one line about it, no traceback; with
+    --strict the exit status says a variant failed."""
+    out = tmp_path / "run"
+    result = tracekit_cli("profile", "--device", "cpu", "--nproc", 2, "--model",
+                          f"{Path(__file__)}:dies_in_second_variant", "--variants", ",".join(VARIANTS), "--warmup", 1,
+                          "--steps", 2, "--no-report", "--strict", "--out", out)
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr and "ChildFailedError" not in result.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    statuses = {v: e["status"] for v, e in manifest["variants"].items()}
+    assert statuses == {"ddp": "ok", "fsdp1": "error", "fsdp2": "ok"} and manifest["progress"] == {"done": 3, "of": 3}
+    failed = manifest["variants"]["fsdp1"]
+    assert failed["message"] == "rank 1: the worker exited with code 1" and failed["failed_ranks"] == [1]
+    assert [line for line in result.stderr.splitlines() if "fsdp1: error" in line] == \
+        ["tracekit profile: fsdp1: error (rank 1: the worker exited with code 1); going on with fresh workers"]
+    for variant in ("ddp", "fsdp2"):
+        assert all((out / variant / f"rank{rank}.pt.trace.json.gz").exists() for rank in (0, 1))
+
+
+@pytest.mark.parametrize("model, problem", [
+    ("no_such_module_tk:make", "--model no_such_module_tk:make: cannot import no_such_module_tk "
+                               "(ModuleNotFoundError: No module named 'no_such_module_tk')"),
+    ("{here}:not_a_workload", "--model {here}:not_a_workload: the factory returned Linear, not a "
+                              "tracekit.runners.workload.Workload"),
+    ("{here}:no_blocks", "--model {here}:no_blocks: no blocks found (Workload.blocks is empty)"),
+    ("{here}:absent", "--model {here}:absent: {here} has no callable 'absent'"),
+    ("hf:{tmp}/config.json", "--model hf:{tmp}/config.json: {tmp}/config.json has no model_type (not a "
+                             "transformers config.json)"),
+    ("hf:{tmp}/none.json", "--model hf:{tmp}/none.json: cannot read {tmp}/none.json (FileNotFoundError: [Errno 2] "
+                           "No such file or directory: '{tmp}/none.json')"),
+])
+def test_a_bad_factory_is_one_line_before_any_worker(tmp_path, model, problem):
+    here = Path(__file__)
+    (tmp_path / "config.json").write_text(json.dumps({"hidden_size": 64}))
+    result = tracekit_cli("profile", "--device", "cpu", "--model", model.format(here=here, tmp=tmp_path),
+                          "--out", tmp_path / "x")
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [f"tracekit: {problem.format(here=here, tmp=tmp_path)}"]
+    assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("args, problem", [
+    (["--nproc", 0], "--nproc 0: at least 1 worker"),
+    (["--nproc", -2], "--nproc -2: at least 1 worker"),
+    (["--variants", "ddp,fsdp2,ddp"], "variant(s) named twice: ddp (use --repeats to run a variant again)"),
+    (["--steps", 0, "--profile-steps", 0], "--warmup and --steps must be at least 1"),
+    (["--model", f"{EXAMPLE}:mlp_stack", "--seq", 8], f"--seq: the model of --model {EXAMPLE}:mlp_stack has its own "
+                                                     "shapes"),
+])
+def test_bad_arguments_are_one_line(tmp_path, args, problem):
+    result = tracekit_cli("profile", "--device", "cpu", *args, "--out", tmp_path / "x")
+    assert result.returncode == 2 and result.stderr.splitlines() == [f"tracekit: {problem}"]
+    assert not (tmp_path / "x").exists()
+
+
+def test_a_failed_group_is_aborted_and_not_waited_for_past_the_bound(monkeypatch):
+    """A teardown that never returns (a communicator stuck in a timed-out collective): the
+    NCCL group is aborted first and end_group gives up after its bound."""
+    import threading
+
+    import torch.distributed as dist
+
+    from tracekit.runners import worker
+
+    calls, never = [], threading.Event()
+    monkeypatch.setattr(dist, "get_backend", lambda *a: "nccl")
+    monkeypatch.setattr(dist.distributed_c10d, "_abort_process_group", lambda *a: calls.append("abort"))
+    monkeypatch.setattr(dist, "destroy_process_group", lambda *a: (calls.append("destroy"), never.wait()))
+    assert worker.end_group(True, 0.2) is False and calls == ["abort", "destroy"]
+    never.set()
