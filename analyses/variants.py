@@ -1,20 +1,25 @@
 """Comparing the variants of one `tracekit profile` output, and checking the traces against
 what the runtime counted (docs/metrics.md, docs/profile.md).
 
-- `variant_table`: one row per variant and rank: the unprofiled step time pooled over ranks
-  with its 95 % CI, its delta against the first variant that ran with a CI and a verdict,
-  drift, the profiled steps' time and the profiler's overhead, memory against the model-state
-  estimate, recompiles, throughput, the recorded step's figures, precision path and first
-  loss. `report_warnings` says what the reader must know before trusting the comparison.
-- `count_check`: each profiled step's trace-derived counts against the runtime's own counts of
-  that step. Compared: `Event.synchronize` ↔ host `cudaEventSynchronize` (GPU traces), and
+- `variant_table`: one row per variant and rank: the timed step pooled over ranks with its
+  95 % interval, its delta against the baseline with an interval and a verdict (over one
+  run's steps, or across repeats: `repeat_series`, `compare`, `noise.py`), drift, the
+  recorded steps' time and the profiler's overhead, memory against the model-state estimate,
+  recompiles, throughput, the recorded step's figures, precision path and first loss.
+  `report_warnings` says what the reader must know before trusting the comparison.
+- `phase_table`: the same per phase (the runner's phase timers), beside the recorded steps'.
+- `real_delta`, `reconciliation`, `fidelity_warnings`: what the timed steps say of B − A per
+  phase, set beside what the recorded steps' timers and the trace's diff say.
+- `count_check`: each recorded step's trace-derived counts against the runtime's own counts of
+  that step, for each recording (the attributed one, and the `full` step naming a `lean` one). Compared: `Event.synchronize` ↔ host `cudaEventSynchronize` (GPU traces), and
   each collective kind ↔ the Python collective calls of that kind, for all_gather and
   reduce_scatter always and for other kinds when the runtime saw any. Kinds issued from C++
   (DDP's reducer all-reduces) are invisible to the runtime counters and not compared. Nor are
   collectives of a one-rank GPU run: NCCL runs a one-rank collective as a device copy, with
   no collective kernel to count (FSDP1 at world size 1 still calls `all_reduce`).
 - `parity_check`: each variant's first-step loss and grad norm against the first variant's
-  (the same weights and data: they must agree within `PARITY`).
+  (the same weights and data: they must agree within `PARITY`), and the parameter checksums
+  after the timed steps (`param_parity_rows`).
 """
 
 from __future__ import annotations
