@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from tracekit.analyses.comms import collective_kernels
-from tracekit.analyses.phases import fsdp_phase, launch_context
+from tracekit.analyses.phases import RUNNER_PHASE, fsdp_phase, launch_context
 from tracekit.analyses.syncs import host_syncs
 from tracekit.analyses.timeline import outermost, timeline, unshared
 from tracekit.errors import TraceError
@@ -135,7 +135,8 @@ def idle_items(trace: Trace) -> pl.DataFrame:
 
 def host_items(trace: Trace) -> pl.DataFrame:
     """A trace without device activity (CPU-only, gloo): each step's CPU window split among the
-    outermost CPU ops of the step's thread (kind `cpu`, name the op), the rest `host: other`."""
+    outermost CPU ops of the step's thread (kind `cpu`, name the op; the runner's
+    `tracekit#<phase>` annotations give their phase), the rest `host: other`."""
     steps = trace.ops.filter(pl.col("name").str.starts_with("ProfilerStep#")).select(
         "tid", pl.col("name").str.extract(r"#(\d+)", 1).cast(pl.Int64).alias("step"), "start", "end")
     if steps.height == 0:  # one whole-trace step 0
@@ -147,7 +148,8 @@ def host_items(trace: Trace) -> pl.DataFrame:
     rest = steps.join(busy.group_by("step").agg(pl.col("ns").sum().alias("busy")), on="step", how="left").select(
         "step", name=pl.lit("host: other"), ns=pl.col("end") - pl.col("start") - pl.col("busy").fill_null(0))
     return pl.concat([busy, rest], how="vertical_relaxed").select(
-        "step", kind=pl.lit("cpu"), name="name", op=pl.lit(None, pl.String), phase=pl.lit(None, pl.String),
+        "step", kind=pl.lit("cpu"), name="name", op=pl.lit(None, pl.String),
+        phase=pl.col("name").str.extract(RUNNER_PHASE, 1),
         fsdp=pl.lit(None, pl.String), unit=pl.lit(None, pl.String), ns="ns", row=pl.lit(None, pl.UInt32))
 
 

@@ -74,7 +74,8 @@ def item_phrase(row: dict, a: str, b: str, by: str) -> str:
 
 def cause_sentences(result: RunDiff, a: str, b: str, by: str) -> list[str]:
     """The `CAUSES` largest items over every rank's diff (one sentence each, an item once),
-    naming the rank when there are several."""
+    naming the rank when there are several, and saying they come from the recorded step (one
+    step: the timed steps' phases are the figures with an interval)."""
     key = VIEWS[by]
     pooled = pl.concat([d.all_items.with_columns(rank=pl.lit(d.rank)) for d in result.per_rank], how="diagonal_relaxed")
     largest = (pooled.sort(pl.col("delta_ns").abs(), descending=True).unique(key, keep="first", maintain_order=True)
@@ -82,8 +83,8 @@ def cause_sentences(result: RunDiff, a: str, b: str, by: str) -> list[str]:
     several = len(result.per_rank) > 1
     out = []
     for row in largest.iter_rows(named=True):
-        text = item_phrase(row, a, b, by)
-        out.append(f"On rank {row['rank']}, {text}." if several else text[0].upper() + text[1:] + ".")
+        where = f"In the recorded step of rank {row['rank']}" if several else "In the recorded step"
+        out.append(f"{where}, {item_phrase(row, a, b, by)}.")
     return out
 
 

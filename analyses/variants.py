@@ -411,9 +411,9 @@ def with_real(result: RunDiff, a: dict | None, a_variant: str | None, b: dict | 
 
 
 def variant_diffs(runs: dict[str, Run], top: int, base: str | None = None) -> dict[tuple[str, str], RunDiff]:
-    """Each variant against `base` (default: the first that ran; `diff.diff_runs`); CPU-only
-    runs have no GPU span to attribute and give none."""
-    names = [n for n, run in runs.items() if run.traces[0].has_gpu]
+    """Each variant against `base` (default: the first that ran; `diff.diff_runs`); a run
+    without device work (CPU) is diffed over its host ops, as `tracekit diff` does."""
+    names = list(runs)
     base = base if base in names else (names[0] if names else None)
     return {(base, other): diff_runs(runs[base].traces, runs[other].traces, "all", top)
             for other in names if other != base}

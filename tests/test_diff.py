@@ -199,6 +199,6 @@ def test_lead_says_the_step_and_the_largest_item(tmp_path):
     lead = diff_lead(diff_runs([a], [b]), "A", "B")
     assert lead[0] == "In the recorded step, B takes 0.010 ms less than A (on rank 0; no timed steps to compare)."
     assert lead[1] == "By phase: forward −0.010 ms (the trace)."
-    assert lead[2] == "Exposed all-gather Float time in forward is 0.020 ms less."
-    assert lead[3] == "B adds compute k2 in forward, 0.010 ms."
+    assert lead[2] == "In the recorded step, exposed all-gather Float time in forward is 0.020 ms less."
+    assert lead[3] == "In the recorded step, B adds compute k2 in forward, 0.010 ms."
     assert len(lead) == 4

@@ -1,12 +1,9 @@
 """Lean items named from the full step beside them (analyses/naming.py)."""
 
 import json
-import shutil
-import tarfile
 from pathlib import Path
 
 import polars as pl
-import pytest
 import synth
 from click.testing import CliRunner
 
@@ -15,7 +12,7 @@ from tracekit.analyses.naming import lean_names, named
 from tracekit.analyses.phases import launch_context
 from tracekit.cli import main
 
-SMOKE = Path("/work/.device/1/smoke.tgz")
+DATA = Path(__file__).parent / "data"
 
 
 def lean_events():
@@ -71,19 +68,15 @@ def test_diff_names_lean_items_and_counts_the_unnamed(tmp_path):
     assert "A rank 0: 2 of 8 lean GPU activities not named from the full step" in result.stderr
 
 
-@pytest.mark.skipif(not SMOKE.is_file(), reason="the real smoke run is not on this machine")
-def test_real_smoke_run_is_named_completely(tmp_path):
-    """The 2-rank GPU smoke run: every lean activity of every rank finds its kernel in the full
-    step; none is left without an op, no collective without a dtype."""
-    with tarfile.open(SMOKE) as archive:
-        archive.extractall(tmp_path, filter="data")
-    for variant in ("fsdp1", "fsdp2"):
-        for rank in (0, 1):
-            folder = tmp_path / "smoke" / variant
-            lean = tracekit.load(folder / f"rank{rank}.pt.trace.json.gz")
-            full = tracekit.load(folder / "names" / f"rank{rank}.pt.trace.json.gz")
-            matched, total = named(lean, full)
-            assert matched == total == lean.gpu["step"].is_not_null().sum()
-            assert launch_context(lean)["op"].null_count() == 0
-            assert lean.gpu.filter(pl.col("category") == "comm")["dtype"].null_count() == 0
-    shutil.rmtree(tmp_path / "smoke")
+def test_real_lean_recording_is_named_completely():
+    """A real 2-rank GPU lean recording (tests/data/h200x2-lean): every lean activity of every
+    rank finds its kernel in the full step; none is left without an op, no collective without
+    a dtype."""
+    folder = DATA / "h200x2-lean" / "fsdp2"
+    for rank in (0, 1):
+        lean = tracekit.load(folder / f"rank{rank}.pt.trace.json.gz")
+        full = tracekit.load(folder / "names" / f"rank{rank}.pt.trace.json.gz")
+        matched, total = named(lean, full)
+        assert matched == total == lean.gpu["step"].is_not_null().sum() > 0
+        assert launch_context(lean)["op"].null_count() == 0
+        assert lean.gpu.filter(pl.col("category") == "comm")["dtype"].null_count() == 0

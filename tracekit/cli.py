@@ -337,7 +337,8 @@ def named_material(trace, by: str, comm_kernels: tuple = (), cache=None):
     from tracekit.loading import load_trace
 
     beside = Path(str(trace.path)).parent / "names" / Path(str(trace.path)).name
-    counts = named(trace, load_trace(beside, comm_kernels=comm_kernels, cache=cache)) if beside.is_file() else None
+    counts = named(trace, load_trace(beside, comm_kernels=comm_kernels, cache=cache)) \
+        if beside.is_file() and trace.has_gpu else None  # a trace without device work has nothing to name
     found = material(trace, by)
     found.named = counts
     return found
@@ -681,7 +682,8 @@ def show_report(out, fmt: str, layout=None, baseline: str | None = None, plot_pa
     else:
         emit(render_frame(table, fmt, "report", layout))
         if fmt in ("table", "md") and phases.height:
-            click.echo("\nper phase, timed steps (pct: of the step; rec_d_ms: the Δ in the recorded steps):")
+            click.echo("\nper phase, timed steps (pct: median phase ÷ median step, so they need not add to 100; "
+                   "rec_d_ms: the Δ in the recorded steps):")
             emit(render_frame(phases, fmt, "report.phases", layout))
         if fmt in ("table", "md"):
             for (a, b), result in diffs.items():
