@@ -11,7 +11,8 @@ what the runtime counted (docs/metrics.md, docs/profile.md).
 - `real_delta`, `reconciliation`, `fidelity_warnings`: what the timed steps say of B − A per
   phase, set beside what the recorded steps' timers and the trace's diff say.
 - `count_check`: each recorded step's trace-derived counts against the runtime's own counts of
-  that step, for each recording (the attributed one, and the `full` step naming a `lean` one). Compared: `Event.synchronize` ↔ host `cudaEventSynchronize` (GPU traces), and
+  that step, for each recording (the attributed one, and the `full` step naming a `lean`
+  one). Compared: `Event.synchronize` ↔ host `cudaEventSynchronize` (GPU traces), and
   each collective kind ↔ the Python collective calls of that kind, for all_gather and
   reduce_scatter always and for other kinds when the runtime saw any. Kinds issued from C++
   (DDP's reducer all-reduces) are invisible to the runtime counters and not compared. Nor are
@@ -79,12 +80,20 @@ def training_steps(r: dict) -> list[float]:
     ckpt = r.get("checkpoint")
     if ckpt and "saved_steps" not in r:
         return ckpt["step_ms_without_save"]
-    saved = set(r.get("saved_steps", []))
-    return [t for i, t in enumerate(steps) if i not in saved]
+    return kept(r, steps)
 
 
 def pooled_steps(entry: dict) -> np.ndarray:
     return pooled([training_steps(r) for r in entry["ranks"]])
+
+
+def profiler_overhead(r: dict) -> float | None:
+    """A rank's median recorded step ÷ its median timed step (the manifest's own figure, or
+    from its steps in manifests older than it); None without recorded steps."""
+    profiled = r.get("profiled_step_ms")
+    if not profiled:
+        return None
+    return r.get("profiler_overhead") or round(statistics.median(profiled) / r["step_ms"]["median"], 3)
 
 
 def phase_clock(ranks: list[dict]) -> str | None:
@@ -206,7 +215,7 @@ def variant_table(manifest: dict, runs: dict[str, Run], baseline: str | None = N
                 "rank_step_ms": round(statistics.median(training_steps(r)), 3),
                 "profile_mode": r.get("profile_mode", manifest["config"].get("profile_mode")) if profiled else None,
                 "profiled_step_ms": round(statistics.median(profiled), 3) if profiled else None,
-                "profiler_overhead": round(statistics.median(profiled) / r["step_ms"]["median"], 3) if profiled else None,
+                "profiler_overhead": profiler_overhead(r),
                 "tokens_per_s": entry.get("tokens_per_s"),
                 "peak_allocated_bytes": peak, "model_state_bytes": state,
                 "other_bytes": peak - state if peak is not None and state is not None else None,
@@ -341,9 +350,8 @@ def real_delta(a: dict, a_variant: str, b: dict, b_variant: str) -> dict | None:
     sa, sb = repeat_series(ea), repeat_series(eb)
 
     def overhead(entry):
-        values = [statistics.median(r["profiled_step_ms"]) / r["step_ms"]["median"]
-                  for r in entry["ranks"] if r.get("profiled_step_ms")]
-        return round(max(values), 3) if values else None
+        values = [x for x in map(profiler_overhead, entry["ranks"]) if x is not None]
+        return max(values) if values else None
 
     return {"step": compare(sa, sb, "step"),
             "phases": {p: compare(sa, sb, p) for p in PHASE_ORDER if p in sa[0] and p in sb[0]},

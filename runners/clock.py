@@ -64,10 +64,10 @@ class PhaseClock:
         return {"host": host, "device": device}
 
 
-def columns(clocks: list[PhaseClock], phases: tuple[str, ...]) -> dict:
-    """Per-step phase times as lists aligned with the steps: {"host": {phase: [ms, …]},
-    "device": {…} or None}; a phase a step did not have (a checkpoint) counts 0."""
-    readings = [c.ms() for c in clocks]
+def columns(readings: list[dict], phases: tuple[str, ...]) -> dict:
+    """Per-step phase times (`PhaseClock.ms()` of each step) as lists aligned with the steps:
+    {"host": {phase: [ms, …]}, "device": {…} or None}; a phase a step did not have (a
+    checkpoint) counts 0."""
     out = {}
     for clock in ("host", "device"):
         if any(r[clock] is None for r in readings):

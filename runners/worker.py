@@ -183,11 +183,12 @@ def run_variant(variant: str, cfg: dict, rank: int, device: torch.device, out: P
             optimizer.zero_grad(set_to_none=True)
         return loss, norm
 
-    def run_steps(works) -> tuple[list[float], list[PhaseClock], float]:
+    def run_steps(works) -> tuple[list[float], list[dict], float]:
         """Run `work(clock)` for each of `works` back to back, as training does: the device is
         drained before the first and after the last, never between. Returns each step's time
         (ms: its span on the device clock, first phase mark to last; the host clock off CUDA),
-        the clocks, and the wall time of the whole loop (ms, drained at both ends)."""
+        its phase readings (`PhaseClock.ms`), and the wall time of the whole loop (ms, drained
+        at both ends)."""
         clocks = [PhaseClock(device) for _ in works]
         synchronize(device)
         t = time.perf_counter()
@@ -195,7 +196,8 @@ def run_variant(variant: str, cfg: dict, rank: int, device: torch.device, out: P
             work(clock)
         synchronize(device)
         wall = (time.perf_counter() - t) * 1000
-        return [c.ms()["device" if device.type == "cuda" else "host"]["step"] for c in clocks], clocks, wall
+        readings = [c.ms() for c in clocks]
+        return [r["device" if device.type == "cuda" else "host"]["step"] for r in readings], readings, wall
 
     loss, norm = step(PhaseClock(device), record_grad_norm=True)
     first = {"loss": loss.detach().item(), "grad_norm": norm}
@@ -206,7 +208,7 @@ def run_variant(variant: str, cfg: dict, rank: int, device: torch.device, out: P
         frames = compiled_frames()
         step(clock)
         warmup_recompiled.append(compiled_frames() > frames)
-    warmup_ms, warmup_clocks, _ = run_steps([warmup_step] * (cfg["warmup"] - 1))
+    warmup_ms, warmup_readings, _ = run_steps([warmup_step] * (cfg["warmup"] - 1))
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     checkpoint = Checkpointer(cfg["checkpoint"], cfg["checkpoint_every"], out / variant / "ckpt") \
@@ -227,7 +229,7 @@ def run_variant(variant: str, cfg: dict, rank: int, device: torch.device, out: P
             saved.append(save)
             recompiled.append(compiled_frames() > frames)
         return work
-    times, clocks, wall = run_steps([timed_step(i) for i in range(cfg["steps"])])
+    times, readings, wall = run_steps([timed_step(i) for i in range(cfg["steps"])])
     timed_from = len(seq_lens) - cfg["steps"]
     checksum = param_checksum(workload.model, model, wrap)
     peak_allocated, peak_reserved = memory(device, "max_memory_allocated"), memory(device, "max_memory_reserved")
@@ -235,7 +237,7 @@ def run_variant(variant: str, cfg: dict, rank: int, device: torch.device, out: P
         "rank": rank, "build_s": round(build_s, 3), "memory_after_wrap_bytes": mem_after_wrap,
         "step_ms": {"median": statistics.median(times), "min": min(times), "max": max(times), "all": times},
         "timed_wall_ms": round(wall, 3),
-        "phase_ms": columns(clocks, phases), "saved_steps": [i for i, s in enumerate(saved) if s],
+        "phase_ms": columns(readings, phases), "saved_steps": [i for i, s in enumerate(saved) if s],
         "peak_allocated_bytes": peak_allocated, "peak_reserved_bytes": peak_reserved,
         "local_param_fraction": local_numel(model) / total_numel,
         "model_state_bytes": model_state_bytes(local_numel(model)),
@@ -244,7 +246,7 @@ def run_variant(variant: str, cfg: dict, rank: int, device: torch.device, out: P
         "batch_per_rank": batch_sizes[-1], "param_checksum": checksum,
         "recompiles": compiled_frames() - first_compiled,
         "recompiled_steps": [i for i, r in enumerate(recompiled) if r],
-        "warmup_step_ms": warmup_ms, "warmup_phase_ms": columns(warmup_clocks, phases[:3]),
+        "warmup_step_ms": warmup_ms, "warmup_phase_ms": columns(warmup_readings, phases[:3]),
         "recompiled_warmup_steps": [i for i, r in enumerate(warmup_recompiled) if r],
     }
     if checkpoint:
@@ -308,7 +310,7 @@ def record_steps(step, cfg: dict, device: torch.device, mode: str, steps: int, p
             prof.step()
     synchronize(device)
     os.replace(tmp, path)
-    phases = columns(clocks, PHASES[:3])
+    phases = columns([c.ms() for c in clocks], PHASES[:3])
     return {"mode": mode, "step_ms": phases["device" if device.type == "cuda" else "host"]["step"],
             "phase_ms": phases, "runtime_counts_per_step": counts}
 
