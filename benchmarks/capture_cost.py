@@ -1,16 +1,18 @@
 """What each capture mode costs a training step, measured in one process (GPU).
 
-One rank, FSDP2 per block (`runners/parallelize.py`) on a preset, bf16. A period is the mean
-step over `--steps` consecutive steps (drained before the first and after the last, never
-between: the steady-state period). This machine's step time wanders by tens of percent
-within a process, so each mode's period is measured right after a `bare` one and their
-ratio kept; `--rounds` rounds, the modes' order alternated:
+One rank, FSDP2 per block (`runners/parallelize.py`) on a preset, bf16, the runner's default
+optimizer (fused AdamW). A period is the mean step over `--steps` consecutive steps (drained
+before the first and after the last, never between: the steady-state period; Python's cycle
+collector off, as in the runner). This machine's step time wanders by tens of percent within
+a process, so the periods alternate bare, mode, bare, mode, … and each mode's period is
+divided by the mean of the two `bare` periods around it; `--rounds` rounds, the modes' order
+alternated:
 - `bare`: no phase marks, no profiler; `timers`: the runner's phase clocks (CUDA events and
   host clock at each phase boundary); `cuda-only`: CUDA activities alone (no step markers);
 - `lean`, `lean+sync` (with CUPTI synchronization records), `light`, `full`: the capture
   modes of `runners/recording.py`, with the phase clocks.
-Prints one JSON object: per mode, each round's (bare, mode) periods (ms) and the median of
-the ratios.
+Prints one JSON object: per mode, each round's (bare before, mode, bare after) periods (ms),
+each round's ratio and their median.
 
     torchrun --nproc-per-node 1 benchmarks/capture_cost.py --preset large --batch 16
 """
@@ -31,6 +33,8 @@ from tracekit.runners.clock import PhaseClock
 from tracekit.runners.model import Transformer, model_config
 from tracekit.runners.parallelize import parallelize
 from tracekit.runners.recording import profiler
+from tracekit.runners.worker import without_gc_pauses
+from tracekit.runners.workload import fused_adamw
 
 MODES = ("timers", "cuda-only", "lean", "lean+sync", "light", "full")
 
@@ -50,8 +54,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--preset", default="large")
     parser.add_argument("--batch", type=int, default=16)
-    parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     dist.init_process_group("nccl")
     device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
@@ -60,7 +64,7 @@ def main() -> None:
     torch.manual_seed(0)
     model = Transformer(cfg).to(device)
     model = parallelize(model, list(model.blocks), "fsdp2", device, True).model
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    optimizer = fused_adamw(model.parameters())
     tokens = torch.randint(1, cfg.vocab, (cfg.batch, cfg.seq), device=device)
 
     def step(clock):
@@ -85,7 +89,7 @@ def main() -> None:
             prof = profiler(device, mode.replace("+sync", ""), args.steps, False, lambda p: None)
             if mode == "lean+sync":
                 prof.experimental_config = torch._C._profiler._ExperimentalConfig(enable_cuda_sync_events=True)
-        with prof as p:
+        with without_gc_pauses(), prof as p:
             step(clock(device))  # the profiler's warm-up step
             torch.cuda.synchronize()
             if p is not None:
@@ -104,13 +108,18 @@ def main() -> None:
     for _ in range(3):
         period("bare")
     rounds = {m: [] for m in MODES}
+    previous = period("bare")
     for r in range(args.rounds):
         for mode in (MODES if r % 2 == 0 else reversed(MODES)):
-            rounds[mode].append((round(period("bare"), 3), round(period(mode), 3)))
+            during = period(mode)
+            after = period("bare")
+            rounds[mode].append([round(previous, 3), round(during, 3), round(after, 3)])
+            previous = after
     print(json.dumps({"preset": args.preset, "batch": args.batch, "steps": args.steps, "gpu": torch.cuda.get_device_name(),
                       "torch": torch.__version__,
-                      "modes": {m: {"bare_and_mode_ms": v,
-                                    "ratio_to_bare": round(statistics.median(b / a for a, b in v), 3)}
+                      "modes": {m: {"bare_mode_bare_ms": v,
+                                    "ratios": [round(b / ((a + c) / 2), 3) for a, b, c in v],
+                                    "ratio_to_bare": round(statistics.median(b / ((a + c) / 2) for a, b, c in v), 3)}
                                 for m, v in rounds.items()}}, indent=1))
     dist.destroy_process_group()
 

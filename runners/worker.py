@@ -154,7 +154,7 @@ def run_variant(variant: str, cfg: dict, rank: int, device: torch.device, out: P
     synchronize(device)
     build_s = time.perf_counter() - t0
     mem_after_wrap = memory(device, "memory_allocated")
-    optimizer = parallel.setup_optimizer(torch.optim.AdamW(model.parameters(), lr=1e-4))
+    optimizer = parallel.setup_optimizer(workload.optimizer(model.parameters()))
     native_ddp = wrap == "ddp" and not VARIANTS[variant].get("lightning")  # Lightning autocasts itself
     autocast = (torch.autocast(device.type, dtype=torch.bfloat16) if mixed and native_ddp
                 else contextlib.nullcontext())
@@ -188,14 +188,15 @@ def run_variant(variant: str, cfg: dict, rank: int, device: torch.device, out: P
         drained before the first and after the last, never between. Returns each step's time
         (ms: its span on the device clock, first phase mark to last; the host clock off CUDA),
         its phase readings (`PhaseClock.ms`), and the wall time of the whole loop (ms, drained
-        at both ends)."""
+        at both ends). Python's cycle collector does not run inside the loop."""
         clocks = [PhaseClock(device) for _ in works]
-        synchronize(device)
-        t = time.perf_counter()
-        for work, clock in zip(works, clocks):
-            work(clock)
-        synchronize(device)
-        wall = (time.perf_counter() - t) * 1000
+        with without_gc_pauses():
+            synchronize(device)
+            t = time.perf_counter()
+            for work, clock in zip(works, clocks):
+                work(clock)
+            synchronize(device)
+            wall = (time.perf_counter() - t) * 1000
         readings = [c.ms() for c in clocks]
         return [r["device" if device.type == "cuda" else "host"]["step"] for r in readings], readings, wall
 
@@ -261,25 +262,29 @@ def run_variant(variant: str, cfg: dict, rank: int, device: torch.device, out: P
                 checkpoint.remove()
     if record and cfg["profile_steps"]:
         result.update(recorded_figures(step, cfg, device, out, variant, rank))
-        result["profiler_overhead"] = round(statistics.median(result["profiled_step_ms"]) / statistics.median(times), 3)
+        result["recorded_to_timed"] = round(statistics.median(result["profiled_step_ms"]) / statistics.median(times), 3)
     return result
 
 
 def recorded_figures(step, cfg: dict, device: torch.device, out: Path, variant: str, rank: int) -> dict:
     """The recorded steps: `--profile-steps` steps in `--profile-mode` (the trace `diff`
-    attributes), then, in `lean` mode, one `full` step into `names/` (names and blame), each
-    with its times, phases and runtime counts."""
-    modes = [(cfg["profile_mode"], cfg["profile_steps"], TRACE_NAME)]
+    attributes), each with its times, phases and runtime counts, between two runs of the same
+    procedure without the profiler (`control_step_ms`; `profiler_overhead` = median recorded
+    ÷ median control step); then, in `lean` mode, one `full` step into `names/` (names and
+    blame)."""
+    steps = cfg["profile_steps"]
+    before = record_steps(step, cfg, device, None, steps)
+    path = out / variant / TRACE_NAME.format(rank=rank)
+    main = {**record_steps(step, cfg, device, cfg["profile_mode"], steps, path), "trace": str(path.relative_to(out))}
+    control = before["step_ms"] + record_steps(step, cfg, device, None, steps)["step_ms"]
+    recorded = [main]
     if cfg["profile_mode"] == "lean":
-        modes.append(("full", 1, NAMES_TRACE_NAME))
-    recorded = []
-    for mode, steps, name in modes:
-        path = out / variant / name.format(rank=rank)
-        recorded.append({**record_steps(step, cfg, device, mode, steps, path), "trace": str(path.relative_to(out))})
-    main = recorded[0]
+        path = out / variant / NAMES_TRACE_NAME.format(rank=rank)
+        recorded.append({**record_steps(step, cfg, device, "full", 1, path), "trace": str(path.relative_to(out))})
     return {"recorded": recorded, "trace": main["trace"], "profile_mode": main["mode"],
             "profiled_step_ms": main["step_ms"], "runtime_counts_per_step": main["runtime_counts_per_step"],
-            "runtime_counts": main["runtime_counts_per_step"][-1]}
+            "runtime_counts": main["runtime_counts_per_step"][-1], "control_step_ms": control,
+            "profiler_overhead": round(statistics.median(main["step_ms"]) / statistics.median(control), 3)}
 
 
 def model_state_bytes(local_params: int) -> dict:
@@ -289,30 +294,50 @@ def model_state_bytes(local_params: int) -> dict:
             "total": 16 * local_params}
 
 
-def record_steps(step, cfg: dict, device: torch.device, mode: str, steps: int, path: Path) -> dict:
+def record_steps(step, cfg: dict, device: torch.device, mode: str | None, steps: int, path: Path | None = None) -> dict:
     """`steps` training steps recorded in `mode` into `path`, after one warm-up step of the
-    profiler. The GPU is drained before the first recorded step and after the last, never
-    between them (as in training): a recorded step's time (`step_ms`) is its span on the
-    device clock (the host clock off CUDA), first phase mark to last."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp.json.gz")
+    profiler; with `mode` None, the same procedure without a profiler (the control). The GPU
+    is drained before the first step and after the last, never between them (as in training);
+    a step's time (`step_ms`) is its span on the device clock (the host clock off CUDA),
+    first phase mark to last. Python's cycle collector does not run inside."""
+    prof = contextlib.nullcontext()
+    if mode is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp.json.gz")
+        prof = profiler(device, mode, steps, cfg["with_stack"], lambda p: p.export_chrome_trace(str(tmp)))
     clocks, counts = [], []
-    with profiler(device, mode, steps, cfg["with_stack"], lambda prof: prof.export_chrome_trace(str(tmp))) as prof:
+    with without_gc_pauses(), prof:
         step(PhaseClock(device))  # the profiler's warm-up step
         synchronize(device)
-        prof.step()
+        advance = prof.step if mode is not None else lambda: None
+        advance()
         for _ in range(steps):
             clock = PhaseClock(device)
             with RuntimeCounts() as runtime:
                 step(clock)
             clocks.append(clock)
             counts.append(dict(runtime.counts))
-            prof.step()
+            advance()
     synchronize(device)
-    os.replace(tmp, path)
+    if mode is not None:
+        os.replace(tmp, path)
     phases = columns([c.ms() for c in clocks], PHASES[:3])
     return {"mode": mode, "step_ms": phases["device" if device.type == "cuda" else "host"]["step"],
             "phase_ms": phases, "runtime_counts_per_step": counts}
+
+
+@contextlib.contextmanager
+def without_gc_pauses():
+    """Python's cycle collector off for a loop of steps (run once before it), as torchtitan's
+    trainer does: its pauses would otherwise land in random steps."""
+    gc.collect(1)
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def init_group(store, prefix: str, backend: str, rank: int, world: int, device: torch.device, timeout_s: float):

@@ -59,7 +59,9 @@ def test_every_variant_ran_on_both_ranks(out):
             assert trace.rank == rank and trace.world_size == 2 and trace.steps["step"].to_list() == [1, 2, 3]
         for r in entry["ranks"]:
             assert len(r["profiled_step_ms"]) == 3 and len(r["runtime_counts_per_step"]) == 3
-            assert r["profiler_overhead"] == round(np.median(r["profiled_step_ms"]) / np.median(r["step_ms"]["all"]), 3)
+            assert len(r["control_step_ms"]) == 6  # the recording's procedure, unprofiled, before and after it
+            assert r["profiler_overhead"] == round(np.median(r["profiled_step_ms"]) / np.median(r["control_step_ms"]), 3)
+            assert r["recorded_to_timed"] == round(np.median(r["profiled_step_ms"]) / np.median(r["step_ms"]["all"]), 3)
             assert len(r["step_ms"]["all"]) == 6
 
 

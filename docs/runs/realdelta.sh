@@ -5,12 +5,14 @@
 #   docs/runs/realdelta.sh seq OUT       # two identical one-GPU launches, one after the other
 #   docs/runs/realdelta.sh pair OUT      # two identical one-GPU launches, one per GPU, at once
 #   docs/runs/realdelta.sh x2 OUT        # the same at world size 2 (both GPUs)
+#   docs/runs/realdelta.sh one NAME OUT  # one one-GPU launch into OUT/NAME (one-GPU machines)
 # Each launch: --preset large --batch 16 (GPU-bound), fsdp1,fsdp2,fsdp2-compile, 20 timed steps,
 # --repeats 3, 3 recorded steps in the default mode; then report, check and diff fsdp1 fsdp2 as
 # JSON beside its manifest (OUT/<launch>/{report,check,diff}.json). Packs what comes back.
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
-part=$1 out=$2
+part=$1
+if [ "$part" = one ]; then name=$2 out=$3; else out=$2; fi
 mkdir -p "$out"
 launch() {  # launch NAME NPROC
   timeout "${LIMIT:-520}" tracekit profile --nproc "$2" --preset large --batch 16 --variants fsdp1,fsdp2,fsdp2-compile \
@@ -26,7 +28,7 @@ pack() {  # pack NAME: small files, then the traces
 }
 case $part in
 cost)
-  torchrun --nproc-per-node 1 benchmarks/capture_cost.py --preset large --batch 16 --rounds "${ROUNDS:-4}" --steps 8 \
+  torchrun --nproc-per-node 1 benchmarks/capture_cost.py --preset large --batch 16 --rounds "${ROUNDS:-5}" --steps 5 \
     > "$out/capture-cost.json" 2> "$out/capture-cost.err" ;;
 seq)
   launch launch-a 1 > "$out/launch-a.log" 2>&1
@@ -37,6 +39,9 @@ pair)
   CUDA_VISIBLE_DEVICES=1 launch launch-b 1 > "$out/launch-b.log" 2>&1 &
   wait
   pack launch-a; pack launch-b ;;
+one)
+  launch "$name" 1 > "$out/$name.log" 2>&1
+  pack "$name" ;;
 x2)
   launch launch-x2 2 > "$out/launch-x2.log" 2>&1
   pack launch-x2 ;;
