@@ -57,6 +57,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
+    os.environ.setdefault("TEARDOWN_CUPTI", "1")  # as the runner's recorder: no CUPTI left attached in later periods
     dist.init_process_group("nccl")
     device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
     torch.cuda.set_device(device)

@@ -11,9 +11,18 @@
 - `light`: every CPU op, no shapes or stacks, CUPTI synchronization records.
 - `full`: every CPU op with shapes (and stacks with `--with-stack`), CUPTI synchronization
   records: names and blame.
+
+Kineto leaves CUPTI attached to the process after a recording unless `TEARDOWN_CUPTI=1`
+(pytorch/pytorch#144455; kineto turned it on by default only for newer releases): every later
+CUDA call then still pays CUPTI's callbacks, 10–20 % of a host-bound step, so every step after
+the first recording — the control steps, the next variants' timed steps — would run slower
+than before it. `profiler` sets `TEARDOWN_CUPTI=1` unless the environment says otherwise
+(torch sets 0 itself for CUDA graphs under inductor, where a teardown crashed).
 """
 
 from __future__ import annotations
+
+import os
 
 import torch
 from torch._C._profiler import RecordScope
@@ -27,6 +36,8 @@ def profiler(device: torch.device, mode: str, steps: int, with_stack: bool, on_t
     """A torch.profiler that warms up for one step, then records `steps` steps
     (ProfilerStep#1..steps) in `mode` and hands itself to `on_trace_ready`."""
     cuda = device.type == "cuda"
+    if cuda:
+        os.environ.setdefault("TEARDOWN_CUPTI", "1")  # detach CUPTI when the recording ends
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     kwargs = {}
     config_type = getattr(torch._C._profiler, "_ExperimentalConfig", None)

@@ -41,7 +41,7 @@ pair)
   pack launch-a; pack launch-b ;;
 one)
   launch "$name" 1 > "$out/$name.log" 2>&1
-  pack "$name" ;;
+  pack "$name" && rm -rf "${out:?}/$name" ;;
 x2)
   launch launch-x2 2 > "$out/launch-x2.log" 2>&1
   pack launch-x2 ;;
