@@ -340,8 +340,8 @@ def report_warnings(table: pl.DataFrame, profile_mode: str = "full") -> list[str
             out.append(f"{variant}: step time drifted {drift:+.1f} % over the timed steps (warm-up not over?)")
         worst = rows["profiler_overhead"].drop_nulls().max()
         if worst is not None and worst > OVERHEAD_WARN:
-            hint = "--profile-mode lean (the default) records less" if profile_mode != "lean" else \
-                "lean mode: CUPTI's cost per device call on a host-bound step"
+            hint = "--profile-mode device (the default) records least" if profile_mode not in ("device", "lean") \
+                else f"{profile_mode} mode: CUPTI's cost per device call on a host-bound step"
             out.append(f"{variant}: the profiler slowed the recorded steps {worst:.2f}× (against unprofiled "
                        f"steps run right around them): the trace shows a slower step than the one timed ({hint})")
         shift = rows["recorded_to_timed"].drop_nulls()
@@ -475,7 +475,7 @@ def count_check(manifest: dict, runs: dict[str, Run], names: dict[str, Run] | No
                 recording = r["recorded"][index] if r.get("recorded") else \
                     {"mode": manifest.get("config", {}).get("profile_mode", "full"),
                      "runtime_counts_per_step": r.get("runtime_counts_per_step") or [r["runtime_counts"]]}
-                if recording["mode"] == "lean" and not gpu:
+                if recording["mode"] in ("device", "lean") and not gpu:
                     continue
                 per_step = recording["runtime_counts_per_step"]
                 for step, counted in zip(traced[r["rank"]][-len(per_step):], per_step):

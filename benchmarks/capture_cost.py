@@ -8,9 +8,10 @@ a process, so the periods alternate bare, mode, bare, mode, … and each mode's 
 divided by the mean of the two `bare` periods around it; `--rounds` rounds, the modes' order
 alternated:
 - `bare`: no phase marks, no profiler; `timers`: the runner's phase clocks (CUDA events and
-  host clock at each phase boundary); `cuda-only`: CUDA activities alone (no step markers);
-- `lean`, `lean+sync` (with CUPTI synchronization records), `light`, `full`: the capture
-  modes of `runners/recording.py`, with the phase clocks.
+  host clock at each phase boundary);
+- `device`, `lean`, `light`, `full`: the capture modes of `runners/recording.py`, with the
+  phase clocks (`device`'s marks are written into its trace after the recording, outside
+  the period).
 Prints one JSON object: per mode, each round's (bare before, mode, bare after) periods (ms),
 each round's ratio and their median.
 
@@ -36,7 +37,7 @@ from tracekit.runners.recording import profiler
 from tracekit.runners.worker import without_gc_pauses
 from tracekit.runners.workload import fused_adamw
 
-MODES = ("timers", "cuda-only", "lean", "lean+sync", "light", "full")
+MODES = ("timers", "device", "lean", "light", "full")
 
 
 class NoClock(PhaseClock):
@@ -82,14 +83,8 @@ def main() -> None:
         clock = NoClock if mode == "bare" else PhaseClock
         if mode in ("bare", "timers"):
             prof = contextlib.nullcontext()
-        elif mode == "cuda-only":
-            from torch.profiler import ProfilerActivity, profile, schedule
-            prof = profile(activities=[ProfilerActivity.CUDA], schedule=schedule(wait=0, warmup=1, active=args.steps),
-                           on_trace_ready=lambda p: None)
         else:
-            prof = profiler(device, mode.replace("+sync", ""), args.steps, False, lambda p: None)
-            if mode == "lean+sync":
-                prof.experimental_config = torch._C._profiler._ExperimentalConfig(enable_cuda_sync_events=True)
+            prof = profiler(device, mode, args.steps, False, lambda p: None)
         with without_gc_pauses(), prof as p:
             step(clock(device))  # the profiler's warm-up step
             torch.cuda.synchronize()

@@ -13,7 +13,9 @@ such as float8 scale updates), and `checkpoint` (a save, in steps that save). At
   stream waits for it.
 Reading the events needs them complete: `ms` is called after the step was synchronised.
 Each phase also runs inside a `tracekit#<phase>` annotation, so the trace knows the phases
-even when it records no CPU ops (`analyses/phases.py`).
+even when it records no CPU ops (`analyses/phases.py`); a recording with no CPU side at all
+gets them from `spans` instead (the wall clock, `time.time_ns`, is read at each mark too:
+the clock a Kineto trace's timestamps are in).
 """
 
 from __future__ import annotations
@@ -28,18 +30,18 @@ ANNOTATION = "tracekit#{}"
 
 
 class PhaseClock:
-    """The marks of one step: (phase or None for the start, host ns, CUDA event or None)."""
+    """The marks of one step: (phase or None for the start, host ns, CUDA event or None, wall ns)."""
 
     def __init__(self, device: torch.device):
         self.cuda = device.type == "cuda"
-        self.marks: list[tuple[str | None, int, object]] = []
+        self.marks: list[tuple[str | None, int, object, int]] = []
 
     def _mark(self, phase: str | None) -> None:
         event = None
         if self.cuda:
             event = torch.cuda.Event(enable_timing=True)
             event.record()
-        self.marks.append((phase, time.perf_counter_ns(), event))
+        self.marks.append((phase, time.perf_counter_ns(), event, time.time_ns()))
 
     def start(self) -> None:
         self._mark(None)
@@ -54,7 +56,7 @@ class PhaseClock:
         """{"host": {phase: ms}, "device": {phase: ms} or None off CUDA}; the step's span is
         `"step"` in each (first mark to last)."""
         host, device = {}, {} if self.cuda else None
-        for (_, h0, e0), (phase, h1, e1) in zip(self.marks, self.marks[1:]):
+        for (_, h0, e0, _), (phase, h1, e1, _) in zip(self.marks, self.marks[1:]):
             host[phase] = host.get(phase, 0.0) + (h1 - h0) / 1e6
             if device is not None:
                 device[phase] = device.get(phase, 0.0) + e0.elapsed_time(e1)
@@ -62,6 +64,16 @@ class PhaseClock:
         if device is not None:
             device["step"] = self.marks[0][2].elapsed_time(self.marks[-1][2])
         return {"host": host, "device": device}
+
+    def spans(self) -> list[tuple[str, int, int]]:
+        """Each phase as (`tracekit#<phase>`, start, end) on the wall clock (ns since the epoch),
+        from the previous mark to its own: the host time the phase's calls were issued in."""
+        return [(ANNOTATION.format(phase), w0, w1)
+                for (_, _, _, w0), (phase, _, _, w1) in zip(self.marks, self.marks[1:])]
+
+    def span(self) -> tuple[int, int]:
+        """The step on the wall clock (ns since the epoch): first mark to last."""
+        return self.marks[0][3], self.marks[-1][3]
 
 
 def columns(readings: list[dict], phases: tuple[str, ...]) -> dict:

@@ -37,11 +37,11 @@ from .counters import RuntimeCounts
 from .clock import PHASES, PhaseClock, columns
 from .manifest import write_manifest
 from .parallelize import VARIANTS, after_optimizer_step, parallelize, precision_path, why_skipped
-from .recording import profiler
+from .recording import marks_written, profiler, write_marks
 from .workload import Workload, build_workload, load_factory
 
 TRACE_NAME = "rank{rank}.pt.trace.json.gz"
-NAMES_TRACE_NAME = "names/rank{rank}.pt.trace.json.gz"  # the `full` step that names a `lean` recording
+NAMES_TRACE_NAME = "names/rank{rank}.pt.trace.json.gz"  # the `full` step that names a device/lean recording
 # Test hooks: "<rank>:<variant>" makes that rank raise in the variant's timed steps;
 # "<variant>@<preset>:<batch>" makes the variant run out of memory at that preset from that batch on.
 FAILURE_HOOK, OOM_HOOK = "TRACEKIT_FAIL", "TRACEKIT_OOM"
@@ -270,15 +270,15 @@ def recorded_figures(step, cfg: dict, device: torch.device, out: Path, variant: 
     """The recorded steps: `--profile-steps` steps in `--profile-mode` (the trace `diff`
     attributes), each with its times, phases and runtime counts, between two runs of the same
     procedure without the profiler (`control_step_ms`; `profiler_overhead` = median recorded
-    ÷ median control step); then, in `lean` mode, one `full` step into `names/` (names and
-    blame)."""
+    ÷ median control step); then, in `device` and `lean` modes, one `full` step into `names/`
+    (names and blame)."""
     steps = cfg["profile_steps"]
     before = record_steps(step, cfg, device, None, steps)
     path = out / variant / TRACE_NAME.format(rank=rank)
     main = {**record_steps(step, cfg, device, cfg["profile_mode"], steps, path), "trace": str(path.relative_to(out))}
     control = before["step_ms"] + record_steps(step, cfg, device, None, steps)["step_ms"]
     recorded = [main]
-    if cfg["profile_mode"] == "lean":
+    if cfg["profile_mode"] in ("device", "lean"):
         path = out / variant / NAMES_TRACE_NAME.format(rank=rank)
         recorded.append({**record_steps(step, cfg, device, "full", 1, path), "trace": str(path.relative_to(out))})
     return {"recorded": recorded, "trace": main["trace"], "profile_mode": main["mode"],
@@ -320,6 +320,8 @@ def record_steps(step, cfg: dict, device: torch.device, mode: str | None, steps:
             advance()
     synchronize(device)
     if mode is not None:
+        if marks_written(mode, device):
+            write_marks(tmp, clocks)
         os.replace(tmp, path)
     phases = columns([c.ms() for c in clocks], PHASES[:3])
     return {"mode": mode, "step_ms": phases["device" if device.type == "cuda" else "host"]["step"],

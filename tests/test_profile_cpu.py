@@ -75,7 +75,7 @@ def test_trace_collectives_equal_what_the_runtime_counted(out):
     assert set(table["recording"]) == {"full"}
     for variant in ("fsdp1", "fsdp2"):
         for r in manifest["variants"][variant]["ranks"]:
-            assert [x["mode"] for x in r["recorded"]] == ["lean", "full"]
+            assert [x["mode"] for x in r["recorded"]] == ["device", "full"]
             runtime = r["recorded"][1]["runtime_counts_per_step"][0]
             gathers = sum(runtime.get(k, 0) for k in ("all_gather_into_tensor", "all_gather_single", "all_gather"))
             step = summary(names[variant].traces[r["rank"]]).row(0, named=True)
@@ -123,7 +123,7 @@ def test_check_passes_and_report_carries_noise_and_verdicts(out):
     for r in rows:
         lo, hi = r["step_ms_ci"]
         assert lo <= r["step_ms"] <= hi and r["n_steps"] == 6 and r["profiled_step_ms"] > 0
-        assert r["profile_mode"] == "lean" and r["profiler_overhead"] > 0
+        assert r["profile_mode"] == "device" and r["profiler_overhead"] > 0
         if r["variant"] == "ddp":
             assert (r["verdict"], r["d_step_ms"], r["d_step_ms_ci"]) == ("base", 0.0, None)
         else:  # 6 timed steps: figures, no verdict

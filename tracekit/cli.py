@@ -556,10 +556,11 @@ def timeline(paths, output, step, rank, options):
 @click.option("--steps", type=int, default=20, show_default=True, help="Timed unprofiled steps.")
 @click.option("--profile-steps", type=int, default=1, show_default=True,
               help="Steps recorded with the profiler after the timed ones (0: none).")
-@click.option("--profile-mode", type=click.Choice(["lean", "light", "full"]), default="lean", show_default=True,
-              help="lean: device activity and annotations only (the recorded step costs about what the timed "
-                   "one does), then one full step for names; light: every CPU op; full: every CPU op with shapes "
-                   "(and stacks with --with-stack). docs/profile.md.")
+@click.option("--profile-mode", type=click.Choice(["device", "lean", "light", "full"]), default="device", show_default=True,
+              help="device: device activity only, the runner's step and phase marks written in (the cheapest), "
+                   "then one full step for names; lean: device activity and annotations, then one full step; "
+                   "light: every CPU op; full: every CPU op with shapes (and stacks with --with-stack). "
+                   "docs/profile.md.")
 @click.option("--repeats", type=int, default=1, show_default=True,
               help="Run the whole variant matrix this many times, the order alternated (A B, B A, ...); the "
                    "report's intervals are then across repeats. Traces are recorded in the last repeat.")
@@ -627,7 +628,7 @@ def capacity(out, variants, presets, batches, seq, overwrite, fmt, **options):
     except ValueError:
         raise click.BadParameter("whole numbers, e.g. 1,2,4,8", param_hint="--batches") from None
     prepare_out(Path(out), overwrite)  # every rank under torchrun: each refuses an existing OUT
-    defaults = {"seed": 0, "inputs": "fixed", "with_stack": False, "profile_mode": "lean", "repeats": 1,
+    defaults = {"seed": 0, "inputs": "fixed", "with_stack": False, "profile_mode": "device", "repeats": 1,
                 "checkpoint_every": 5,
                 "keep_checkpoints": False, "global_batch": None,
                 "overrides": {"blocks": None, "hidden": None, "heads": None, "seq": seq, "batch": None}}
