@@ -77,3 +77,33 @@ def test_marks_are_added_to_the_trace_as_it_was(tmp_path):
 def test_off_cuda_device_mode_records_what_lean_does(mode):
     prof = profiler(torch.device("cpu"), mode, 1, False, lambda p: None)
     assert [a.name for a in prof.activities] == ["CPU"]
+
+
+def test_a_real_device_recording_gets_its_steps_and_phases_from_the_runners_marks():
+    """A real `device`-mode recording (tests/data/h200x1-device: CUDA activities only, the marks
+    written in by the runner): every GPU activity falls in one of the three steps and in a
+    phase; each step's GPU activity spans what the step's CUDA events measured (the manifest's
+    `recorded[0].step_ms`, an independent clock) within 1 %; on the device the phases follow
+    one another (forward, backward, optimizer) with the same activities in every step."""
+    from pathlib import Path
+
+    import polars as pl
+
+    import tracekit
+    from tracekit.analyses.phases import launch_context
+
+    folder = Path(__file__).parent / "data" / "h200x1-device"
+    trace = tracekit.load(folder / "fsdp2" / "rank0.pt.trace.json.gz")
+    events = json.loads((folder / "manifest.json").read_text())["variants"]["fsdp2"]["ranks"][0]["recorded"][0]
+    assert events["mode"] == "device" and trace.steps["step"].to_list() == [1, 2, 3]
+    gpu = trace.gpu.with_row_index("row").join(launch_context(trace), on="row")
+    assert gpu["step"].null_count() == 0 and gpu["phase"].null_count() == 0
+    spans = gpu.group_by("step").agg(ms=(pl.col("end").max() - pl.col("start").min()) / 1e6).sort("step")["ms"]
+    for traced, timed in zip(spans, events["step_ms"]):
+        assert traced == pytest.approx(timed, rel=0.01)
+    phases = gpu.group_by("step", "phase").agg(pl.len(), first=pl.col("start").min(), last=pl.col("end").max())
+    for _, rows in phases.group_by("step"):
+        rows = rows.sort("first")
+        assert rows["phase"].to_list() == ["forward", "backward", "optimizer"]
+        assert (rows["last"].head(2) <= rows["first"].tail(2)).all()
+    assert phases.group_by("phase").agg(pl.col("len").n_unique())["len"].to_list() == [1, 1, 1]
