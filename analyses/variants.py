@@ -434,9 +434,9 @@ def fidelity_warnings(real: dict, table: pl.DataFrame) -> list[str]:
                        f"{overhead:.2f}×")
         shift = real.get(f"{side}_recorded_to_timed")
         if shift is not None and abs(machine_shift(shift, overhead) - 1) > SHIFT_WARN:
-            out.append(f"{side.upper()}'s recorded steps took {shift:.2f}× its timed ones"
-                       + (f", {overhead:.2f}× the unprofiled steps beside them: the machine's speed changed between its timed loop and its recording"
-                          if overhead is not None else ""))
+            beside = f", {overhead:.2f}× the unprofiled steps beside them: the machine's speed changed between " \
+                "its timed loop and its recording" if overhead is not None else ""
+            out.append(f"{side.upper()}'s recorded steps took {shift:.2f}× its timed ones{beside}")
     return out
 
 

@@ -3,16 +3,15 @@
 - `device` (the default): CUDA activities alone (runtime calls, kernels, copies, memsets; not
   CUPTI's synchronization records), no CPU side at all: the runner writes its own step and
   phase marks into the trace afterwards (`with_marks`: `ProfilerStep#N` and
-  `tracekit#<phase>` from the phase clocks' wall-clock readings). Measured on an H200 the
-  cheapest capture that still gives kernels and runtime calls; these steps are what `diff`
-  attributes. Off CUDA there is no device activity: it records as `lean`.
-- `lean`: CUDA activities (runtime calls, kernels, copies, memsets; not
-  CUPTI's synchronization records, which cost per stream wait) and, of the CPU side, user annotations only — `ProfilerStep#N`,
-  the runner's `tracekit#<phase>`, the libraries' own (`FSDP::…`, `Optimizer.step#…`,
-  `nccl:…`) — no per-op records, no shapes. Nor does it tell Python libraries that a profiler
-  runs (`torch.autograd.profiler._is_profiler_enabled` stays false): inductor would otherwise
-  wrap every compiled kernel's launch in an annotation built in Python. Libraries' own
-  annotations (FSDP's) cost it about 15 % of a host-bound step more than `device`.
+  `tracekit#<phase>` from the phase clocks' wall-clock readings). The cheapest capture that
+  still gives kernels and runtime calls; these steps are what `diff` attributes. Off CUDA
+  there is no device activity: it records as `lean`.
+- `lean`: CUDA activities as `device` and, of the CPU side, user annotations only —
+  `ProfilerStep#N`, the runner's `tracekit#<phase>`, the libraries' own (`FSDP::…`,
+  `Optimizer.step#…`) — no per-op records, no shapes. Nor does it tell Python libraries that
+  a profiler runs (`torch.autograd.profiler._is_profiler_enabled` stays false): inductor would
+  otherwise wrap every compiled kernel's launch in an annotation built in Python. On the H200
+  large/16 step it cost 1.24–1.31× where `device` cost 1.13–1.19× (docs/runs/README.md).
 - `light`: every CPU op, no shapes or stacks, CUPTI synchronization records.
 - `full`: every CPU op with shapes (and stacks with `--with-stack`), CUPTI synchronization
   records: names and blame.
