@@ -37,10 +37,11 @@ def step_sentence(result: RunDiff, a: str, b: str) -> str:
 
 
 def phase_sentence(result: RunDiff) -> str | None:
-    """The two phases with the largest Δ: the timed steps' phase timers when known, else the
-    trace's attribution (mean rank)."""
+    """The two phases with the largest Δ: the timed steps' phase timers, each with its verdict,
+    when known; else the trace's attribution (mean rank)."""
     if result.reconciled is not None and result.reconciled.filter(pl.col("phase") != "step").height:
-        phases = result.reconciled.filter(pl.col("phase") != "step").select("phase", d="real_d_ms")
+        phases = result.reconciled.filter(pl.col("phase") != "step").select("phase", d="real_d_ms",
+                                                                             verdict="verdict")
         source = "the timed steps' phase timers"
     else:
         attributed = phase_attribution(result.together, len(result.per_rank))
@@ -48,8 +49,9 @@ def phase_sentence(result: RunDiff) -> str | None:
             return None
         phases = attributed.select("phase", d=(pl.col("device_delta_ns") + pl.col("idle_delta_ns")) / 1e6)
         source = "the trace, mean rank" if len(result.per_rank) > 1 else "the trace"
-    top = phases.sort(pl.col("d").abs(), descending=True).head(2).iter_rows()
-    parts = [f"{phase} {'+' if d > 0 else '−'}{ms(d)} ms" for phase, d in top]
+    top = phases.sort(pl.col("d").abs(), descending=True).head(2).iter_rows(named=True)
+    parts = [f"{r['phase']} {'+' if r['d'] > 0 else '−'}{ms(r['d'])} ms" + (f" ({r['verdict']})" if r.get("verdict") else "")
+             for r in top]
     return f"By phase: {' and '.join(parts)} ({source})."
 
 

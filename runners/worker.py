@@ -200,8 +200,21 @@ def run_variant(variant: str, cfg: dict, rank: int, device: torch.device, out: P
         readings = [c.ms() for c in clocks]
         return [r["device" if device.type == "cuda" else "host"]["step"] for r in readings], readings, wall
 
-    loss, norm = step(PhaseClock(device), record_grad_norm=True)
+    def bookmark():
+        """A function that makes the next step take the batch the next step would take now
+        (the control steps replay the recorded steps' batches)."""
+        here = step_index
+
+        def back():
+            nonlocal step_index
+            step_index = here
+        return back
+
+    first_clock = PhaseClock(device)
+    loss, norm = step(first_clock, record_grad_norm=True)
     first = {"loss": loss.detach().item(), "grad_norm": norm}
+    synchronize(device)
+    first["phase_ms"] = first_clock.ms()
     first_compiled = compiled_frames()  # compiling for the first step is compiling, not recompiling
     warmup_recompiled = []
 
@@ -261,24 +274,27 @@ def run_variant(variant: str, cfg: dict, rank: int, device: torch.device, out: P
             if rank == 0:
                 checkpoint.remove()
     if record and cfg["profile_steps"]:
-        result.update(recorded_figures(step, cfg, device, out, variant, rank))
+        result.update(recorded_figures(step, bookmark(), cfg, device, out, variant, rank))
         result["recorded_to_timed"] = round(statistics.median(result["profiled_step_ms"]) / statistics.median(times), 3)
     return result
 
 
-def recorded_figures(step, cfg: dict, device: torch.device, out: Path, variant: str, rank: int) -> dict:
+def recorded_figures(step, back, cfg: dict, device: torch.device, out: Path, variant: str, rank: int) -> dict:
     """The recorded steps: `--profile-steps` steps in `--profile-mode` (the trace `diff`
     attributes), each with its times, phases and runtime counts, between two runs of the same
     procedure without the profiler (`control_step_ms`; `profiler_overhead` = median recorded
     ÷ median control step); then, in `device` and `lean` modes, one `full` step into `names/`
-    (names and blame)."""
+    (names and blame). Every block trains on the same batches (`back()` before each)."""
     steps = cfg["profile_steps"]
     before = record_steps(step, cfg, device, None, steps)
+    back()
     path = out / variant / TRACE_NAME.format(rank=rank)
     main = {**record_steps(step, cfg, device, cfg["profile_mode"], steps, path), "trace": str(path.relative_to(out))}
+    back()
     control = before["step_ms"] + record_steps(step, cfg, device, None, steps)["step_ms"]
     recorded = [main]
     if cfg["profile_mode"] in ("device", "lean"):
+        back()
         path = out / variant / NAMES_TRACE_NAME.format(rank=rank)
         recorded.append({**record_steps(step, cfg, device, "full", 1, path), "trace": str(path.relative_to(out))})
     return {"recorded": recorded, "trace": main["trace"], "profile_mode": main["mode"],

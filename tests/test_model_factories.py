@@ -42,6 +42,14 @@ def dies_in_second_variant():
     return workload
 
 
+def with_sgd():
+    """The example's workload, trained with plain SGD (lr 0.05) instead of the default optimizer."""
+    workload = example_workload()
+    workload.optimizer = lambda params: torch.optim.SGD(params, lr=0.05)
+    workload.optimizer.__name__ = "sgd"
+    return workload
+
+
 def not_a_workload():
     return torch.nn.Linear(2, 2)
 
@@ -101,6 +109,29 @@ def test_parameter_checksums_equal_one_process_training_on_both_ranks_batches(ex
             for name, value in checksum["samples"]:
                 param, index = name[:-1].split("[")
                 assert value == pytest.approx(float(params[param].detach().flatten()[int(index)]), rel=1e-5, abs=1e-7)
+
+
+def test_a_factory_brings_its_own_optimizer(tmp_path):
+    """A `Workload.optimizer` is what trains: the manifest names it, and the parameters after
+    the run equal this process's replay of the same steps with SGD (one rank, so DDP is plain
+    training), not with the default AdamW."""
+    out = tmp_path / "run"
+    result = tracekit_cli("profile", "--device", "cpu", "--nproc", 1, "--model", f"{Path(__file__)}:with_sgd",
+                          "--variants", "ddp", "--warmup", 1, "--steps", 2, "--profile-steps", 0, "--no-report",
+                          "--out", out)
+    assert result.returncode == 0, result.stderr[-3000:]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["model"]["optimizer"] == "sgd"
+    torch.manual_seed(manifest["config"]["seed"])
+    workload = example_workload()
+    optimizer = torch.optim.SGD(workload.model.parameters(), lr=0.05)
+    for step in range(3):
+        x, y = workload.batch(step, 0, "cpu")
+        workload.loss(workload.model(x), y).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    sum_sq = sum(float((p.detach().double() ** 2).sum()) for p in workload.model.parameters())
+    assert manifest["variants"]["ddp"]["ranks"][0]["param_checksum"]["sum_sq"] == pytest.approx(sum_sq, rel=1e-9)
 
 
 def test_a_hugging_face_config_trains_in_every_variant(tmp_path):

@@ -218,7 +218,8 @@ def test_reconciliation_sets_the_trace_beside_the_timed_steps():
     real = {"step": c(5.0, 4.0, 6.0), "phases": {"forward": c(2.0, 1.0, 3.0)},
             "a_recorded": {"forward": 10.0, "step": 30.0}, "b_recorded": {"forward": 12.5, "step": 32.0},
             "a_profiler_overhead": 1.0, "b_profiler_overhead": 1.3, "a_profile_mode": "lean", "b_profile_mode": "lean",
-            "a_recorded_to_timed": 0.95, "b_recorded_to_timed": 1.5}
+            "a_recorded_to_timed": 0.95, "b_recorded_to_timed": 1.5, "a_rank": 0, "b_rank": 1,
+            "a_profiler_slowed": False, "b_profiler_slowed": True}
     attributed = pl.DataFrame({"phase": ["backward", "forward"], "device_delta_ns": [-500_000, 1_500_000],
                                "idle_delta_ns": [0, 1_000_000]})
     table = {r["phase"]: r for r in reconciliation(real, attributed).iter_rows(named=True)}
@@ -227,5 +228,63 @@ def test_reconciliation_sets_the_trace_beside_the_timed_steps():
     assert table["step"]["attributed_d_ms"] == 2.0 and not table["step"]["within"]
     assert table["step"]["unexplained_ms"] == 3.0 and "backward" not in table
     warnings = fidelity_warnings(real, reconciliation(real, attributed))
-    assert len(warnings) == 3 and "+3.000 ms unexplained" in warnings[0] and "slowed its recorded steps 1.30×" in warnings[1]
-    assert "B's recorded steps took 1.50× its timed ones, 1.30× the unprofiled" in warnings[2]  # 1.5 / 1.3: the machine moved 15 %; A: 0.95 / 1.0
+    assert len(warnings) == 3 and "+3.000 ms unexplained" in warnings[0]
+    assert warnings[1] == "B rank 1: the profiler (lean mode) slowed the recorded steps 1.30× (against unprofiled " \
+        "steps right around them)"
+    # control ÷ timed = 1.5 / 1.3 = 1.15: the machine moved; A's 0.95 / 1.0 is within SHIFT_WARN
+    assert warnings[2].startswith("B rank 1: the unprofiled steps around the recording ran 1.15× the timed ones")
+
+
+def recorded_rank(rank_, timed, recorded, control):
+    """A rank with timed, recorded and control steps (ms), the runner's two ratios computed."""
+    r = timed_rank(rank_, [t / 2 for t in timed], [t / 2 for t in timed], [0.0] * len(timed))
+    return {**r, "profiled_step_ms": recorded, "control_step_ms": control, "profile_mode": "device",
+            "profiler_overhead": round(float(np.median(recorded) / np.median(control)), 3),
+            "recorded_to_timed": round(float(np.median(recorded) / np.median(timed)), 3)}
+
+
+def test_the_profiler_slowed_a_step_only_when_every_recorded_step_is_slower_than_every_control_step():
+    from tracekit.analyses.variants import profiler_slowed
+
+    timed = [100.0] * 12
+    assert profiler_slowed(recorded_rank(0, timed, [120.0, 121, 119], [100.0, 101, 99, 100, 102, 98]))
+    assert not profiler_slowed(recorded_rank(0, timed, [105.0, 106, 104], [100.0] * 6))  # 1.05: under 1.10
+    assert not profiler_slowed(recorded_rank(0, timed, [125.0], [90.0, 130.0]))  # 1.14 but inside the controls' range
+
+
+def test_the_diff_carries_both_ratios_of_one_rank_per_side():
+    """A: rank 0 recorded ÷ control 1.0, ÷ timed 1.0; rank 1 1.5 and 1.2 — rank 1 is farthest
+    from 1, and both of A's figures are rank 1's (not 1.5 from one rank and 1.0 from another)."""
+    from tracekit.analyses.variants import real_delta
+
+    timed = [100.0] * 12
+    a = [recorded_rank(0, timed, [100.0] * 3, [100.0] * 6), recorded_rank(1, timed, [120.0] * 3, [80.0] * 6)]
+    b = [recorded_rank(0, timed, [100.0] * 3, [100.0] * 6), recorded_rank(1, timed, [100.0] * 3, [100.0] * 6)]
+    manifest = {"variants": {"A": {"status": "ok", "ranks": a}, "B": {"status": "ok", "ranks": b}}}
+    real = real_delta(manifest, "A", manifest, "B")
+    assert (real["a_rank"], real["a_profiler_overhead"], real["a_recorded_to_timed"]) == (1, 1.5, 1.2)
+    assert real["a_profiler_slowed"] and not real["b_profiler_slowed"]
+
+
+def test_report_warnings_name_the_rank_and_the_cause():
+    """The overhead warning names the rank and, on a GPU run, how busy the GPU was; a CPU run
+    says so; the shift warning gives control ÷ timed (here 120 / 100)."""
+    import polars as pl
+
+    from tracekit.analyses.variants import profiler_overhead, profiler_slowed, recorded_to_timed, report_warnings
+
+    timed = [100.0] * 12
+    rows = []
+    for variant, busy, span in (("gpu", 60, 100), ("cpu", None, None)):
+        r = recorded_rank(0, timed, [130.0] * 3, [100.0] * 6)
+        rows.append({"variant": variant, "rank": 0, "status": "ok", "drift_pct": 0.0, "host_bound": False,
+                     "profiler_overhead": profiler_overhead(r), "recorded_to_timed": recorded_to_timed(r),
+                     "profiler_slowed": profiler_slowed(r), "gpu_busy_ns": busy, "gpu_span_ns": span})
+    shifted = recorded_rank(0, timed, [120.0] * 3, [120.0] * 6)
+    rows.append({**rows[1], "variant": "moved", "profiler_overhead": profiler_overhead(shifted),
+                 "recorded_to_timed": recorded_to_timed(shifted), "profiler_slowed": profiler_slowed(shifted)})
+    warnings = report_warnings(pl.DataFrame(rows), "device")
+    assert len(warnings) == 3
+    assert warnings[0].startswith("gpu: the profiler slowed rank 0's recorded steps 1.30×") and "busy 60 %" in warnings[0]
+    assert warnings[1].startswith("cpu: the profiler slowed rank 0's") and "a CPU run" in warnings[1]
+    assert warnings[2].startswith("moved: rank 0's unprofiled steps around the recording ran 1.20× its timed ones")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import os
 import sys
 from importlib.resources import files
@@ -386,10 +387,21 @@ def diff_sides(paths: tuple) -> tuple[str, str]:
     existing(None, None, out)
     found = sorted(p.name for p in Path(out).iterdir() if p.is_dir() and p.name != "names") \
         if Path(out).is_dir() else []
+    listed = manifest_variants(Path(out))
     for variant in variants:
+        if variant in listed and variant not in found:
+            raise UsageError(f"{out}: {variant} ran but has no trace (recorded with --profile-steps 0, or it failed)")
         if variant not in found:
             raise UsageError(f"{out}: no variant {variant} (found: {', '.join(found) or 'none'})")
     return str(Path(out) / variants[0]), str(Path(out) / variants[1])
+
+
+def manifest_variants(out: Path) -> list[str]:
+    """The variants a profile output's manifest lists (none without a readable manifest)."""
+    try:
+        return list(json.loads((out / "manifest.json").read_text())["variants"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
 
 
 def side_names(a: str, b: str) -> tuple[str, str]:
@@ -594,7 +606,8 @@ def profile(out, variants, preset, blocks, hidden, heads, seq, batch, overwrite,
     manifest = run_profile(cfg)
     if os.environ.get("RANK", "0") != "0":
         return
-    click.echo(f"tracekit profile: wrote {out}/manifest.json and one trace per rank per variant", err=True)
+    traces = " and one trace per rank per variant" if cfg["profile_steps"] else " (no traces: --profile-steps 0)"
+    click.echo(f"tracekit profile: wrote {out}/manifest.json{traces}", err=True)
     statuses = [e.get("status") for e in manifest["variants"].values()]
     if report and "ok" in statuses:
         show_report(out, fmt)

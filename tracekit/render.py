@@ -159,17 +159,17 @@ def diff_head(a_path: str, b_path: str, diff, result, ranks: str) -> str:
 
 
 def real_text(real: dict) -> str:
-    """The timed steps' Δ and, where known, each side's profiler overhead and recorded ÷ timed step."""
-    def sides(figure):
-        return ", ".join(f"{side} {real[f'{side.lower()}_{figure}']}×"
-                         + (f" ({real[f'{side.lower()}_profile_mode'] or 'mode not recorded'})"
-                            if figure == "profiler_overhead" else "")
-                         for side in "AB" if real.get(f"{side.lower()}_{figure}") is not None)
-    overhead, shift = sides("profiler_overhead"), sides("recorded_to_timed")
+    """The timed steps' Δ and, where known, each side's profiler overhead and recorded ÷ timed
+    step (of one rank per side, `real_delta`)."""
+    sides = [(side, real.get(f"{side.lower()}_rank")) for side in "AB"
+             if real.get(f"{side.lower()}_profiler_overhead") is not None]
+    recorded = "".join(f"\n  {side} rank {rank} ({real[f'{side.lower()}_profile_mode'] or 'mode not recorded'}): "
+                       f"{real[f'{side.lower()}_profiler_overhead']}×, {real[f'{side.lower()}_recorded_to_timed']}×"
+                       for side, rank in sides)
     step = real["step"]
     return (f"real Δ (timed steps): B − A = {step['d_ms']:+.3f} ms {step['d_ms_ci']} (95 %): {step['verdict']}"
-            + (f"\nprofiler overhead (recorded ÷ unprofiled steps around them): {overhead}" if overhead else "")
-            + (f"\nrecorded ÷ timed steps: {shift}" if shift else "")
+            + ("\nrecorded steps ÷ the unprofiled steps around them (the profiler's cost), ÷ the timed steps:"
+               + recorded if recorded else "")
             + "\nB − A per phase, ms: real (the timed steps' timers), recorded (the recorded steps'"
             "\ntimers), attributed (the trace, mean rank) = device + idle:")
 
