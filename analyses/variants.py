@@ -356,25 +356,26 @@ def report_warnings(table: pl.DataFrame, profile_mode: str = "full") -> list[str
         drift = rows["drift_pct"][0]
         if abs(drift) > DRIFT_WARN:
             out.append(f"{variant}: step time drifted {drift:+.1f} % over the timed steps (warm-up not over?)")
-        for r in rows.filter(pl.col("profiler_slowed").fill_null(False)).iter_rows(named=True):
+        slowed = rows.filter(pl.col("profiler_slowed").fill_null(False))
+        if slowed.height:
             if profile_mode not in ("device", "lean"):
                 hint = "--profile-mode device (the default) records least"
-            elif r.get("gpu_busy_ns") is None or not r.get("gpu_span_ns"):
+            elif slowed["gpu_busy_ns"].is_null().all():
                 hint = "a CPU run: the profiler's own cost and this machine's noise"
             else:
-                hint = (f"the GPU was busy {100 * r['gpu_busy_ns'] / r['gpu_span_ns']:.0f} % of the recorded step; "
-                        "CUPTI's cost per CUDA call, which every capture mode pays, is step time where the host "
-                        "sets the pace")
-            out.append(f"{variant}: the profiler slowed rank {r['rank']}'s recorded steps {r['profiler_overhead']:.2f}× "
-                       f"(against unprofiled steps run right around them): the trace shows a slower step than the "
-                       f"one timed ({hint})")
-        for r in rows.filter(pl.col("recorded_to_timed").is_not_null()).iter_rows(named=True):
-            moved = machine_shift(r["recorded_to_timed"], r["profiler_overhead"])
-            if abs(moved - 1) > SHIFT_WARN:
-                out.append(f"{variant}: rank {r['rank']}'s unprofiled steps around the recording ran {moved:.2f}× "
-                           "its timed ones: this machine's speed changed between the timed loop and the recording "
-                           f"(recorded ÷ timed {r['recorded_to_timed']:.2f}×, ÷ the steps around them "
-                           f"{r['profiler_overhead']:.2f}×)")
+                busy = (slowed["gpu_busy_ns"] / slowed["gpu_span_ns"]).min()
+                hint = (f"the GPU was busy {100 * busy:.0f} % of the recorded step or more; CUPTI's cost per CUDA "
+                        "call, which every capture mode pays, is step time where the host sets the pace")
+            on = ", ".join(f"{r['profiler_overhead']:.2f}× (rank {r['rank']})" for r in slowed.iter_rows(named=True))
+            out.append(f"{variant}: the profiler slowed the recorded steps {on} (against unprofiled steps run right "
+                       f"around them): the trace shows a slower step than the one timed ({hint})")
+        moved = [(r["rank"], machine_shift(r["recorded_to_timed"], r["profiler_overhead"]))
+                 for r in rows.filter(pl.col("recorded_to_timed").is_not_null()).iter_rows(named=True)]
+        moved = [(rank, m) for rank, m in moved if abs(m - 1) > SHIFT_WARN]
+        if moved:
+            on = ", ".join(f"{m:.2f}× (rank {rank})" for rank, m in moved)
+            out.append(f"{variant}: the unprofiled steps around the recording took {on} the timed ones: this "
+                       "machine's speed changed between the timed loop and the recording")
         bound = rows.filter(pl.col("host_bound").fill_null(False))["rank"].to_list()
         if bound:
             out.append(f"{variant}: host-bound on rank(s) {bound}: the GPU idles for the host most of the "
@@ -436,17 +437,18 @@ def reconciliation(real: dict, attributed: pl.DataFrame) -> pl.DataFrame:
         "idle_d_ms": pl.Float64, "unexplained_ms": pl.Float64, "within": pl.Boolean})
 
 
-def fidelity_warnings(real: dict, table: pl.DataFrame) -> list[str]:
+def fidelity_warnings(real: dict, table: pl.DataFrame, sides: bool = True) -> list[str]:
     """Where the attributed Δ falls outside the real Δ's interval (by phase and whole step),
     when the profiler clearly slowed a side's recorded steps (`profiler_slowed`), and when the
     machine's speed moved by more than `SHIFT_WARN` between a side's timed loop and its
-    recording (`machine_shift`)."""
+    recording (`machine_shift`) — those two unless not `sides` (the report says them per
+    variant)."""
     out = []
     for r in table.filter(~pl.col("within")).iter_rows(named=True):
         where = "the step" if r["phase"] == "step" else f"the {r['phase']} phase"
         out.append(f"{where}: the trace attributes {r['attributed_d_ms']:+.3f} ms but the timed steps say "
                    f"{r['real_d_ms']:+.3f} ms {r['real_d_ms_ci']}: {r['unexplained_ms']:+.3f} ms unexplained")
-    for side in ("a", "b"):
+    for side in ("a", "b") if sides else ():
         overhead, shift = real.get(f"{side}_profiler_overhead"), real.get(f"{side}_recorded_to_timed")
         who = f"{side.upper()} rank {real.get(f'{side}_rank')}"
         if real.get(f"{side}_profiler_slowed"):
@@ -459,16 +461,17 @@ def fidelity_warnings(real: dict, table: pl.DataFrame) -> list[str]:
 
 
 def with_real(result: RunDiff, a: dict | None, a_variant: str | None, b: dict | None,
-              b_variant: str | None) -> list[str]:
+              b_variant: str | None, sides: bool = True) -> list[str]:
     """Sets the diff's real Δ (`real_delta`) and its `reconciliation` with the trace's phase
     attribution, when both sides' manifests give timed steps; the warnings it raises (models
-    that differ, attribution outside the real Δ's interval)."""
+    that differ, attribution outside the real Δ's interval, and with `sides` each side's
+    recording: `fidelity_warnings`)."""
     warnings = config_mismatch(a, b)
     if a and b:
         result.real = real_delta(a, a_variant, b, b_variant)
         if result.real:
             result.reconciled = reconciliation(result.real, phase_attribution(result.together, len(result.per_rank)))
-            warnings += fidelity_warnings(result.real, result.reconciled)
+            warnings += fidelity_warnings(result.real, result.reconciled, sides)
     return warnings
 
 

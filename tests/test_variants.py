@@ -283,8 +283,11 @@ def test_report_warnings_name_the_rank_and_the_cause():
     shifted = recorded_rank(0, timed, [120.0] * 3, [120.0] * 6)
     rows.append({**rows[1], "variant": "moved", "profiler_overhead": profiler_overhead(shifted),
                  "recorded_to_timed": recorded_to_timed(shifted), "profiler_slowed": profiler_slowed(shifted)})
+    rows.append({**rows[0], "variant": "two", "rank": 1, "profiler_overhead": 1.4})
+    rows.insert(3, {**rows[0], "variant": "two"})
     warnings = report_warnings(pl.DataFrame(rows), "device")
-    assert len(warnings) == 3
-    assert warnings[0].startswith("gpu: the profiler slowed rank 0's recorded steps 1.30×") and "busy 60 %" in warnings[0]
-    assert warnings[1].startswith("cpu: the profiler slowed rank 0's") and "a CPU run" in warnings[1]
-    assert warnings[2].startswith("moved: rank 0's unprofiled steps around the recording ran 1.20× its timed ones")
+    assert len(warnings) == 4
+    assert warnings[0].startswith("gpu: the profiler slowed the recorded steps 1.30× (rank 0) (") and "busy 60 %" in warnings[0]
+    assert warnings[1].startswith("cpu: the profiler slowed the recorded steps 1.30× (rank 0)") and "a CPU run" in warnings[1]
+    assert warnings[2].startswith("moved: the unprofiled steps around the recording took 1.20× (rank 0) the timed ones")
+    assert warnings[3].startswith("two: the profiler slowed the recorded steps 1.30× (rank 0), 1.40× (rank 1) (")

@@ -687,7 +687,8 @@ def show_report(out, fmt: str, layout=None, baseline: str | None = None, plot_pa
     warnings = report_warnings(table, manifest["config"].get("profile_mode", "full"))
     diffs = variant_diffs(runs, top=8, base=base)
     for (a, b), result in diffs.items():
-        warnings += [f"{b} − {a}: {w}" for w in result.warnings + with_real(result, manifest, a, manifest, b)]
+        warnings += [f"{b} − {a}: {w}"
+                     for w in result.warnings + with_real(result, manifest, a, manifest, b, sides=False)]
     leads = {pair: diff_lead(result, *pair) for pair, result in diffs.items()}
     if fmt == "json":
         emit(json_text({"variants": table.to_dicts(), "phases": phases.to_dicts(),
