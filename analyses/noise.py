@@ -101,6 +101,14 @@ def repeats_delta_ci(deltas: list[float]) -> tuple[float, float, float]:
     return mean, mean - h, mean + h
 
 
+def unpaired_repeats_ci(a_medians: list[float], b_medians: list[float]) -> tuple[float, float, float]:
+    """(mean B − mean A, lo, hi) of per-repeat medians from two launches with different numbers
+    of repeats (nothing to pair): Welch's t interval (scipy)."""
+    a, b = np.asarray(a_medians, float), np.asarray(b_medians, float)
+    ci = stats.ttest_ind(b, a, equal_var=False).confidence_interval(0.95)
+    return float(b.mean() - a.mean()), float(ci.low), float(ci.high)
+
+
 def verdict(lo: float, hi: float, n_steps: int, effective: float, repeats: int = 1) -> str:
     """What the interval says (module docstring)."""
     if n_steps < MIN_STEPS:

@@ -32,7 +32,7 @@ import polars as pl
 
 from tracekit.analyses.diff import RunDiff, diff_runs, median_step, phase_attribution, step_times
 from tracekit.analyses.noise import (DRIFT_WARN, delta_ci, drift_pct, effective_steps, median_ci, pooled,
-                                     repeats_delta_ci, verdict)
+                                     repeats_delta_ci, unpaired_repeats_ci, verdict)
 from tracekit.analyses.breakdown import breakdown
 from tracekit.analyses.summary import summary
 from tracekit.model import Run
@@ -157,11 +157,25 @@ def kept(r: dict, values: list[float]) -> list[float]:
 
 def compare(a: list[dict[str, np.ndarray]], b: list[dict[str, np.ndarray]], key: str) -> dict:
     """B − A of `key` (`step` or a phase), ms: both medians, Δ with its 95 % interval and the
-    verdict — across repeats (paired by repeat) when both sides have two or more, else over
-    the one run's steps (docs/metrics.md, "Noise and verdicts")."""
-    pairs = [(x[key], y[key]) for x, y in zip(a, b) if key in x and key in y]
-    if not pairs:
+    verdict — across repeats (paired by repeat) when both sides have the same number, two or
+    more; unpaired across repeats (Welch) when both have two or more but not as many; else over
+    the steps, each side's repeats pooled (docs/metrics.md, "Noise and verdicts")."""
+    a, b = [x for x in a if key in x], [y for y in b if key in y]
+    if not a or not b:
         return {}
+    if len(a) != len(b):
+        a_all, b_all = np.concatenate([x[key] for x in a]), np.concatenate([y[key] for y in b])
+        n_steps = min(min(len(x[key]) for x in a), min(len(y[key]) for y in b))
+        if min(len(a), len(b)) >= 2:
+            d, lo, hi = unpaired_repeats_ci([float(np.median(x[key])) for x in a],
+                                            [float(np.median(y[key])) for y in b])
+            repeats, effective = min(len(a), len(b)), float(min(len(a), len(b)))
+        else:
+            (d, lo, hi, effective), repeats = delta_ci(a_all, b_all), 1
+        return {"a_ms": round(float(np.median(a_all)), 3), "b_ms": round(float(np.median(b_all)), 3),
+                "d_ms": round(float(d), 3), "d_ms_ci": [round(float(lo), 3), round(float(hi), 3)], "repeats": repeats,
+                "verdict": verdict(lo, hi, n_steps, effective, repeats)}
+    pairs = [(x[key], y[key]) for x, y in zip(a, b)]
     a_all, b_all = np.concatenate([x for x, _ in pairs]), np.concatenate([y for _, y in pairs])
     n_steps = min(min(len(x), len(y)) for x, y in pairs)
     if len(pairs) >= 2:

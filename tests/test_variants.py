@@ -75,6 +75,25 @@ def test_the_interval_across_repeats_is_a_t_interval_of_the_per_repeat_deltas():
     assert (lo, hi) == pytest.approx((2 - 4.302653 / np.sqrt(3), 2 + 4.302653 / np.sqrt(3)), rel=1e-6)
 
 
+def test_launches_with_different_repeats_are_compared_unpaired_across_all_repeats():
+    """A: 3 repeats with medians 100, 102, 104; B: 2 repeats with medians 110, 114. Nothing
+    pairs, so every repeat counts: Δ = 112 − 102 = 10, Welch's interval (by hand: s²_A = 4,
+    s²_B = 8, se = √(4/3 + 8/2) = 2.309, df = se⁴ / ((4/3)²/2 + 4²/1) = 1.67), not the first
+    repeat's 110 − 100."""
+    from scipy import stats
+
+    from tracekit.analyses.variants import compare
+
+    def run(m):
+        return {"step": np.full(12, m)}
+    c = compare([run(100.0), run(102.0), run(104.0)], [run(110.0), run(114.0)], "step")
+    se = np.sqrt(4 / 3 + 8 / 2)
+    df = se ** 4 / ((4 / 3) ** 2 / 2 + 4.0 ** 2 / 1)
+    h = stats.t.ppf(0.975, df) * se
+    assert c["d_ms"] == 10.0 and c["repeats"] == 2
+    assert c["d_ms_ci"] == [round(10 - h, 3), round(10 + h, 3)]
+
+
 def test_drift_of_a_linear_ramp_is_its_rise_over_the_median():
     """Steps 100, 101, …, 119 ms: the run slowed by 19 ms over a median of 109.5 ms."""
     assert drift_pct(np.arange(100.0, 120.0)) == pytest.approx(19 / 109.5 * 100)
