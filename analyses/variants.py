@@ -160,33 +160,23 @@ def compare(a: list[dict[str, np.ndarray]], b: list[dict[str, np.ndarray]], key:
     verdict — across repeats (paired by repeat) when both sides have the same number, two or
     more; unpaired across repeats (Welch) when both have two or more but not as many; else over
     the steps, each side's repeats pooled (docs/metrics.md, "Noise and verdicts")."""
-    a, b = [x for x in a if key in x], [y for y in b if key in y]
+    a, b = [x[key] for x in a if key in x], [y[key] for y in b if key in y]
     if not a or not b:
         return {}
-    if len(a) != len(b):
-        a_all, b_all = np.concatenate([x[key] for x in a]), np.concatenate([y[key] for y in b])
-        n_steps = min(min(len(x[key]) for x in a), min(len(y[key]) for y in b))
-        if min(len(a), len(b)) >= 2:
-            d, lo, hi = unpaired_repeats_ci([float(np.median(x[key])) for x in a],
-                                            [float(np.median(y[key])) for y in b])
-            repeats, effective = min(len(a), len(b)), float(min(len(a), len(b)))
-        else:
-            (d, lo, hi, effective), repeats = delta_ci(a_all, b_all), 1
-        return {"a_ms": round(float(np.median(a_all)), 3), "b_ms": round(float(np.median(b_all)), 3),
-                "d_ms": round(float(d), 3), "d_ms_ci": [round(float(lo), 3), round(float(hi), 3)], "repeats": repeats,
-                "verdict": verdict(lo, hi, n_steps, effective, repeats)}
-    pairs = [(x[key], y[key]) for x, y in zip(a, b)]
-    a_all, b_all = np.concatenate([x for x, _ in pairs]), np.concatenate([y for _, y in pairs])
-    n_steps = min(min(len(x), len(y)) for x, y in pairs)
-    if len(pairs) >= 2:
-        d, lo, hi = repeats_delta_ci([float(np.median(y) - np.median(x)) for x, y in pairs])
-        effective = float(len(pairs))
-    else:
-        d, lo, hi, effective = delta_ci(*pairs[0])
+    a_all, b_all = np.concatenate(a), np.concatenate(b)
+    n_steps, repeats = min(len(x) for x in a + b), min(len(a), len(b))
+    if len(a) == len(b) >= 2:  # paired by repeat
+        d, lo, hi = repeats_delta_ci([float(np.median(y) - np.median(x)) for x, y in zip(a, b)])
+        effective = float(repeats)
+    elif repeats >= 2:  # two launches with different numbers of repeats: nothing pairs
+        d, lo, hi = unpaired_repeats_ci([float(np.median(x)) for x in a], [float(np.median(y)) for y in b])
+        effective = float(repeats)
+    else:  # one run on a side: the steps, each side's repeats pooled
+        (d, lo, hi, effective), repeats = delta_ci(a_all, b_all), 1
     d, lo, hi = float(d), float(lo), float(hi)
     return {"a_ms": round(float(np.median(a_all)), 3), "b_ms": round(float(np.median(b_all)), 3),
-            "d_ms": round(d, 3), "d_ms_ci": [round(lo, 3), round(hi, 3)], "repeats": len(pairs),
-            "verdict": verdict(lo, hi, n_steps, effective, len(pairs))}
+            "d_ms": round(d, 3), "d_ms_ci": [round(lo, 3), round(hi, 3)], "repeats": repeats,
+            "verdict": verdict(lo, hi, n_steps, effective, repeats)}
 
 
 def recompile_ms(r: dict) -> float:

@@ -43,7 +43,7 @@ def profiler(device: torch.device, mode: str, steps: int, with_stack: bool, on_t
     if cuda:
         os.environ.setdefault("TEARDOWN_CUPTI", "1")  # detach CUPTI when the recording ends
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    if mode == "device" and cuda:
+    if marks_written(mode, device):  # no CPU side: the runner's marks go in afterwards
         activities = [ProfilerActivity.CUDA]
     kwargs = {}
     config_type = getattr(torch._C._profiler, "_ExperimentalConfig", None)
