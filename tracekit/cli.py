@@ -697,8 +697,8 @@ def show_report(out, fmt: str, layout=None, baseline: str | None = None, plot_pa
     else:
         emit(render_frame(table, fmt, "report", layout))
         if fmt in ("table", "md") and phases.height:
-            click.echo("\nper phase, timed steps (pct: median phase ÷ median step, so they need not add to 100; "
-                   "rec_d_ms: the Δ in the recorded steps):")
+            click.echo("\nper phase, timed steps (pct: median phase ÷ median step, so they need not add to 100;\n"
+                       "rec_d_ms: the Δ in the recorded steps):")
             emit(render_frame(phases, fmt, "report.phases", layout))
         if fmt in ("table", "md"):
             for (a, b), result in diffs.items():
