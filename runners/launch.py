@@ -14,7 +14,7 @@ import sys
 import uuid
 from pathlib import Path
 
-from tracekit.errors import TracekitError
+from tracekit.core.errors import TracekitError
 
 # NVLink multicast off: NCCL NVLS, PyTorch symmetric memory, NVSHMEM (shared machines).
 MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
@@ -84,7 +84,8 @@ def model_info(cfg: dict) -> dict:
     does not fulfil the contract raises ProfileError (one line)."""
     import torch
 
-    from .workload import WorkloadError, build_workload, describe, load_factory
+    from .factories import build_workload, describe, load_factory
+    from .workload import WorkloadError
 
     try:
         with torch.device("meta"):

@@ -13,6 +13,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .inputs import batch, parse_inputs
+from .workload import Workload
+
 
 @dataclass(frozen=True)
 class ModelConfig:
@@ -88,12 +91,9 @@ class Transformer(nn.Module):
         return self.head(self.norm(x))
 
 
-def builtin_workload(cfg: dict):
+def builtin_workload(cfg: dict) -> Workload:
     """The `--model builtin` factory: the preset's transformer (with the shape overrides) and
     its token batches (`--inputs`, `runners/inputs.py`); the default causal-LM loss."""
-    from .inputs import batch, parse_inputs
-    from .workload import Workload
-
     config = model_config(cfg["preset"], **cfg["overrides"])
     inputs = parse_inputs(cfg["inputs"], config.seq)
     model = Transformer(config)

@@ -1,7 +1,7 @@
 """One worker process: the run's plan (every variant, once per repeat) on this rank, one after
 the other, from where earlier workers of the run stopped; rank 0 writes the manifest after each.
 
-Per variant: build (the `--model` factory, `runners/workload.py`) and wrap (timed), memory
+Per variant: build (the `--model` factory, `runners/factories.py`) and wrap (timed), memory
 after wrap, warm-up steps (the first records loss and grad norm), timed unprofiled steps
 (with checkpoint saves when asked), the parameter checksum, peak memory, then `profile_steps`
 steps recorded with torch.profiler (in the last repeat) with the runtime's own counts of each.
@@ -38,7 +38,8 @@ from .clock import PHASES, PhaseClock, columns
 from .manifest import write_manifest
 from .parallelize import VARIANTS, after_optimizer_step, parallelize, precision_path, why_skipped
 from .recording import marks_written, profiler, write_marks
-from .workload import Workload, build_workload, load_factory
+from .factories import build_workload, load_factory
+from .workload import Workload
 
 TRACE_NAME = "rank{rank}.pt.trace.json.gz"
 NAMES_TRACE_NAME = "names/rank{rank}.pt.trace.json.gz"  # the `full` step that names a device/lean recording

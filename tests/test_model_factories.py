@@ -27,7 +27,7 @@ def tracekit_cli(*args, env=None):
 
 
 def example_workload():
-    from tracekit.runners.workload import import_file
+    from tracekit.runners.factories import import_file
 
     return import_file(str(EXAMPLE)).mlp_stack()
 
