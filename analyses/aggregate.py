@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from tracekit.errors import UsageError
+from tracekit.core.errors import UsageError
 
 AGGS = ("median", "mean", "p90", "min", "max")
 

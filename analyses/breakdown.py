@@ -11,7 +11,7 @@ import polars as pl
 
 from tracekit.analyses.summary import step_rows
 from tracekit.analyses.timeline import PRIORITY, timeline
-from tracekit.model import Trace
+from tracekit.core.model import Trace
 
 ORDER = {c: i for i, c in enumerate([*PRIORITY, "idle"])}
 PARTS = pl.List(pl.Struct({"category": pl.String, "cause": pl.String, "ns": pl.Int64}))

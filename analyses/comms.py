@@ -34,8 +34,8 @@ import polars as pl
 from tracekit.analyses.counts import known_sum
 from tracekit.analyses.summary import collective_ops
 from tracekit.analyses.timeline import timeline
-from tracekit.loading import COMM_ARGS
-from tracekit.model import Trace
+from tracekit.core.loading import COMM_ARGS
+from tracekit.core.model import Trace
 
 DTYPE_BYTES = {
     "Float": 4, "float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "Int": 4, "Long": 8, "Short": 2,

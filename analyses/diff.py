@@ -33,9 +33,9 @@ from tracekit.analyses.comms import collective_kernels
 from tracekit.analyses.phases import RUNNER_PHASE, fsdp_phase, launch_context
 from tracekit.analyses.syncs import host_syncs
 from tracekit.analyses.timeline import outermost, timeline, unshared
-from tracekit.errors import TraceError
-from tracekit.model import Trace
-from tracekit.names import kernel_identity
+from tracekit.core.errors import TraceError
+from tracekit.core.model import Trace
+from tracekit.core.names import kernel_identity
 
 VIEWS = {"kernel": ["kind", "name", "op", "phase"], "fsdp": ["kind", "phase", "fsdp"]}
 SUMS = ("a_ns", "b_ns", "delta_ns", "a_count", "b_count")
@@ -75,8 +75,8 @@ class RunDiff:
     per_rank: list[Diff]
     together: Diff
     warnings: list[str]
-    real: dict | None = None  # `variants.real_delta`, when both sides come with a profile manifest
-    reconciled: pl.DataFrame | None = None  # `variants.reconciliation` of `real` with `phase_attribution`
+    real: dict | None = None  # `fidelity.real_delta`, when both sides come with a profile manifest
+    reconciled: pl.DataFrame | None = None  # `fidelity.reconciliation` of `real` with `phase_attribution`
 
     def shown(self, ranks: str = "sum") -> Diff:
         """What a one-object report shows: the rank's diff, or over ranks their sum (`ranks`

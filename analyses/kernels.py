@@ -17,7 +17,7 @@ import polars as pl
 from tracekit.analyses.phases import launch_context
 from tracekit.analyses.summary import scoped, step_rows
 from tracekit.analyses.timeline import activities, figures, timeline
-from tracekit.model import Trace
+from tracekit.core.model import Trace
 
 BY = ("name", "op", "category")
 

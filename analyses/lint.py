@@ -13,8 +13,8 @@ import polars as pl
 
 from tracekit.analyses.comms import collective_kernels, counts_per_group
 from tracekit.analyses.timeline import timeline
-from tracekit.files import name
-from tracekit.model import Trace
+from tracekit.core.files import name
+from tracekit.core.model import Trace
 
 SCHEMA = {"severity": pl.String, "kind": pl.String, "count": pl.Int64, "ns": pl.Int64, "step": pl.Int64,
           "detail": pl.String}

@@ -15,7 +15,7 @@ from __future__ import annotations
 import polars as pl
 
 from tracekit.analyses.phases import launch_context
-from tracekit.model import Trace
+from tracekit.core.model import Trace
 
 PLACE = ["device", "stream", "order"]
 

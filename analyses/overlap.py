@@ -21,7 +21,7 @@ import polars as pl
 
 from tracekit.analyses.summary import step_rows
 from tracekit.analyses.timeline import figures, timeline
-from tracekit.model import Trace
+from tracekit.core.model import Trace
 
 COLUMNS = ("comm_ns", "compute_ns", "overlap_ns", "overlap_pct", "exposed_comm_ns", "comm_alone_ns")
 HTA_COMM = r"^nccl.*Kernel"

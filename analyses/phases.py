@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from tracekit.model import Trace
+from tracekit.core.model import Trace
 
 FSDP_LABEL = r"^(FSDP::|fsdp::|FullyShardedDataParallel\.)"
 MODULE_FORWARD = "FullyShardedDataParallel.forward"

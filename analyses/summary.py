@@ -23,8 +23,8 @@ import polars as pl
 
 from tracekit.analyses.counts import count_columns
 from tracekit.analyses.timeline import SYNC_APIS, activities, figures, host_idle, timeline
-from tracekit.model import Trace
-from tracekit.names import collective_kind
+from tracekit.core.model import Trace
+from tracekit.core.names import collective_kind
 
 ALWAYS_REPORTED_SYNCS = ("cudaEventSynchronize", "cudaStreamSynchronize", "cudaDeviceSynchronize")
 FIGURES = ("gpu_span_ns", "gpu_busy_ns", "idle_ns", "comm_ns", "compute_ns", "overlap_ns", "overlap_pct",

@@ -21,7 +21,7 @@ import polars as pl
 
 from tracekit.analyses.counts import count_columns, known_sum
 from tracekit.analyses.timeline import SYNC_APIS, busy_during, timeline
-from tracekit.model import Trace
+from tracekit.core.model import Trace
 
 
 def host_syncs(trace: Trace) -> pl.DataFrame:

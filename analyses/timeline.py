@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
-from tracekit.model import Trace
+from tracekit.core.model import Trace
 
 PRIORITY = ("compute", "comm", "memcpy", "memset")  # highest first; a code is its index
 COMPUTE, COMM, IDLE = 0, 1, len(PRIORITY)

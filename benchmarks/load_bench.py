@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 
 SOURCE = Path(__file__).resolve().parents[1] / "tracekit" / "data" / "fsdp1_rank0.trace.json.gz"
-SUMMARY = ("import tracekit.loading as tracekit\nfrom tracekit.analyses.summary import summary",
+SUMMARY = ("import tracekit.core.loading as tracekit\nfrom tracekit.analyses.summary import summary",
            "summary(tracekit.load(PATH))")
 
 # name: (imports, timed statements, environment); PATH is the trace file.
@@ -44,19 +44,19 @@ READERS = {
     "tracekit summary, cold": (*SUMMARY, {}),
     "tracekit summary, warm": (*SUMMARY, {}),
     "tracekit summary, no cache": (*SUMMARY, {"TRACEKIT_NO_CACHE": "1"}),
-    "tracekit load, no cache": ("import tracekit.loading as tracekit", "tracekit.load(PATH)", {"TRACEKIT_NO_CACHE": "1"}),
+    "tracekit load, no cache": ("import tracekit.core.loading as tracekit", "tracekit.load(PATH)", {"TRACEKIT_NO_CACHE": "1"}),
     # The other verbs, cold, to catch an analysis that grows faster than the trace.
-    "tracekit syncs": ("import tracekit.loading as tracekit\nfrom tracekit.analyses.syncs import sync_ledger",
+    "tracekit syncs": ("import tracekit.core.loading as tracekit\nfrom tracekit.analyses.syncs import sync_ledger",
                        "sync_ledger(tracekit.load(PATH))", {"TRACEKIT_NO_CACHE": "1"}),
-    "tracekit breakdown": ("import tracekit.loading as tracekit\nfrom tracekit.analyses.breakdown import breakdown",
+    "tracekit breakdown": ("import tracekit.core.loading as tracekit\nfrom tracekit.analyses.breakdown import breakdown",
                            "breakdown(tracekit.load(PATH))", {"TRACEKIT_NO_CACHE": "1"}),
-    "tracekit diff (self)": ("import tracekit.loading as tracekit\nfrom tracekit.analyses.diff import diff_runs",
+    "tracekit diff (self)": ("import tracekit.core.loading as tracekit\nfrom tracekit.analyses.diff import diff_runs",
                              "trace = tracekit.load(PATH)\ndiff_runs([trace], [trace])", {"TRACEKIT_NO_CACHE": "1"}),
-    "tracekit export": ("import os, tempfile\nfrom tracekit.export import export_traces",
+    "tracekit export": ("import os, tempfile\nfrom tracekit.front.export import export_traces",
                         "export_traces([PATH], os.path.join(tempfile.mkdtemp(), 'x.pftrace'), "
                         "{'comm_kernels': (), 'cache': False})", {}),
     "msgspec typed decode": (
-        "import msgspec\nfrom tracekit.kineto import Event\n"
+        "import msgspec\nfrom tracekit.core.kineto import Event\n"
         "class Document(msgspec.Struct):\n    traceEvents: list[Event]",
         "msgspec.json.decode(open(PATH, 'rb').read(), type=Document)", {}),
     "orjson.loads": ("import orjson", "orjson.loads(open(PATH, 'rb').read())", {}),

@@ -14,7 +14,7 @@ from tracekit.analyses.overlap import overlap
 from tracekit.analyses.summary import summary
 from tracekit.analyses.syncs import sync_ledger
 from tracekit.analyses.timeline import largest_remainder, timeline
-from tracekit.cli import main
+from tracekit.front.cli import main
 
 US = 1000
 

@@ -7,7 +7,7 @@ import pytest
 import synth
 from click.testing import CliRunner
 
-from tracekit.cli import main
+from tracekit.front.cli import main
 
 GOOD = synth.doc([synth.step(1, 0.0, 10.0), *synth.launched("k", 1.0, 2.0, 1.0, corr=1)])
 GOOD_BYTES = json.dumps(GOOD).encode()

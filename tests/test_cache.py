@@ -8,8 +8,8 @@ import synth
 from click.testing import CliRunner
 
 import tracekit
-from tracekit import cache
-from tracekit.cli import main
+from tracekit.core import cache
+from tracekit.front.cli import main
 
 
 def trace_file(tmp_path, dur=5.0):
@@ -34,7 +34,7 @@ def test_a_hit_gives_the_same_output_without_decoding(tmp_path, monkeypatch):
     def no_decoding(*args):
         raise AssertionError("decoded again")
 
-    monkeypatch.setattr(tracekit.loading, "decode", no_decoding)
+    monkeypatch.setattr(tracekit.core.loading, "decode", no_decoding)
     assert summary_json(path) == cold
     with_other_path = summary_json(os.path.relpath(path))  # the same file named otherwise: the output names it so
     assert json.loads(with_other_path)["traces"][0]["path"] == os.path.relpath(path)
@@ -49,8 +49,8 @@ def test_a_changed_file_another_schema_or_no_cache_is_a_miss(tmp_path, monkeypat
     assert json.loads(summary_json(path))["traces"][0]["steps"][0]["gpu_span_ns"] != first
     cache._writer.submit(lambda: None).result()
     decoded = []
-    real = tracekit.loading.decode
-    monkeypatch.setattr(tracekit.loading, "decode", lambda *a: decoded.append(1) or real(*a))
+    real = tracekit.core.loading.decode
+    monkeypatch.setattr(tracekit.core.loading, "decode", lambda *a: decoded.append(1) or real(*a))
     summary_json("--no-cache", path)
     assert decoded == [1]
     monkeypatch.setattr(cache, "SCHEMA", cache.SCHEMA + 1)
@@ -100,7 +100,7 @@ def test_a_rewrite_with_the_same_size_and_mtime_is_a_miss(tmp_path, monkeypatch)
 
 def test_a_url_is_keyed_by_its_version(monkeypatch):
     """Two versions of one URL (another ETag, the same size) are two cache keys."""
-    from tracekit import files
+    from tracekit.core import files
 
     version = {"ETag": '"a"'}
 

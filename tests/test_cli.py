@@ -6,7 +6,7 @@ import synth
 from click.testing import CliRunner
 from conftest import DATA
 
-from tracekit.cli import main
+from tracekit.front.cli import main
 
 FSDP2 = DATA / "h200x2-small" / "fsdp2"
 

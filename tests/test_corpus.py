@@ -20,7 +20,7 @@ from tracekit.analyses.comms import collective_kernels
 from tracekit.analyses.diff import diff_runs
 from tracekit.analyses.overlap import overlap
 from tracekit.analyses.summary import summary
-from tracekit.cli import main
+from tracekit.front.cli import main
 
 WILD = DATA / "wild"
 TRACES = sorted([*WILD.rglob("*.json.gz"), *(DATA / "external").rglob("*.json.gz"),

@@ -8,7 +8,7 @@ from conftest import DATA
 
 import tracekit
 from tracekit.analyses.diff import diff_runs, diff_traces
-from tracekit.cli import main
+from tracekit.front.cli import main
 
 US = 1000
 

@@ -6,9 +6,11 @@ import polars as pl
 from click.testing import CliRunner
 from conftest import DATA
 
-from tracekit.analyses.variants import count_check, variant_table
-from tracekit.cli import main
-from tracekit.loading import load_profile
+from tracekit.analyses.checks import count_check
+
+from tracekit.analyses.variants import variant_table
+from tracekit.front.cli import main
+from tracekit.core.loading import load_profile
 
 RUN = DATA / "h200x2-blocks4"
 

@@ -9,8 +9,8 @@ import synth
 from click.testing import CliRunner
 from conftest import DATA
 
-from tracekit.cli import main
-from tracekit.render import json_text, render_frame
+from tracekit.front.cli import main
+from tracekit.front.render import json_text, render_frame
 
 
 def strict(text: str):

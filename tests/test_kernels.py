@@ -7,7 +7,7 @@ from collections import defaultdict
 from click.testing import CliRunner
 from conftest import DATA
 
-from tracekit.cli import main
+from tracekit.front.cli import main
 
 FSDP2 = DATA / "h200x2-blocks4" / "fsdp2"
 

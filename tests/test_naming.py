@@ -10,7 +10,7 @@ from click.testing import CliRunner
 import tracekit
 from tracekit.analyses.naming import lean_names, named
 from tracekit.analyses.phases import launch_context
-from tracekit.cli import main
+from tracekit.front.cli import main
 
 DATA = Path(__file__).parent / "data"
 

@@ -21,17 +21,17 @@ def test_wheel_holds_tracekit_runners_analyses_and_the_sample(tmp_path):
                     str(tmp_path), str(source)], check=True, capture_output=True)
     (wheel,) = tmp_path.glob("torch_tracekit-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    for module in ("tracekit/cli.py", "tracekit/runners/worker.py", "tracekit/analyses/diff.py",
+    for module in ("tracekit/front/cli.py", "tracekit/runners/worker.py", "tracekit/analyses/diff.py",
                    "tracekit/data/fsdp1_rank0.trace.json.gz"):
         assert module in names, module
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
-    assert "tracekit = tracekit.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "tracekit = tracekit.front.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
 
 
 def test_analysing_works_without_torch():
     """`import torch` made to fail: the analysis verbs still run."""
     code = ("import sys; sys.modules['torch'] = None\n"
-            "from tracekit.cli import main\n"
+            "from tracekit.front.cli import main\n"
             "main(['summary', '--format', 'csv'], standalone_mode=False)\n"
             "assert 'torch' not in [m for m in sys.modules if sys.modules[m] is not None]")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

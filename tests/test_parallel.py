@@ -7,7 +7,7 @@ import pytest
 from click.testing import CliRunner
 from conftest import DATA
 
-from tracekit.cli import main
+from tracekit.front.cli import main
 
 RUN = DATA / "h200x2-small"
 VERBS = [("summary", RUN / "fsdp2"), ("comms", RUN / "fsdp1"), ("syncs", RUN / "fsdp1"),
@@ -59,7 +59,7 @@ def slow_unless_first(item):
 
 def test_a_failing_rank_cancels_the_others(tmp_path):
     """16 ranks on 2 workers, rank 0 bad: the error comes back without the other 15 done."""
-    from tracekit.executor import Processes
+    from tracekit.core.executor import Processes
 
     with pytest.raises(ValueError, match="bad rank"):
         Processes(2).map(slow_unless_first, [(i, tmp_path) for i in range(16)])

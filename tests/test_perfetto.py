@@ -14,8 +14,8 @@ from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TrackEvent
 
 import tracekit
 from tracekit.analyses.timeline import timeline as step_timeline
-from tracekit.cli import main
-from tracekit.serve import make_server, ui_link
+from tracekit.front.cli import main
+from tracekit.front.serve import make_server, ui_link
 
 FSDP1 = DATA / "h200x2-small" / "fsdp1"
 
@@ -162,7 +162,7 @@ def test_timeline_lanes_are_grouped_per_device(tmp_path):
     holds only its own device's kernels; the picture is drawn."""
     import synth
 
-    from tracekit.plot import lanes
+    from tracekit.front.plot import lanes
 
     events = [synth.step(1, 0.0, 100.0)]
     for corr, (device, stream) in enumerate([(0, 7), (1, 7), (1, 9)], 1):

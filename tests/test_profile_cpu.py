@@ -9,7 +9,7 @@ import pytest
 
 import tracekit
 from tracekit.analyses.summary import summary
-from tracekit.analyses.variants import count_check
+from tracekit.analyses.checks import count_check
 
 VARIANTS = ["ddp", "fsdp1", "fsdp2"]
 
@@ -68,8 +68,8 @@ def test_every_variant_ran_on_both_ranks(out):
 def test_trace_collectives_equal_what_the_runtime_counted(out):
     """The lean recording of a CPU run holds no ops to count; the full step that names it
     does, and its collectives equal the runtime's count of that step."""
-    manifest, runs = tracekit.loading.load_profile(out)
-    names = tracekit.loading.load_profile(out, names=True)[1]
+    manifest, runs = tracekit.core.loading.load_profile(out)
+    names = tracekit.core.loading.load_profile(out, names=True)[1]
     table = count_check(manifest, runs, names)
     assert table.height > 0 and table["match"].all(), table
     assert set(table["recording"]) == {"full"}

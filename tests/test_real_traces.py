@@ -6,7 +6,7 @@ import pytest
 from click.testing import CliRunner
 from conftest import DATA
 
-from tracekit.cli import main
+from tracekit.front.cli import main
 
 H200 = DATA / "h200x2-small"
 TRACES = sorted(H200.glob("*/rank*.trace.json.gz"))

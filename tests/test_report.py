@@ -8,7 +8,7 @@ from conftest import DATA
 
 import tracekit
 from tracekit.analyses.variants import step_split
-from tracekit.cli import main
+from tracekit.front.cli import main
 
 RUN = DATA / "h200x2-blocks4"
 US = 1000

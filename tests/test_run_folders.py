@@ -5,7 +5,7 @@ import json
 from click.testing import CliRunner
 from conftest import DATA
 
-from tracekit.cli import main
+from tracekit.front.cli import main
 
 RUN = DATA / "h200x2-blocks4"
 VARIANTS = ["ddp", "fsdp1", "fsdp2", "fsdp2-compile", "fsdp2-fp8"]

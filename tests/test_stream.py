@@ -1,4 +1,4 @@
-"""Reading a trace a block at a time (tracekit/stream.py) gives exactly what reading it whole
+"""Reading a trace a block at a time (tracekit/core/stream.py) gives exactly what reading it whole
 gives — for Kineto's indented layout, compact JSON and gzip, with names holding the
 separators themselves and args holding lists of objects, cut into many small pieces."""
 
@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from synth import doc, kernel, launched, op, step
 
-from tracekit import loading, stream
+from tracekit.core import loading, stream
 
 TRICKY = st.sampled_from(["}, {", "},{", ",\n  {", "]", "[", '"', "\\", "ü", "x"])
 NAMES = st.lists(TRICKY, min_size=1, max_size=4).map("".join)

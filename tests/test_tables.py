@@ -8,7 +8,7 @@ import synth
 from click.testing import CliRunner
 from conftest import DATA
 
-from tracekit.cli import main
+from tracekit.front.cli import main
 
 RUN = DATA / "h200x2-blocks4"
 FSDP2 = RUN / "fsdp2"

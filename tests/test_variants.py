@@ -1,4 +1,4 @@
-"""The report's figures from a profile manifest (analyses/noise.py, analyses/variants.py),
+"""The report's figures from a profile manifest (analyses/noise.py, variants.py, timed.py, fidelity.py, checks.py),
 on synthetic manifests whose right answers are stated here, and the bootstrap interval
 against its statistical promise (coverage of a known distribution's median)."""
 
@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 
 from tracekit.analyses.noise import delta_ci, drift_pct, median_ci, pooled, repeats_delta_ci, verdict
-from tracekit.analyses.variants import capacity_table, checkpoint_columns, parity_check, recompile_ms, variant_table
+from tracekit.analyses.capacity import capacity_table
+from tracekit.analyses.checks import parity_check
+from tracekit.analyses.variants import checkpoint_columns, recompile_ms, variant_table
 
 
 def test_a_step_lasts_as_long_as_its_slowest_rank():
@@ -82,7 +84,7 @@ def test_launches_with_different_repeats_are_compared_unpaired_across_all_repeat
     repeat's 110 − 100."""
     from scipy import stats
 
-    from tracekit.analyses.variants import compare
+    from tracekit.analyses.timed import compare
 
     def run(m):
         return {"step": np.full(12, m)}
@@ -184,8 +186,8 @@ def test_check_does_not_count_collectives_of_a_one_rank_gpu_run(tmp_path):
     launching collective kernels (trace: none). Syncs are still compared: 1 and 1."""
     from synth import call, doc, launched, step, write
 
-    from tracekit.analyses.variants import count_check
-    from tracekit.loading import load_run
+    from tracekit.analyses.checks import count_check
+    from tracekit.core.loading import load_run
 
     events = [step(1, 0, 100), *launched("k", 1, 10, 5, corr=1), call("cudaEventSynchronize", 20, 5, corr=2)]
     run = load_run(write(tmp_path, "rank0.json", doc(events, world_size=1)))
@@ -229,7 +231,7 @@ def test_reconciliation_sets_the_trace_beside_the_timed_steps():
     2 ms (outside, 3 ms unexplained)."""
     import polars as pl
 
-    from tracekit.analyses.variants import fidelity_warnings, reconciliation
+    from tracekit.analyses.fidelity import fidelity_warnings, reconciliation
 
     def c(d, lo, hi):
         return {"d_ms": d, "d_ms_ci": [lo, hi], "verdict": "slower in this run"}
@@ -263,7 +265,7 @@ def recorded_rank(rank_, timed, recorded, control):
 
 
 def test_the_profiler_slowed_a_step_only_when_every_recorded_step_is_slower_than_every_control_step():
-    from tracekit.analyses.variants import profiler_slowed
+    from tracekit.analyses.fidelity import profiler_slowed
 
     timed = [100.0] * 12
     assert profiler_slowed(recorded_rank(0, timed, [120.0, 121, 119], [100.0, 101, 99, 100, 102, 98]))
@@ -274,7 +276,7 @@ def test_the_profiler_slowed_a_step_only_when_every_recorded_step_is_slower_than
 def test_the_diff_carries_both_ratios_of_one_rank_per_side():
     """A: rank 0 recorded ÷ control 1.0, ÷ timed 1.0; rank 1 1.5 and 1.2 — rank 1 is farthest
     from 1, and both of A's figures are rank 1's (not 1.5 from one rank and 1.0 from another)."""
-    from tracekit.analyses.variants import real_delta
+    from tracekit.analyses.fidelity import real_delta
 
     timed = [100.0] * 12
     a = [recorded_rank(0, timed, [100.0] * 3, [100.0] * 6), recorded_rank(1, timed, [120.0] * 3, [80.0] * 6)]
@@ -290,7 +292,7 @@ def test_report_warnings_name_the_rank_and_the_cause():
     says so; the shift warning gives control ÷ timed (here 120 / 100)."""
     import polars as pl
 
-    from tracekit.analyses.variants import profiler_overhead, profiler_slowed, recorded_to_timed, report_warnings
+    from tracekit.analyses.fidelity import profiler_overhead, profiler_slowed, recorded_to_timed, report_warnings
 
     timed = [100.0] * 12
     rows = []

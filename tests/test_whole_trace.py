@@ -13,7 +13,7 @@ import tracekit
 from tracekit.analyses.overlap import overlap
 from tracekit.analyses.summary import summary
 from tracekit.analyses.syncs import host_syncs
-from tracekit.cli import main
+from tracekit.front.cli import main
 
 TRACES = sorted(p for p in DATA.rglob("*.json*") if p.name.endswith((".json", ".json.gz"))
                 and p.name not in ("manifest.json", "published.json"))

@@ -17,7 +17,7 @@ import tracekit
 from tracekit.analyses.lint import trace_findings
 from tracekit.analyses.summary import summary
 from tracekit.analyses.syncs import sync_ledger
-from tracekit.cli import main
+from tracekit.front.cli import main
 
 
 def cli(*args):

@@ -2,7 +2,7 @@
 
 from conftest import DATA
 
-from tracekit import cache, files, runs
+from tracekit.core import cache, files, runs
 
 FILES = [str(DATA / "h200x2-blocks4" / "fsdp2" / f"rank{r}.pt.trace.json.gz") for r in (0, 1)]
 

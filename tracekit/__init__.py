@@ -6,14 +6,14 @@ runners (`tracekit.runners`) work where only torch is installed.
 
 import importlib
 
-from .errors import TraceError
+from .core.errors import TraceError
 
 __all__ = ["TraceError", "Run", "Trace", "load", "load_run", "load_trace"]
 __version__ = "0.1.0"
 
 
-_LAZY = {"load": "tracekit.loading", "load_run": "tracekit.loading", "load_trace": "tracekit.loading",
-         "Run": "tracekit.model", "Trace": "tracekit.model"}
+_LAZY = {"load": "tracekit.core.loading", "load_run": "tracekit.core.loading", "load_trace": "tracekit.core.loading",
+         "Run": "tracekit.core.model", "Trace": "tracekit.core.model"}
 
 
 def __getattr__(name: str):

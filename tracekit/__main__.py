@@ -1,5 +1,5 @@
 """`python -m tracekit` is the `tracekit` command."""
 
-from .cli import main
+from .front.cli import main
 
 main()

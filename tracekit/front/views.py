@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from .errors import UsageError
+from tracekit.core.errors import UsageError
 
 
 @dataclass(frozen=True)

@@ -33,8 +33,8 @@ from perfetto.trace_builder.proto_builder import StreamingTraceProtoBuilder
 from tracekit.analyses.diff import VIEWS, RunDiff
 from tracekit.analyses.syncs import host_syncs
 from tracekit.analyses.timeline import figures, timeline
-from tracekit.errors import TraceError
-from tracekit.model import Trace
+from tracekit.core.errors import TraceError
+from tracekit.core.model import Trace
 
 SEQUENCE = 1
 GPU_ARGS = ("correlation", "ext_id", "step", "category", "bytes", "grid", "block", "collective", "dtype",
@@ -236,8 +236,8 @@ def write_atomically(path, write) -> None:
 def export_traces(paths: list, out, options: dict, rank: int | None = None) -> int:
     """Every trace file under `paths` (or `rank`'s only), one process per rank, loaded one at a
     time; nothing is written when no trace is of `rank`."""
-    from tracekit.files import runs_in, trace_files
-    from tracekit.loading import NotATrace, load_traces
+    from tracekit.core.files import runs_in, trace_files
+    from tracekit.core.loading import NotATrace, load_traces
 
     written = 0
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from .errors import TraceError, UsageError
+from tracekit.core.errors import TraceError, UsageError
 
 
 def _pyplot():

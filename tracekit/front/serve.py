@@ -10,7 +10,7 @@ import webbrowser
 from pathlib import Path
 from urllib.parse import quote
 
-from .errors import TraceError
+from tracekit.core.errors import TraceError
 
 UI_ORIGIN = "https://ui.perfetto.dev"
 

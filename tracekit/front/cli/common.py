@@ -1,0 +1,212 @@
+"""What every verb shares: the command group, its error handling, the load and table options,
+and the helpers that load, analyse and print."""
+
+from __future__ import annotations
+
+import functools
+from importlib.resources import files
+from pathlib import Path
+
+import click
+
+from tracekit.core.errors import TraceError, TracekitError, UsageError
+
+# Analysis modules (polars) are imported inside the commands: the runners need only torch.
+FORMATS = ("table", "json", "csv", "md")
+
+
+class Group(click.Group):
+    """Bad input or options → one line on stderr, exit 2, no traceback (and no usage text)."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except TracekitError as e:
+            click.echo(f"tracekit: {e}", err=True)
+            ctx.exit(2)
+        except click.UsageError as e:
+            click.echo(f"tracekit: {e.format_message()}", err=True)
+            ctx.exit(2)
+
+
+@click.group(cls=Group)
+@click.version_option(package_name="torch-tracekit")
+def main():
+    """Profiler-centric trace analysis for distributed PyTorch training."""
+
+
+def sample_trace_path() -> str:
+    """The real H200 trace shipped with the package (the default input)."""
+    return str(files("tracekit") / "data" / "fsdp1_rank0.trace.json.gz")
+
+
+def analysed_runs(paths, options: dict, analysis=None, here: bool = False, rank: int | None = None) -> list:
+    """`analysis(trace)` for every trace under `paths` (default: the embedded sample trace),
+    per run (`runs.analyse`: in worker processes or on a Dask cluster unless `here`), with the
+    lint findings (of `rank`'s trace and of the runs) printed as notes on stderr, one line per
+    kind."""
+    from functools import partial
+
+    from tracekit.analyses.lint import checked, lint, notes
+    from tracekit.core.runs import analyse
+
+    load = {k: options[k] for k in ("comm_kernels", "cycle", "cache")}
+    where = {"workers": 1} if here else {"workers": options["workers"], "scheduler": options["scheduler"]}
+    runs = analyse(paths or [sample_trace_path()], partial(checked, analysis=analysis), **load, **where)
+    per_trace, per_run = lint(runs)
+    for note in notes([(t, f) for t, f in per_trace if rank is None or t.rank == rank], per_run):
+        click.echo(f"tracekit: {note}", err=True)
+    return runs
+
+
+def of_ranks(runs, rank: int | None, paths) -> list:
+    """[(TraceInfo, analysis result)] of the runs' traces, or of `rank`'s only."""
+    found = [(r.info, r.value.value) for run in runs for r in run.results if rank is None or r.info.rank == rank]
+    if not found:
+        raise TraceError(", ".join(map(str, paths)), f"no trace of rank {rank}")
+    return found
+
+
+def load_traces(paths, rank: int | None, options: dict) -> list:
+    """Every rank's trace under `paths` (files or run directories), optionally one rank, loaded
+    in this process (for the verbs that draw or write whole traces)."""
+    from tracekit.analyses.lint import itself
+
+    return [trace for _, trace in of_ranks(analysed_runs(paths, options, itself, True, rank), rank, paths)]
+
+
+def emit(text: str) -> None:
+    click.echo(text.rstrip("\n"))
+
+
+def render(report, fmt: str, view: str | None = None, layout=None) -> str:
+    from tracekit.front.render import render as render_report
+    from tracekit.front.views import Layout
+
+    return render_report(report, fmt, view, layout or Layout())
+
+
+def render_frame(frame, fmt: str, view: str | None = None, layout=None) -> str:
+    from tracekit.front.render import render_frame as render_table
+    from tracekit.front.views import Layout
+
+    return render_table(frame, fmt, view, layout or Layout())
+
+
+def existing(ctx, param, value):
+    """Paths or fsspec URLs that exist (click.Path would mangle a URL)."""
+    from tracekit.core.files import exists
+
+    values = value if isinstance(value, tuple) else (value,)
+    for location in values:
+        if not exists(location):
+            raise TraceError(location, "no such file or directory")
+    return value
+
+
+def new_file(ctx, param, value):
+    """An output path whose folder exists (nothing is created on the way)."""
+    if value is not None and not Path(value).resolve().parent.is_dir():
+        raise UsageError(f"{param.opts[-1]} {value}: the folder {Path(value).parent} does not exist")
+    if value is not None:
+        ctx.meta.setdefault("existing", set()).update(str(p) for p in (Path(value), Path(value + ".png")) if p.exists())
+    return value
+
+
+def wrote(path, more: str = "") -> None:
+    """`tracekit: wrote PATH` on stderr, saying so when it replaced a file that was there."""
+    replaced = str(path) in click.get_current_context().meta.get("existing", ())
+    click.echo(f"tracekit: wrote {path}{' (replacing the file that was there)' if replaced else ''}{more}", err=True)
+
+
+paths_argument = click.argument("paths", nargs=-1, callback=existing)
+rank_option = click.option("--rank", type=int, default=None, help="Only this rank (default: all).")
+format_option = click.option("--format", "fmt", type=click.Choice(FORMATS), default="table",
+                             show_default=True)
+
+
+def table_layout(function):
+    """--columns and --wide, passed on as `layout` (what the table format shows)."""
+    @functools.wraps(function)
+    def with_layout(*args, columns, wide, **kwargs):
+        from tracekit.front.views import Layout
+
+        chosen = tuple(c.strip() for c in columns.split(",") if c.strip()) if columns else None
+        return function(*args, layout=Layout(chosen, wide), **kwargs)
+
+    with_layout = click.option("--wide", is_flag=True, help="The table shows every column.")(with_layout)
+    return click.option("--columns", metavar="A,B,...",
+                        help="The table's columns, by name (as shown, or as in csv/json); "
+                             "json/csv/md always have every column.")(with_layout)
+
+
+def steps_choice(ctx, param, value: str):
+    from tracekit.analyses.aggregate import parse_steps
+
+    return parse_steps(value)
+
+
+steps_option = click.option("--steps", default="all", show_default=True, callback=steps_choice,
+                            help="The steps to report: all, N, N,M or N-M.")
+agg_option = click.option("--agg", type=click.Choice(["median", "mean", "p90", "min", "max"]), default=None,
+                          help="Add a row per rank and device with this statistic over the steps, and n_steps.")
+scope_option = click.option("--scope", type=click.Choice(["step", "trace", "launched"]), default="step",
+                            show_default=True,
+                            help="Per step (device work the step launched); the whole trace per device, step "
+                                 "null: every device activity, launch record or not (trace: as HTA, and TraceLens "
+                                 "with --include_unlinked_kernels, count it), or only the work whose launch is in "
+                                 "the trace (launched: TraceLens' default gpu_timeline).")
+
+
+def cycle_choice(ctx, param, value: str) -> str:
+    if value not in ("last", "first") and not (value.isdigit() and int(value) > 0):
+        raise click.BadParameter("last, first or a cycle number (1 = the earliest)")
+    return value
+
+
+def comm_patterns(ctx, param, value) -> tuple[str, ...]:
+    from tracekit.core.classify import check_patterns
+
+    return check_patterns(value)
+
+
+def load_options(function):
+    """--comm-kernel, --cycle, --no-cache, --workers and --scheduler, passed on as `options`."""
+    @functools.wraps(function)
+    def with_options(*args, comm_kernels, cycle, no_cache, workers, scheduler, **kwargs):
+        options = {"comm_kernels": comm_kernels, "cycle": cycle, "cache": False if no_cache else None,
+                   "workers": workers, "scheduler": scheduler}
+        return function(*args, options=options, **kwargs)
+
+    with_options = click.option("--workers", type=click.IntRange(min=1), default=None,
+                                help="Processes that load and analyse the ranks at once (default: "
+                                     "TRACEKIT_WORKERS, else one per 64 MiB of traces not in the cache, "
+                                     "at most the cores: cached traces load faster than a process starts).")(with_options)
+    with_options = click.option("--scheduler", default=None, metavar="tcp://HOST:PORT",
+                                help="Run the per-rank work on this Dask cluster instead (default: "
+                                     "TRACEKIT_SCHEDULER; the `dask` extra).")(with_options)
+    with_options = click.option("--no-cache", is_flag=True,
+                                help="Decode the traces again instead of reading the trace cache "
+                                     "(TRACEKIT_CACHE_DIR; `tracekit cache info`).")(with_options)
+    with_options = click.option("--cycle", default="last", show_default=True, callback=cycle_choice,
+                                help="With several profiling cycles of a rank in a directory: last, first or N "
+                                     "(1 = the earliest, as TensorBoard numbers them).")(with_options)
+    return click.option("--comm-kernel", "comm_kernels", multiple=True, callback=comm_patterns, metavar="REGEX",
+                        help="Also count device kernels whose name matches REGEX as communication "
+                             "(repeatable; docs/trace-model.md lists the built-in patterns).")(with_options)
+
+
+def verb(function):
+    """A per-rank, per-step report command: PATHS, --steps, --agg, --rank, --format, load options."""
+    for decorate in (load_options, table_layout, format_option, rank_option, agg_option, steps_option, paths_argument):
+        function = decorate(function)
+    return main.command()(function)
+
+
+def per_step(paths, rank, options, analysis, steps, agg):
+    """[(trace, frame)] of `analysis(trace)` for every trace: the chosen steps, and the
+    statistic row."""
+    from tracekit.analyses.aggregate import selected, with_aggregate
+
+    return [(info, with_aggregate(selected(frame, steps, info.path), agg))
+            for info, frame in of_ranks(analysed_runs(paths, options, analysis, rank=rank), rank, paths)]

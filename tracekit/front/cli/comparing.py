@@ -1,0 +1,233 @@
+"""Verbs that compare: diff of two variants, report and check of a profile output."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from tracekit.core.errors import UsageError
+
+from .common import (analysed_runs, emit, existing, format_option, load_options, load_traces, main, new_file,
+                     of_ranks, rank_option, render_frame, steps_choice, table_layout, wrote)
+
+
+def named_material(trace, by: str, comm_kernels: tuple = (), cache=None):
+    """`diff.material` of a trace, a lean one first named from the full step beside it
+    (`<its folder>/names/<its file name>`, as `tracekit profile` writes it) when there is one."""
+    from tracekit.analyses.diff import material
+    from tracekit.analyses.naming import named
+    from tracekit.core.loading import load_trace
+
+    beside = Path(str(trace.path)).parent / "names" / Path(str(trace.path)).name
+    counts = named(trace, load_trace(beside, comm_kernels=comm_kernels, cache=cache)) \
+        if beside.is_file() and trace.has_gpu else None  # a trace without device work has nothing to name
+    found = material(trace, by)
+    found.named = counts
+    return found
+
+
+def diffed(a, b, steps, rank, top: int, by: str, options: dict, whole: bool = False, ranks: str = "sum"):
+    """(A's traces, B's traces, the RunDiff) with every warning printed: world sizes, steps,
+    and the models named by the profile manifests when both have one. The traces are loaded
+    here only when `whole` (for export); else each rank's diff material comes from a worker."""
+    from functools import partial
+
+    from tracekit.analyses.diff import combine, diff_runs, sign_disagreements
+    from tracekit.analyses.fidelity import with_real
+    from tracekit.core.loading import profile_variant
+
+    if isinstance(steps, list) and len(steps) != 1:
+        raise click.BadParameter("diff compares one step, or all (the median step)", param_hint="--steps")
+    step = steps if steps == "all" else steps[0]
+    if whole:
+        a_traces, b_traces = load_traces([a], rank, options), load_traces([b], rank, options)
+        result = diff_runs(a_traces, b_traces, step, top, by)
+    else:
+        a_traces = b_traces = None
+        naming = partial(named_material, by=by, comm_kernels=options["comm_kernels"], cache=options["cache"])
+        sides = [[m for _, m in of_ranks(analysed_runs([p], options, naming, rank=rank), rank, [p])] for p in (a, b)]
+        result = combine(*sides, step, top, by)
+    (ma, va), (mb, vb) = profile_variant(a), profile_variant(b)
+    warnings = result.warnings + with_real(result, ma, va, mb, vb)
+    if ranks != "each":
+        warnings += [f"{w}; the {ranks} over ranks hides it (--ranks each)" for w in sign_disagreements(result, by=by)]
+    for warning in warnings:
+        click.echo(f"tracekit: warning: {warning}", err=True)
+    return a_traces, b_traces, result
+
+
+def diff_sides(paths: tuple) -> tuple[str, str]:
+    """A's and B's paths: `A B` (trace files or run directories), or `OUT A B` (variant names
+    of one profile output)."""
+    if len(paths) not in (2, 3):
+        raise UsageError(f"diff takes A B, or OUT A B (variants of a profile output); got {len(paths)} argument(s)")
+    if len(paths) == 2:
+        existing(None, None, paths)
+        return paths
+    out, *variants = paths
+    existing(None, None, out)
+    found = sorted(p.name for p in Path(out).iterdir() if p.is_dir() and p.name != "names") \
+        if Path(out).is_dir() else []
+    listed = manifest_variants(Path(out))
+    for variant in variants:
+        if variant in listed and variant not in found:
+            raise UsageError(f"{out}: {variant} ran but has no trace (recorded with --profile-steps 0, or it failed)")
+        if variant not in found:
+            raise UsageError(f"{out}: no variant {variant} (found: {', '.join(found) or 'none'})")
+    return str(Path(out) / variants[0]), str(Path(out) / variants[1])
+
+
+def manifest_variants(out: Path) -> list[str]:
+    """The variants a profile output's manifest lists (none without a readable manifest)."""
+    try:
+        return list(json.loads((out / "manifest.json").read_text())["variants"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+
+
+def side_names(a: str, b: str) -> tuple[str, str]:
+    """Short names of the two sides: their last path parts (`A`/`B` when those agree)."""
+    names = Path(a.rstrip("/")).name, Path(b.rstrip("/")).name
+    return names if names[0] != names[1] else ("A", "B")
+
+
+@main.command()
+@click.argument("paths", nargs=-1, required=True, metavar="[OUT] A B")
+@click.option("--steps", default="all", show_default=True, callback=steps_choice,
+              help="One step both have, or all: each side's median step is attributed and each item's "
+                   "delta over the steps both have gives its spread.")
+@rank_option
+@load_options
+@click.option("--top", type=int, default=20, show_default=True, help="Items shown; the rest is one 'other' row.")
+@click.option("--by", type=click.Choice(["kernel", "fsdp"]), default="kernel", show_default=True,
+              help="Group by kernel identity (kind, name, op, phase) or by FSDP phase (kind, phase, FSDP label).")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), callback=new_file,
+              help="Also draw the waterfall to FILE.png or FILE.html.")
+@click.option("--ranks", type=click.Choice(["each", "sum", "mean"]), default="each", show_default=True,
+              help="With several ranks: a table per rank, or their sum or mean (JSON: the top level is the "
+                   "mean with mean, else the sum; `ranks` holds each).")
+@format_option
+@table_layout
+def diff(paths, steps, rank, options, top, by, ranks, plot_path, fmt, layout):
+    """Attribute B's step time minus A's to kernels, collectives and idle causes, exactly.
+
+    A and B are trace files or run directories of the same job in two variants, or, after a
+    `tracekit profile` output OUT, two of its variants' names."""
+    from tracekit.front.render import render_diff
+
+    a, b = diff_sides(paths)
+    from tracekit.analyses.lead import diff_lead
+
+    _, _, result = diffed(a, b, steps, rank, top, by, options, ranks=ranks)
+    names = side_names(a, b)
+    emit(render_diff(a, b, result, fmt, layout, ranks, diff_lead(result, *names, by)))
+    if plot_path:
+        from tracekit.front.plot import waterfall
+
+        written = waterfall(result.shown(ranks), *names, plot_path, "sum over ranks" if ranks == "sum" else "mean rank")
+        wrote(written)
+
+
+@main.command("report")
+@click.argument("out", type=click.Path(exists=True, file_okay=False))
+@click.option("--baseline", default=None, metavar="VARIANT", help="The variant the others are compared with "
+              "(default: the first that ran).")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), callback=new_file,
+              help="Also draw each variant's recorded step split (compute, exposed comm, memcpy, idle by "
+                   "cause) beside its timed step to FILE.png or FILE.html.")
+@format_option
+@table_layout
+def report_command(out, baseline, plot_path, fmt, layout):
+    """The variants of a `tracekit profile` output side by side, each against the baseline."""
+    show_report(out, fmt, layout, baseline, plot_path)
+
+
+def show_report(out, fmt: str, layout=None, baseline: str | None = None, plot_path=None) -> None:
+    """The variants side by side with their noise and fidelity, warnings, then each one's
+    exact diff against the baseline (top items, the mean rank); in JSON one object
+    `{variants, phases, diffs, warnings}` (docs/json.md)."""
+    from tracekit.analyses.lead import diff_lead
+    from tracekit.analyses.fidelity import report_warnings, with_real
+    from tracekit.analyses.variants import base_variant, phase_table, variant_diffs, variant_table
+    from tracekit.core.loading import load_profile
+    from tracekit.front.render import json_text, full_diff_doc, render_diff
+    from tracekit.front.views import Layout
+
+    layout = layout or Layout()
+    manifest, runs = load_profile(out)
+    try:
+        base = base_variant(manifest, baseline)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    table, phases = variant_table(manifest, runs, base), phase_table(manifest, base)
+    warnings = report_warnings(table, manifest["config"].get("profile_mode", "full"))
+    diffs = variant_diffs(runs, top=8, base=base)
+    for (a, b), result in diffs.items():
+        warnings += [f"{b} − {a}: {w}"
+                     for w in result.warnings + with_real(result, manifest, a, manifest, b, sides=False)]
+    leads = {pair: diff_lead(result, *pair) for pair, result in diffs.items()}
+    if fmt == "json":
+        emit(json_text({"variants": table.to_dicts(), "phases": phases.to_dicts(),
+                         "diffs": [full_diff_doc(a, b, result, "sum", leads[a, b]) for (a, b), result in diffs.items()],
+                         "warnings": warnings}, indent=1))
+    else:
+        emit(render_frame(table, fmt, "report", layout))
+        if fmt in ("table", "md") and phases.height:
+            click.echo("\nper phase, timed steps (pct: median phase ÷ median step, so they need not add to 100;\n"
+                       "rec_d_ms: the Δ in the recorded steps):")
+            emit(render_frame(phases, fmt, "report.phases", layout))
+        if fmt in ("table", "md"):
+            for (a, b), result in diffs.items():
+                click.echo("")
+                emit(render_diff(a, b, result, fmt, Layout(wide=layout.wide), "mean", leads[a, b]))
+    for warning in warnings:
+        click.echo(f"tracekit: warning: {warning}", err=True)
+    if plot_path:
+        from tracekit.analyses.variants import step_split, timed_steps
+        from tracekit.front.plot import report_picture
+
+        wrote(report_picture(step_split(runs), timed_steps(table), plot_path))
+
+
+@main.command()
+@click.argument("out", type=click.Path(exists=True, file_okay=False))
+@format_option
+def check(out, fmt):
+    """Compare the counts found in each profiled step's traces with what the runtime counted in
+    that step, and every variant's first-step loss and grad norm and its parameter checksum
+    after the timed steps with the first variant's (tolerances: docs/metrics.md).
+
+    Prints every comparison, then one line (`all N counts match` or `K of N counts differ`);
+    exits 1 on any mismatch."""
+    from tracekit.analyses.checks import count_check, parity_check
+    from tracekit.core.loading import load_profile
+    from tracekit.front.render import json_text
+
+    manifest, runs = load_profile(out)
+    counts, parity = count_check(manifest, runs, load_profile(out, names=True)[1]), parity_check(manifest)
+    if fmt == "json":
+        emit(json_text({"counts": counts.to_dicts(), "parity": parity.to_dicts()}))
+    else:
+        emit(render_frame(counts, fmt) + "\n\n" + render_frame(parity, fmt))
+    for row in counts.filter(~counts["match"]).iter_rows(named=True):
+        click.echo(f"tracekit check: mismatch: {row['variant']} rank {row['rank']} step {row['step']} {row['count']}: "
+                   f"trace {row['trace']}, runtime {row['runtime']}", err=True)
+    for row in parity.filter(~parity["match"]).iter_rows(named=True):
+        click.echo(f"tracekit check: mismatch: {row['variant']} rank {row['rank']} {row['figure']} "
+                   f"{row['value']:.6g} vs {row['base']}'s {row['base_value']:.6g} (relative {row['rel_diff']:.2g} > "
+                   f"{row['tolerance']:g})", err=True)
+    verdict = agreement(counts.height, int((~counts["match"]).sum()), "counts match", "counts differ")
+    if parity.height:
+        verdict += ", " + agreement(parity.height, int((~parity["match"]).sum()), "parity figures match",
+                                    "parity figures differ")
+    click.echo(verdict, err=fmt in ("json", "csv"))
+    if not (counts["match"].all() and parity["match"].all()):
+        sys.exit(1)
+
+
+def agreement(n: int, differ: int, match: str, differ_text: str) -> str:
+    """`all N <match>` or `K of N <differ_text>`."""
+    return f"{differ} of {n} {differ_text}" if differ else f"all {n} {match}"

@@ -1,0 +1,128 @@
+"""Verbs that read traces: per-step figures (summary, syncs, comms, overlap, breakdown, kernels) and lint."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from tracekit.core.errors import UsageError
+
+from .common import (analysed_runs, emit, format_option, load_options, main, of_ranks, paths_argument,
+                     per_step, rank_option, render, sample_trace_path, scope_option, table_layout, verb)
+
+
+@verb
+@scope_option
+def summary(paths, steps, agg, rank, fmt, layout, options, scope):
+    """Per rank, step and device: CPU time, GPU span, busy and idle time, kernels, host syncs,
+    collectives, overlap and exposed communication.
+
+    PATHS are trace files or run directories (default: the embedded sample trace).
+    """
+    from functools import partial
+
+    from tracekit.analyses.summary import summary as analysis
+
+    emit(render(per_step(paths, rank, options, partial(analysis, scope=scope), steps, agg), fmt, "summary", layout))
+
+
+@verb
+def syncs(paths, steps, agg, rank, fmt, layout, options):
+    """Host-blocking calls (cudaEventSynchronize & co.) with blocked time, GPU idle time and
+    blame: the enclosing CPU ops, innermost first. CUPTI cuda_sync records are counted apart."""
+    from tracekit.analyses.syncs import sync_ledger
+
+    emit(render(per_step(paths, rank, options, sync_ledger, steps, agg), fmt, "syncs", layout))
+
+
+@verb
+def comms(paths, steps, agg, rank, fmt, layout, options):
+    """Collectives per process group: count, dtype, bytes, kernel and exposed time, algbw/busbw,
+    and across the ranks of each run, transfer time vs waiting for peers."""
+    from tracekit.analyses.aggregate import selected, with_aggregate
+    from tracekit.analyses.comms import census_of_run, material
+
+    runs = analysed_runs(paths, options, material, rank=rank)
+    of_ranks(runs, rank, paths)
+    report = [(r.info, with_aggregate(selected(f, steps, r.info.path), agg)) for run in runs
+              for r, f in zip(run.results, census_of_run([r.value.value for r in run.results],
+                                                          [r.info.rank for r in run.results]))
+              if rank is None or r.info.rank == rank]
+    emit(render(report, fmt, "comms", layout))
+
+
+@verb
+@click.option("--scope", type=click.Choice(["step", "trace", "launched", "hta"]), default="step",
+              show_default=True,
+              help="per step; the whole trace per device at ns, every device activity (trace: HTA's "
+                   "get_comm_comp_overlap definition) or only those launched in the trace (launched: TraceLens' "
+                   "default); or exactly as HTA 0.5 computes it, whole-µs rounding included (hta). Whole-trace "
+                   "scopes report step null.")
+def overlap(paths, steps, agg, rank, fmt, layout, options, scope):
+    """Compute/communication overlap: comm, compute, overlapped, exposed and lone comm time."""
+    from functools import partial
+
+    from tracekit.analyses.overlap import overlap as analysis
+
+    emit(render(per_step(paths, rank, options, partial(analysis, scope=scope), steps, agg), fmt, "overlap", layout))
+
+
+@verb
+@scope_option
+def breakdown(paths, steps, agg, rank, fmt, layout, options, scope):
+    """Each step's GPU span on each device split exactly into compute, exposed comm, exposed
+    memcpy/memset and idle by host cause (parts add up to span_ns)."""
+    from functools import partial
+
+    from tracekit.analyses.breakdown import breakdown as analysis
+
+    emit(render(per_step(paths, rank, options, partial(analysis, scope=scope), steps, agg), fmt, "breakdown", layout))
+
+
+@verb
+@scope_option
+@click.option("--by", type=click.Choice(["name", "op", "category"]), default="name", show_default=True,
+              help="Group the device work by kernel name, launching CPU op, or category and collective kind.")
+@click.option("--top", type=click.IntRange(min=1), default=10, show_default=True,
+              help="The groups with the largest total time shown per step and device.")
+def kernels(paths, steps, agg, rank, fmt, layout, options, scope, by, top):
+    """Per rank, step and device: the top kernels (or ops, or categories) by total device time,
+    with count, total, mean, % of GPU busy time, category and collective kind."""
+    from functools import partial
+
+    from tracekit.analyses.kernels import kernels as analysis
+    from tracekit.analyses.kernels import top as largest
+
+    report = [(info, largest(frame, top)) for info, frame in
+              per_step(paths, rank, options, partial(analysis, by=by, scope=scope), steps, agg)]
+    emit(render(report, fmt, "kernels", layout))
+
+
+@main.command()
+@paths_argument
+@rank_option
+@format_option
+@table_layout
+@load_options
+@click.option("--strict", is_flag=True, help="Exit 1 when any finding is an error.")
+def lint(paths, rank, fmt, layout, options, strict):
+    """What is odd or lost in each trace and across the ranks of a run: unknown categories,
+    dropped events, device work outside every step, lag across step boundaries, same-stream
+    overlap, lost launch links, a truncated last step, missing ranks, mixed versions, clock
+    skew. Exits 0 with findings (1 with --strict and an error)."""
+    from functools import partial
+
+    from tracekit.analyses.lint import checked
+    from tracekit.analyses.lint import lint as analysis
+    from tracekit.front.render import render_lint
+    from tracekit.core.runs import analyse
+
+    per_trace, per_run = analysis(analyse(paths or [sample_trace_path()], partial(checked), **options))
+    per_trace = [(t, f) for t, f in per_trace if rank is None or t.rank == rank]
+    if not per_trace:
+        raise UsageError(f"--rank {rank}: no trace of rank {rank} in {', '.join(map(str, paths))}")
+    emit(render_lint(per_trace, per_run, fmt, layout))
+    errors = sum(int((f["severity"] == "error").sum()) for _, f in per_trace + per_run)
+    if strict and errors:
+        sys.exit(1)

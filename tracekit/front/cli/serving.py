@@ -1,0 +1,101 @@
+"""Verbs that write or show for other tools: Perfetto export and serving, pictures, the cache."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from .common import (emit, existing, format_option, load_options, load_traces, main, new_file, rank_option,
+                     steps_choice, wrote)
+from .comparing import diffed
+
+
+@main.command()
+@click.argument("paths", nargs=-1, required=True, callback=existing)
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), callback=new_file,
+              help="The .pftrace to write.")
+@click.option("--diff", "as_diff", is_flag=True, help="PATHS are A and B: both variants side by side, aligned at "
+              "their step start, with the top diff items marked.")
+@click.option("--steps", default="all", show_default=True, callback=steps_choice,
+              help="With --diff: the step compared (all: each side's median step).")
+@rank_option
+@load_options
+@click.option("--top", type=int, default=10, show_default=True, help="With --diff: diff items marked.")
+def export(paths, output, as_diff, steps, rank, options, top):
+    """Write a Perfetto trace with the source tracks and what the analyses found."""
+    from tracekit.front.export import export_diff, export_traces
+
+    if not as_diff:
+        n = export_traces(list(paths), output, options, rank)
+        wrote(output, f" ({n} rank trace(s)); view it with `tracekit open {output}`")
+        return
+    if len(paths) != 2:
+        raise click.UsageError("--diff takes exactly two PATHS: A and B")
+    a_traces, b_traces, result = diffed(paths[0], paths[1], steps, rank, top, "kernel", options, whole=True)
+    export_diff(a_traces, b_traces, result, (Path(paths[0]).name, Path(paths[1]).name), output, top)
+    wrote(output, f"; view it with `tracekit open {output}`")
+
+
+@main.command("open")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@click.option("--port", type=int, default=9001, show_default=True)
+@click.option("--browser/--no-browser", default=True, help="Open the link in a browser when one exists.")
+def open_command(file, port, browser):
+    """Serve FILE to the Perfetto UI (ui.perfetto.dev) once, the way Perfetto's own
+    open_trace_in_ui does, and print the link. Exits after the UI fetched it, or on Ctrl-C."""
+    from tracekit.front.serve import serve_once
+
+    try:
+        serve_once(Path(file), port, browser, lambda line: click.echo(line, err=True))
+    except KeyboardInterrupt:
+        click.echo("tracekit: stopped", err=True)
+
+
+@main.group()
+def cache():
+    """The trace cache: decoded traces (and the timeline) kept for later commands."""
+
+
+@cache.command("info")
+@format_option
+def cache_info(fmt):
+    """Where the cache is, how many traces and bytes it holds, and its bound."""
+    from tracekit.core.cache import info
+    from tracekit.front.render import json_text
+    from tracekit.front.views import size_text
+
+    found = info()
+    if fmt == "json":
+        emit(json_text(found))
+        return
+    emit(f"folder: {found['folder']}\nentries: {found['entries']}\nsize: {size_text(found['bytes'])}\n"
+         f"bound: {size_text(found['max_bytes'])} (TRACEKIT_CACHE_MAX_GB={found['max_bytes'] / 1e9:g})")
+
+
+@cache.command("clear")
+def cache_clear():
+    """Remove every cached trace."""
+    from tracekit.core.cache import clear
+
+    click.echo(f"tracekit: removed {clear()} cached trace(s)", err=True)
+
+
+@main.group()
+def plot():
+    """Pictures of a trace (matplotlib)."""
+
+
+@plot.command()
+@click.argument("paths", nargs=-1, callback=existing)
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), callback=new_file,
+              help="FILE.png or FILE.html")
+@click.option("--step", type=int, default=None, help="The step to draw (default: each rank's last).")
+@rank_option
+@load_options
+def timeline(paths, output, step, rank, options):
+    """One step per rank: GPU streams as lanes, comm vs compute, exposed comm and idle."""
+    from tracekit.front.plot import timeline as draw
+
+    traces = load_traces(paths, rank, options)
+    wrote(draw(traces, step, output))
