@@ -19,6 +19,10 @@ from .errors import UsageError
 
 
 def cores() -> int:
+    """The cores this process may use: `TRACEKIT_CORES` (a worker's share, or the user's
+    bound), else those it may run on."""
+    if os.environ.get("TRACEKIT_CORES", "").isdigit() and int(os.environ["TRACEKIT_CORES"]) > 0:
+        return int(os.environ["TRACEKIT_CORES"])
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
@@ -45,8 +49,10 @@ class Here:
 
 
 def share_cores(threads: int) -> None:
-    """A worker's initializer, run before it imports polars: its thread pool gets `threads`."""
+    """A worker's initializer, run before it imports polars: its thread pool, and the processes
+    that decode one large trace (`split.py`), get `threads` cores."""
     os.environ.setdefault("POLARS_MAX_THREADS", str(threads))
+    os.environ["TRACEKIT_CORES"] = str(threads)
 
 
 class Processes:
