@@ -27,6 +27,7 @@ def loaded(path, parallel: bool, monkeypatch):
         patch.setattr(loading, "PARALLEL_BYTES", 0 if parallel else 1 << 62)
         patch.setattr(loading, "cores", lambda: 3)  # two workers, also on a one-core machine
         patch.setattr(split, "HERE", False)  # every piece but the last one by a worker
+        patch.setattr(split, "MIN_PIECE", 4096)  # several pieces of these small files
         taken = []
         real = split.decoded
         patch.setattr(split, "decoded", lambda *a, **k: taken.append(1) or real(*a, **k))
@@ -63,14 +64,17 @@ def kineto(events) -> bytes:
     return json.dumps(doc(events), indent=2).encode()
 
 
-def test_pieces_are_whole_events_in_order(tmp_path):
+def test_pieces_are_whole_events_in_order(tmp_path, monkeypatch):
     """Every range is a JSON array of whole events once bracketed, and together with the last
-    events they are the file's events in order."""
+    events they are the file's events in order; the pieces shrink toward the end."""
+    monkeypatch.setattr(split, "MIN_PIECE", 256)
     events = [step(1, 0, 10_000)] + [e for i in range(200) for e in launched(f"k{i}", 10 + 40 * i, 20 + 40 * i, 5, i + 1)]
     path = tmp_path / "t.json"
     path.write_bytes(kineto(events))
-    ranges, last, metadata = split.pieces(str(path), 16)
+    ranges, last, metadata = split.pieces(str(path), 2)
     assert len(ranges) > 10
+    sizes = [end - start for start, end in ranges]
+    assert sizes[0] > 4 * sizes[-2]
     got = [e for where in ranges for e in json.loads(split.piece_text(str(path), where))] + json.loads(last)
     assert got == json.loads(path.read_bytes())["traceEvents"]
     assert json.loads(metadata) == {**json.loads(path.read_bytes()), "traceEvents": []}

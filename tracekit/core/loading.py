@@ -19,7 +19,7 @@ import polars as pl
 from isal.igzip_lib import IsalError
 
 from . import cache as trace_cache
-from . import files, split
+from . import files
 from .classify import classified
 from .errors import TraceError
 from .executor import cores
@@ -232,6 +232,8 @@ PARALLEL_BYTES = 48 << 20
 def in_pieces(path) -> tuple[list, object, dict]:
     """(per-piece tables, the top level, facts): a local file of at least PARALLEL_BYTES of
     one event per line decoded by one process per core (`split.py`), else a block at a time."""
+    from . import split  # multiprocessing and its kin: only for a file decoded here, not a cached one
+
     if cores() > 1 and not files.is_url(path) and split.text_size(path) >= PARALLEL_BYTES:
         try:
             return in_processes(path, cores() - 1)
@@ -243,6 +245,8 @@ def in_pieces(path) -> tuple[list, object, dict]:
 def in_processes(path, workers: int) -> tuple[list, object, dict]:
     """(per-piece tables, the top level, facts), the pieces decoded by this process and
     `workers` others; the facts are the pieces' facts added up in file order."""
+    from . import split
+
     results, metadata = split.decoded(str(path), piece_tables, workers)
     facts = fresh_facts()
     for _, own in results:

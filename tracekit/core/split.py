@@ -30,6 +30,8 @@ import threading
 from . import files
 from .stream import EventStream, Unsplittable, last_events
 
+MIN_PIECE = 1 << 20  # bytes: no piece is cut smaller (each costs ~5 ms of table building)
+MAX_PIECE = 16 << 20  # bytes: nor larger (its event structs are in memory at once)
 WINDOW = 1 << 20  # bytes searched for a separator after each cut's target offset
 TAIL = 1 << 20  # bytes at the end first searched for the last separator
 HERE = True  # whether the calling process takes pieces too (tests: False, so workers take all)
@@ -61,10 +63,12 @@ def plain_text(location: str, folder: str) -> str:
     return target
 
 
-def pieces(text: str, n: int) -> tuple[list[tuple[int, int]], bytes, bytes]:
+def pieces(text: str, processes: int) -> tuple[list[tuple[int, int]], bytes, bytes]:
     """(byte ranges of the events before the last ones, the last events as a JSON array's
-    text, the top level without the events) of a trace's text cut into about `n` pieces.
-    Each range holds whole events, separated as in the file; `[` + it + `]` is an array."""
+    text, the top level without the events) of a trace's text, cut for `processes`. Each range
+    holds whole events, separated as in the file; `[` + it + `]` is an array. Each piece is
+    1/(2 × processes) of the text after it (within MIN_PIECE and MAX_PIECE), so pieces shrink
+    toward the end and no process waits long for the last one taken."""
     events = EventStream(text)
     try:
         head, body, separator, kept = events.start()
@@ -88,17 +92,14 @@ def pieces(text: str, n: int) -> tuple[list[tuple[int, int]], bytes, bytes]:
             raise Unsplittable  # one event: nothing to share out
         last_cut = start + cut
         last, metadata = last_events(head, tail[cut + len(separator) - 1:])
-        cuts = set()
-        for k in range(1, n):
-            target = first + (last_cut - first) * k // n
+        ranges, begin = [], first
+        while begin < last_cut:
+            target = begin + min(MAX_PIECE, max(MIN_PIECE, (last_cut - begin) // (2 * processes)))
             f.seek(target)
-            found = f.read(WINDOW).find(separator)
-            if found != -1 and target + found < last_cut:
-                cuts.add(target + found)
-    ranges, begin = [], first
-    for cut in sorted(cuts) + [last_cut]:
-        ranges.append((begin, cut))
-        begin = cut + len(separator) - 1  # the next element's "{"
+            found = f.read(WINDOW).find(separator) if target < last_cut else -1
+            cut = target + found if found != -1 and target + found < last_cut else last_cut
+            ranges.append((begin, cut))
+            begin = cut + len(separator) - 1  # the next element's "{"
     return ranges, last, metadata
 
 
@@ -138,12 +139,12 @@ def _context():
     return multiprocessing.get_context("forkserver")
 
 
-def decoded(location: str, fn, workers: int, pieces_per_process: int = 4) -> tuple[list, bytes]:
+def decoded(location: str, fn, workers: int) -> tuple[list, bytes]:
     """([fn(piece text) for each piece, in file order], the top level without the events) of a
     local trace file, decoded here and in `workers` other processes (see the module)."""
     with tempfile.TemporaryDirectory(prefix="tracekit-") as folder:
         text = plain_text(location, folder)
-        ranges, last, metadata = pieces(text, (workers + 1) * pieces_per_process)
+        ranges, last, metadata = pieces(text, workers + 1)
         total = len(ranges)
         if multiprocessing.current_process().daemon:
             workers = 0  # a daemon process may not start others
