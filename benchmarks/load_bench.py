@@ -2,7 +2,8 @@
 ranks in parallel, all measured in one run and printed as ratios.
 
     python benchmarks/load_bench.py [--mb 150] [--trace FILE] [--hta] [--ranks 8] [--rank-mb 50]
-                                    [--dask-ranks 64] [--workers N] [--skip-scale]
+                                    [--dask-ranks 64] [--workers N] [--skip-scale] [--repeat N]
+                                    [--skip-others] [--skip-readers] [--startup]
 
 1. One trace of at least `--mb` MB, built by replicating the embedded real H200 trace over many
    steps (shifted timestamps, correlation and External ids), written as Kineto writes it. Each
@@ -11,7 +12,7 @@ ranks in parallel, all measured in one run and printed as ratios.
    structs in one call: the JSON floor) and to the file's size. `cold` rows decode the file
    (the trace cache is empty and written meanwhile), `warm` rows read the cache the cold run
    wrote.
-2. `--ranks` rank traces of `--rank-mb` MB: `tracekit summary` over their directory, one process
+2. `--ranks` rank traces of `--rank-mb` MB (copies of `--trace` when given): `tracekit summary` over their directory, one process
    (`--workers 1`) against `--workers N` (default: the cores here) and the default, and against
    one rank alone, the cache off.
 3. `--dask-ranks` small rank traces on a local Dask cluster of 2 workers (`--scheduler`)
@@ -130,7 +131,10 @@ def as_ranks(path: Path, folder: Path, world: int) -> None:
     doc = json.loads(gzip.open(SOURCE).read())
     with open(path, "rb") as f:
         text = f.read()
-    events = text[len(head_text(doc, 0, 1).encode()):]
+    head = head_text(doc, 0, 1).encode()
+    if not text.startswith(head):
+        raise SystemExit(f"{path}: not a trace this benchmark built (--ranks copies only those)")
+    events = text[len(head):]
     for r in range(world):
         (folder / f"rank{r}.pt.trace.json").write_bytes(head_text(doc, r, world).encode() + events)
 
@@ -139,7 +143,7 @@ def measure(reader: tuple, path: Path, cache: Path) -> tuple[float, int]:
     """(seconds, peak memory bytes) of a reader run in a fresh interpreter, imports not timed.
     Memory: the peak of the proportional set size (PSS: shared pages split among the processes
     sharing them) summed over the reader and every process under it (the decoding workers),
-    sampled every 20 ms; without psutil, the reader's own peak RSS."""
+    sampled every 20 ms; without /proc, the reader's own peak RSS."""
     imports, statements, env = reader
     script = (f"import resource, sys, time\nPATH = sys.argv[1]\n{imports}\nt = time.perf_counter()\n"
               f"{statements}\nprint(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)")
@@ -155,22 +159,38 @@ def measure(reader: tuple, path: Path, cache: Path) -> tuple[float, int]:
 
 
 def tree_memory(process) -> int:
-    """The peak PSS of `process` and its descendants until it ends (0 without psutil)."""
-    try:
-        import psutil
-    except ImportError:
-        return 0
-    peak, root = 0, psutil.Process(process.pid)
+    """The peak PSS of `process` and its descendants until it ends, from /proc (0 elsewhere)."""
+    peak = 0
     while process.poll() is None:
-        total = 0
-        try:
-            for p in [root, *root.children(recursive=True)]:
-                total += p.memory_full_info().pss
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            pass
-        peak = max(peak, total)
+        peak = max(peak, sum(map(pss, descendants(process.pid) | {process.pid})))
         time.sleep(0.02)
     return peak
+
+
+def descendants(pid: int) -> set[int]:
+    """The processes under `pid` (the decoding workers are the fork server's children)."""
+    parents = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parents[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def pss(pid: int) -> int:
+    """A process's proportional set size in bytes (0 if it has ended)."""
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return 0
 
 
 def cli_seconds(*args, env=None) -> float:
@@ -235,14 +255,16 @@ def ranks(args, work: Path) -> None:
     """`--ranks` rank traces: one process against `--workers N`, and against one rank alone."""
     folder = work / f"ranks{args.ranks}"
     folder.mkdir(exist_ok=True)
-    as_ranks(build(args.rank_mb, work / "one-rank.json"), folder, args.ranks)
+    source = args.trace or build(args.rank_mb, work / "one-rank.json")
+    as_ranks(source, folder, args.ranks)
+    mb = os.path.getsize(source) / 1e6
     workers = args.workers or len(os.sched_getaffinity(0))
     off = {"TRACEKIT_NO_CACHE": "1"}
     alone = cli_seconds("summary", "--format", "json", folder / "rank0.pt.trace.json", env=off)
     one = cli_seconds("summary", "--format", "json", "--workers", 1, folder, env=off)
     many = cli_seconds("summary", "--format", "json", "--workers", workers, folder, env=off)
     default = cli_seconds("summary", "--format", "json", folder, env=off)
-    print(f"{args.ranks} ranks of {args.rank_mb} MB, summary ({len(os.sched_getaffinity(0))} cores): one rank alone "
+    print(f"{args.ranks} ranks of {mb:.0f} MB, summary ({len(os.sched_getaffinity(0))} cores): one rank alone "
           f"{alone:.2f} s; all ranks --workers 1 {one:.2f} s, --workers {workers} {many:.2f} s (÷ --workers 1: "
           f"{many / one:.2f}), default {default:.2f} s (÷ one rank alone: {default / alone:.2f})")
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+from multiprocessing import forkserver
 import queue
 import shutil
 import tempfile
@@ -142,21 +143,23 @@ def _context():
 def decoded(location: str, fn, workers: int) -> tuple[list, bytes]:
     """([fn(piece text) for each piece, in file order], the top level without the events) of a
     local trace file, decoded here and in `workers` other processes (see the module)."""
+    if multiprocessing.current_process().daemon:
+        workers = 0  # a daemon process may not start others
+    ctx = _context()
+    if workers and ctx.get_start_method() == "forkserver":
+        ctx.set_forkserver_preload([fn.__module__])
+        forkserver.ensure_running()  # the server imports while the text is gunzipped and cut
     with tempfile.TemporaryDirectory(prefix="tracekit-") as folder:
         text = plain_text(location, folder)
         ranges, last, metadata = pieces(text, workers + 1)
         total = len(ranges)
-        if multiprocessing.current_process().daemon:
-            workers = 0  # a daemon process may not start others
-        ctx = _context()
-        if ctx.get_start_method() == "forkserver":
-            ctx.set_forkserver_preload([fn.__module__])
         counter, results = ctx.Value("q", 0), ctx.Queue()
         processes = [ctx.Process(target=_work, args=(text, ranges, fn, counter, results), daemon=True)
                      for _ in range(min(workers, total - 1))]
         # started in the background: the first start waits for the fork server to import `fn`'s
-        # module, and this process decodes pieces meanwhile
-        starter = threading.Thread(target=_start, args=(processes,), daemon=True)
+        # module, and this process decodes pieces meanwhile (and does not wait for the server
+        # when it has taken every piece itself)
+        starter = threading.Thread(target=_start, args=(processes, counter, total), daemon=True)
         starter.start()
         out: dict[int, object] = {}
         try:
@@ -168,8 +171,7 @@ def decoded(location: str, fn, workers: int) -> tuple[list, bytes]:
                 _gather(results, out, processes, starter, wait=True)
         finally:
             with counter.get_lock():
-                counter.value = total  # a worker still running takes nothing more
-            starter.join()
+                counter.value = total  # a worker still running, or starting, takes nothing more
             for process in processes:
                 if process.pid is None:
                     continue
@@ -179,9 +181,12 @@ def decoded(location: str, fn, workers: int) -> tuple[list, bytes]:
     return [out[i] for i in range(total + 1)], metadata
 
 
-def _start(processes: list) -> None:
-    """Start the workers, until one cannot be started (the others' pieces are taken anyway)."""
+def _start(processes: list, counter, total: int) -> None:
+    """Start the workers while pieces are left, until one cannot be started (the others take
+    its pieces)."""
     for process in processes:
+        if counter.value >= total:
+            return
         try:
             process.start()
         except Exception:
