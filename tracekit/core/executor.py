@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import sys
-from concurrent.futures import ProcessPoolExecutor, as_completed
 
 from .errors import UsageError
 
@@ -63,7 +62,8 @@ class Processes:
         self.n = n
 
     def map(self, fn, items: list) -> list:
-        import multiprocessing
+        import multiprocessing  # here, not at the top: a command run in one process never needs it
+        from concurrent.futures import ProcessPoolExecutor, as_completed
 
         n = min(self.n, len(items))
         pool = ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn"), initializer=share_cores,
@@ -85,7 +85,7 @@ class Processes:
         return out
 
 
-def stop(pool: ProcessPoolExecutor) -> None:
+def stop(pool) -> None:
     """Cancel the pool's queued work and end the workers running the rest."""
     processes = list((pool._processes or {}).values())  # the executor has no public way to end them
     pool.shutdown(wait=False, cancel_futures=True)

@@ -8,13 +8,13 @@ read leniently), never dropped silently: `tracekit lint` reports it.
 
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter
 from operator import attrgetter, itemgetter
 from pathlib import Path
 
 import msgspec
-import numpy as np
 import polars as pl
 from isal.igzip_lib import IsalError
 
@@ -419,7 +419,7 @@ def _event_table(events: list, loose: bool, facts: dict) -> pl.DataFrame | None:
         ts_ns = float_ns(ts_us)
         dur_ns = (pl.Series(dur, dtype=pl.Float64) * 1000).round().cast(pl.Int64)
     table = pl.DataFrame({
-        "idx": np.arange(len(events), dtype=np.int64),
+        "idx": pl.int_range(len(events), dtype=pl.Int64, eager=True),
         "cat": strings(list(map(attrgetter("cat"), events))),
         "name": strings(list(map(attrgetter("name"), events))),
         "ts_ns": ts_ns, "dur_ns": dur_ns,
@@ -442,7 +442,7 @@ def float_ns(ts_us: pl.Series) -> pl.Series:
     µs near the values first keeps the product small enough to round exactly."""
     if ts_us.len() == 0 or ts_us.null_count() == ts_us.len():
         return ts_us.cast(pl.Int64)
-    base = float(np.floor(ts_us.min()))
+    base = float(math.floor(ts_us.min()))
     return ((ts_us - base) * 1000).round().cast(pl.Int64) + int(base) * 1000
 
 
