@@ -237,7 +237,7 @@ def in_pieces(path) -> tuple[list, object, dict]:
     if cores() > 1 and not files.is_url(path) and split.text_size(path) >= PARALLEL_BYTES:
         try:
             return in_processes(path, cores() - 1)
-        except (Unsplittable, split.Failed):
+        except (Unsplittable, split.Failed, OSError):  # OSError: no room for the gunzipped text
             pass
     return streamed(path)
 
