@@ -5,7 +5,7 @@ Kineto writes one event per line (`stream.py`: the separator `,\\n  {` occurs on
 elements of `traceEvents`), so any offset of the file can be moved forward to the next
 separator without reading what comes before it. `pieces` finds the first element and the
 array's end (`stream.last_events`, which also gives the top level without the events) and
-cuts between them at about equal offsets. `decoded` gives each piece's text to
+cuts between them, in pieces that shrink toward the end. `decoded` gives each piece's text to
 `fn` — in this process and in `workers` others, which read their pieces from the file
 themselves and send back only `fn`'s results — and returns the results in file order. A
 gzip file is first gunzipped (ISA-L) into a temporary file. The workers are forked from a
@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-from multiprocessing import forkserver
 import queue
 import shutil
 import tempfile
 import threading
+from multiprocessing import forkserver
 
 from . import files
 from .stream import EventStream, Unsplittable, last_events
