@@ -224,10 +224,10 @@ def fresh_facts(array_form: bool = False) -> dict:
             "exact_timestamps": 0, "metadata": None, "old_names": False, "array_form": array_form}
 
 
-# Bytes of text from which a local file is decoded by several processes. Not measured apart:
-# the workers' fork server (an interpreter importing the loader) takes 0.2-0.5 s to start, so
-# only a file that takes a second or more to decode in one process can win much
-# (benchmarks/README.md, "one trace in pieces": 195 MB, 36 % less on 16 cores, 3-14 % on 2).
+# Bytes of text from which a local file is decoded by several processes. A guess, not measured
+# apart: the workers' fork server is an interpreter importing the loader (~0.3 s, as a rank
+# worker: benchmarks/README.md, "Start-up"), so only a file that takes about a second or more to
+# decode in one process can win much (195 MB: 36 % less on 16 cores, 3-14 % on 2).
 PARALLEL_BYTES = 48 << 20
 
 
