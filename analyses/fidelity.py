@@ -15,7 +15,7 @@ import numpy as np
 import polars as pl
 
 from tracekit.analyses.diff import RunDiff, phase_attribution
-from tracekit.analyses.noise import DRIFT_WARN
+from tracekit.analyses.noise import DRIFT_WARN, drift_words
 from tracekit.analyses.timed import PHASE_ORDER, compare, recorded_phases, repeat_series
 
 
@@ -66,9 +66,10 @@ def report_warnings(table: pl.DataFrame, profile_mode: str = "full") -> list[str
         return []
     out = []
     for (variant,), rows in table.filter(pl.col("status") == "ok").group_by("variant", maintain_order=True):
-        drift = rows["drift_pct"][0]
-        if abs(drift) > DRIFT_WARN:
-            out.append(f"{variant}: step time drifted {drift:+.1f} % over the timed steps (warm-up not over?)")
+        drift = rows["drift"][0]
+        if not 1 / DRIFT_WARN <= drift <= DRIFT_WARN:
+            out.append(f"{variant}: the timed steps ran {drift_words(drift)} (median of the last third ÷ the "
+                       f"first third: {drift:.2f}); warm-up not over, or the machine's speed changed")
         slowed = rows.filter(pl.col("profiler_slowed").fill_null(False))
         if slowed.height:
             if profile_mode not in ("device", "lean"):

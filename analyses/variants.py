@@ -18,12 +18,12 @@ import numpy as np
 import polars as pl
 
 from tracekit.analyses.diff import RunDiff, diff_runs, median_step, step_times
-from tracekit.analyses.noise import drift_pct, effective_steps, median_ci, repeats_delta_ci
+from tracekit.analyses.noise import drift, effective_steps, median_ci, repeats_delta_ci
 from tracekit.analyses.breakdown import breakdown
 from tracekit.analyses.summary import summary
 from tracekit.core.model import Run
-from tracekit.analyses.timed import (PHASE_ORDER, compare, phase_clock, recorded_phases, repeat_series,
-                                     training_steps)
+from tracekit.core.timing import training_steps
+from tracekit.analyses.timed import PHASE_ORDER, compare, phase_clock, recorded_phases, repeat_series
 from tracekit.analyses.fidelity import profiler_overhead, profiler_slowed, recorded_to_timed
 
 
@@ -102,7 +102,7 @@ def variant_table(manifest: dict, runs: dict[str, Run], baseline: str | None = N
                 "verdict": delta["verdict"] if variant != base_name else "base",
                 "repeats": len(series), "n_steps": len(series[-1]["step"]),
                 "effective_steps": round(effective_steps(series[-1]["step"]), 1),
-                "drift_pct": round(drift_pct(series[-1]["step"]), 1),
+                "drift": round(drift(series[-1]["step"]), 3),
                 "rank_step_ms": round(statistics.median(training_steps(r)), 3),
                 "profile_mode": r.get("profile_mode", manifest["config"].get("profile_mode")) if profiled else None,
                 "profiled_step_ms": round(statistics.median(profiled), 3) if profiled else None,

@@ -7,10 +7,13 @@ starts `nproc` workers on this node through torch's elastic launch API.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
+import re
 import socket
 import sys
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -139,9 +142,13 @@ def profile(cfg: dict) -> dict:
     """Run every variant; returns the manifest (on every rank under torchrun; rank 0 writes it).
 
     Started here, the workers run the plan until one dies hard (a signal, `os._exit`, the
-    out-of-memory killer): its run is recorded as `error` naming the rank and the cause, and
-    fresh workers go on with the rest of the plan."""
-    from .manifest import read_manifest, write_manifest
+    out-of-memory killer). Each rank keeps its place in the plan (`worker.Place`), so the death
+    is charged to the run the dead rank was in: that run is recorded as `error` naming the rank,
+    the cause and where Python was (its fault dump), and fresh workers go on with the rest. A
+    death between runs (a teardown, the start of a worker, the interpreter's exit) charges
+    nothing: fresh workers go on from the first run not agreed — twice at the same place, and
+    that run is charged."""
+    from .manifest import write_manifest
     from .worker import record_outcome, runs, worker_main
 
     os.environ.update(MULTICAST_OFF)
@@ -158,42 +165,90 @@ def profile(cfg: dict) -> dict:
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     cfg = {**cfg, "run_id": uuid.uuid4().hex[:12]}
-    results, start = {}, 0
-    while start < len(plan):
-        launch = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=cfg["nproc"], run_id=cfg["run_id"],
-                              rdzv_backend="c10d", rdzv_endpoint=f"127.0.0.1:{free_port()}", max_restarts=0,
-                              monitor_interval=0.5)
-        try:
-            with quiet_elastic():
-                results = elastic_launch(launch, worker_main)(cfg, start, results)[0]
-            start = len(plan)
-        except ChildFailedError as e:
-            saved = read_manifest(cfg)
-            if saved and saved["progress"]["done"] > start:
-                results, start = saved["variants"], saved["progress"]["done"]
-            repeat, position, variant = plan[start]
-            entry = hard_failure(e)
-            record_outcome(results, cfg, repeat, position, variant, entry)
-            print(f"tracekit profile: {variant}: {entry['status']} ({entry['message']}); going on with fresh workers"
-                  if start + 1 < len(plan) else f"tracekit profile: {variant}: {entry['status']} ({entry['message']})",
-                  file=sys.stderr, flush=True)
-            start += 1
-            write_manifest(cfg, results, start, len(plan))
+    results, start, between = {}, 0, None
+    with tempfile.TemporaryDirectory(prefix="tracekit-workers-") as state:
+        while start < len(plan):
+            launch = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=cfg["nproc"], run_id=cfg["run_id"],
+                                  rdzv_backend="c10d", rdzv_endpoint=f"127.0.0.1:{free_port()}", max_restarts=0,
+                                  monitor_interval=0.5)
+            try:
+                with quiet_elastic():
+                    results = elastic_launch(launch, worker_main)(cfg, start, results, state)[0]
+                start = len(plan)
+            except ChildFailedError as e:
+                rank, entry = hard_failure(e, Path(state))
+                places = worker_places(Path(state), cfg["nproc"])
+                agreed = max(places.values(), key=lambda p: p["done"] or 0, default=None)
+                if agreed and (agreed["done"] or 0) > start:
+                    results, start = agreed["results"], agreed["done"]
+                doing = places.get(rank, {}).get("doing")
+                if doing is not None and doing < start:  # it died after its peers agreed on that run
+                    doing = None
+                if doing is None and start == len(plan):
+                    say(f"rank {rank} died after the last variant ({entry['message']}); every variant had finished")
+                    break
+                if doing is None and between != start:  # between runs: nothing to charge, fresh workers go on
+                    between = start
+                    say(f"rank {rank} died between variants ({entry['message']}); going on with fresh workers")
+                else:
+                    repeat, position, variant = plan[start]
+                    if doing is None:
+                        entry["message"] += " (twice before this variant began)"
+                    record_outcome(results, cfg, repeat, position, variant, entry)
+                    say(f"{variant}: {entry['status']} ({entry['message']})"
+                        + ("; going on with fresh workers" if start + 1 < len(plan) else ""))
+                    start += 1
+                write_manifest(cfg, results, start, len(plan))
     return write_manifest(cfg, results, len(plan), len(plan))
 
 
-def hard_failure(error) -> dict:
-    """A variant entry for workers that died (torch's ChildFailedError): the first to die
-    names the rank and the cause — its exit code or the signal (SIGKILL is what the kernel's
-    out-of-memory killer sends)."""
+def say(line: str) -> None:
+    print(f"tracekit profile: {line}", file=sys.stderr, flush=True)
+
+
+def worker_places(state: Path, world: int) -> dict[int, dict]:
+    """rank → where that worker was in the plan (`worker.Place`), for the ranks that said."""
+    places = {}
+    for rank in range(world):
+        with contextlib.suppress(OSError, ValueError):
+            places[rank] = json.loads((state / f"rank{rank}.json").read_text())
+    return places
+
+
+def hard_failure(error, state: Path) -> tuple[int, dict]:
+    """(the rank, a variant entry) for workers that died (torch's ChildFailedError): the first
+    to die names the rank and the cause — its exit code or the signal (SIGKILL is what the
+    kernel's out-of-memory killer sends) — and where Python was when it died (the innermost
+    frame of its fault dump; the whole dump in `fault`)."""
+    from .worker import STUCK_EXIT
+
     rank, first = error.get_first_failure()
     if first.exitcode < 0:
         cause = f"killed by {first.signal_name()}" + (" (the out-of-memory killer sends it)"
                                                       if first.signal_name() == "SIGKILL" else "")
+    elif first.exitcode == STUCK_EXIT:
+        cause = "ended: its process group did not end in time"
     else:
         cause = f"exited with code {first.exitcode}"
-    return {"status": "error", "message": f"rank {rank}: the worker {cause}", "failed_ranks": sorted(error.failures),
-            "messages": {str(r): f"exit code {f.exitcode}" for r, f in error.failures.items()}}
+    dump = ""
+    with contextlib.suppress(OSError):
+        dump = (state / f"rank{rank}.faults").read_text()
+    where = fault_frame(dump)
+    entry = {"status": "error", "message": f"rank {rank}: the worker {cause}" + (f", in {where}" if where else ""),
+             "failed_ranks": sorted(error.failures),
+             "messages": {str(r): f"exit code {f.exitcode}" for r, f in error.failures.items()}}
+    return rank, {**entry, "fault": dump} if dump else entry
+
+
+def fault_frame(dump: str) -> str | None:
+    """The innermost frame of the crashing thread in a faulthandler dump: "func (file:line)"."""
+    lines = dump.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith(("Current thread", "Thread"))]
+    current = [i for i in starts if lines[i].startswith("Current thread")] or starts
+    if not current or current[0] + 1 >= len(lines):
+        return None
+    found = re.match(r'\s*File "(.*)", line (\d+) in (.*)', lines[current[0] + 1])
+    return f"{found[3]} ({found[1]}:{found[2]})" if found else None
 
 
 @contextlib.contextmanager

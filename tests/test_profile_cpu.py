@@ -26,6 +26,7 @@ def out(tmp_path_factory):
                           ",".join(VARIANTS), "--warmup", 2, "--steps", 6, "--profile-steps", 3, "--out", out,
                           "--format", "csv")
     assert result.returncode == 0, result.stderr[-3000:]
+    (out.parent / "profile.stderr").write_text(result.stderr)
     rows = result.stdout.splitlines()  # the report as csv: nested columns as JSON text
     assert rows[0].startswith("variant,rank,status") and len(rows) == 1 + 2 * len(VARIANTS)
     return out
@@ -63,6 +64,20 @@ def test_every_variant_ran_on_both_ranks(out):
             assert r["profiler_overhead"] == round(np.median(r["profiled_step_ms"]) / np.median(r["control_step_ms"]), 3)
             assert r["recorded_to_timed"] == round(np.median(r["profiled_step_ms"]) / np.median(r["step_ms"]["all"]), 3)
             assert len(r["step_ms"]["all"]) == 6
+
+
+def test_one_step_time_in_the_progress_lines_the_manifest_and_the_report(out):
+    """docs/metrics.md, "Step time": the median over the timed steps of each step's time on its
+    slowest rank — computed here from the per-rank steps, and the figure profile's line, the
+    manifest and the report each give (not the slowest rank's median, nor a rank's)."""
+    manifest = json.loads((out / "manifest.json").read_text())
+    stderr = (out.parent / "profile.stderr").read_text()
+    rows = {r["variant"]: r for r in json.loads(tracekit_cli("report", "--format", "json", out).stdout)["variants"]}
+    for variant in VARIANTS:
+        entry = manifest["variants"][variant]
+        expected = float(np.median(np.max([r["step_ms"]["all"] for r in entry["ranks"]], axis=0)))
+        assert entry["step_ms"] == rows[variant]["step_ms"] == round(expected, 3)
+        assert f"] {variant}: ok (step time {expected:.1f} ms)" in stderr
 
 
 def test_trace_collectives_equal_what_the_runtime_counted(out):
