@@ -38,6 +38,13 @@ def recorded_step(run: Run) -> dict[int, dict]:
     return rows
 
 
+def traced_step_ms(row: dict) -> float | None:
+    """The recorded step's time read from its trace (ms: the device span of the median step,
+    `recorded_step`), for manifests that predate `profiled_step_ms`; None without device work."""
+    span = row.get("gpu_span_ns")
+    return round(span / 1e6, 3) if span else None
+
+
 def recompile_ms(r: dict) -> float:
     """Σ over the warm-up and timed steps that recompiled of (its time − the median of the
     timed steps that did not), in ms: what recompiling cost. The first step, which compiles
@@ -92,6 +99,8 @@ def variant_table(manifest: dict, runs: dict[str, Run], baseline: str | None = N
         for r in entry["ranks"]:
             s = recorded.get(r["rank"], {})
             profiled = r.get("profiled_step_ms") or []
+            rank_ms = statistics.median(training_steps(r))
+            traced = traced_step_ms(s) if not profiled else None
             state = (r.get("model_state_bytes") or {}).get("total")
             peak = r["peak_allocated_bytes"]
             rows.append({
@@ -103,10 +112,12 @@ def variant_table(manifest: dict, runs: dict[str, Run], baseline: str | None = N
                 "repeats": len(series), "n_steps": len(series[-1]["step"]),
                 "effective_steps": round(effective_steps(series[-1]["step"]), 1),
                 "drift": round(drift(series[-1]["step"]), 3),
-                "rank_step_ms": round(statistics.median(training_steps(r)), 3),
+                "rank_step_ms": round(rank_ms, 3),
                 "profile_mode": r.get("profile_mode", manifest["config"].get("profile_mode")) if profiled else None,
-                "profiled_step_ms": round(statistics.median(profiled), 3) if profiled else None,
-                "profiler_overhead": profiler_overhead(r), "recorded_to_timed": recorded_to_timed(r),
+                "profiled_step_ms": round(statistics.median(profiled), 3) if profiled else traced,
+                "profiler_overhead": profiler_overhead(r),
+                "recorded_to_timed": recorded_to_timed(r) if profiled else
+                (round(traced / rank_ms, 3) if traced is not None else None),
                 "profiler_slowed": profiler_slowed(r) if profiled else None,
                 "tokens_per_s": entry.get("tokens_per_s"),
                 "peak_allocated_bytes": peak, "model_state_bytes": state,

@@ -313,28 +313,91 @@ def test_the_diff_carries_both_ratios_of_one_rank_per_side():
     assert real["a_profiler_slowed"] and not real["b_profiler_slowed"]
 
 
-def test_report_warnings_name_the_rank_and_the_cause():
-    """The overhead warning names the rank and, on a GPU run, how busy the GPU was; a CPU run
-    says so; the shift warning gives control ÷ timed (here 120 / 100)."""
+def warning_rows(ranks: dict) -> list[dict]:
+    """Report rows (the columns `report_warnings` reads) of variant → (rank measurements, busy, span)."""
+    from tracekit.analyses.fidelity import profiler_overhead, profiler_slowed, recorded_to_timed
+
+    return [{"variant": variant, "rank": r["rank"], "status": "ok", "drift": 1.0, "host_bound": False,
+             "profiled_step_ms": float(np.median(r["profiled_step_ms"])),
+             "rank_step_ms": float(np.median(r["step_ms"]["all"])),
+             "profiler_overhead": profiler_overhead(r), "recorded_to_timed": recorded_to_timed(r),
+             "profiler_slowed": profiler_slowed(r), "gpu_busy_ns": busy, "gpu_span_ns": span}
+            for variant, (r, busy, span) in ranks.items()]
+
+
+def test_report_warnings_name_the_rank_the_cause_and_the_figures():
+    """The overhead warning names the rank, both figures and, on a GPU run, how busy the GPU
+    was; a CPU run says so; the shift warning gives control ÷ timed (here 120 / 100) with both."""
     import polars as pl
 
-    from tracekit.analyses.fidelity import profiler_overhead, profiler_slowed, recorded_to_timed, report_warnings
+    from tracekit.analyses.fidelity import report_warnings
 
     timed = [100.0] * 12
-    rows = []
-    for variant, busy, span in (("gpu", 60, 100), ("cpu", None, None)):
-        r = recorded_rank(0, timed, [130.0] * 3, [100.0] * 6)
-        rows.append({"variant": variant, "rank": 0, "status": "ok", "drift": 1.0, "host_bound": False,
-                     "profiler_overhead": profiler_overhead(r), "recorded_to_timed": recorded_to_timed(r),
-                     "profiler_slowed": profiler_slowed(r), "gpu_busy_ns": busy, "gpu_span_ns": span})
-    shifted = recorded_rank(0, timed, [120.0] * 3, [120.0] * 6)
-    rows.append({**rows[1], "variant": "moved", "profiler_overhead": profiler_overhead(shifted),
-                 "recorded_to_timed": recorded_to_timed(shifted), "profiler_slowed": profiler_slowed(shifted)})
-    rows.append({**rows[0], "variant": "two", "rank": 1, "profiler_overhead": 1.4})
+    rows = warning_rows({"gpu": (recorded_rank(0, timed, [130.0] * 3, [100.0] * 6), 60, 100),
+                         "cpu": (recorded_rank(0, timed, [130.0] * 3, [100.0] * 6), None, None),
+                         "moved": (recorded_rank(0, timed, [120.0] * 3, [120.0] * 6), None, None)})
     rows.insert(3, {**rows[0], "variant": "two"})
+    rows.append({**rows[0], "variant": "two", "rank": 1, "profiler_overhead": 1.4, "profiled_step_ms": 140.0})
     warnings = report_warnings(pl.DataFrame(rows), "device")
     assert len(warnings) == 4
-    assert warnings[0].startswith("gpu: the profiler slowed the recorded steps 1.30× (rank 0) (") and "busy 60 %" in warnings[0]
-    assert warnings[1].startswith("cpu: the profiler slowed the recorded steps 1.30× (rank 0)") and "a CPU run" in warnings[1]
-    assert warnings[2].startswith("moved: the unprofiled steps around the recording took 1.20× (rank 0) the timed ones")
-    assert warnings[3].startswith("two: the profiler slowed the recorded steps 1.30× (rank 0), 1.40× (rank 1) (")
+    assert warnings[0].startswith("gpu: the profiler slowed the recorded steps 1.30× (rank 0: 130.0 ms recorded "
+                                  "against 100.0 ms unprofiled right around them) (") and "busy 60 %" in warnings[0]
+    assert warnings[1].startswith("cpu: the profiler slowed the recorded steps 1.30× (rank 0: ") and "a CPU run" in warnings[1]
+    assert warnings[2].startswith("moved: the unprofiled steps around the recording took 1.20× (rank 0: 120.0 ms "
+                                  "against 100.0 ms) the timed ones")
+    assert warnings[3].startswith("two: the profiler slowed the recorded steps 1.30× (rank 0: 130.0 ms recorded "
+                                  "against 100.0 ms unprofiled right around them), 1.40× (rank 1: 140.0 ms recorded "
+                                  "against 100.0 ms unprofiled right around them) (")
+
+
+def test_no_warning_contradicts_its_figures():
+    """A recording at 22.6 ms beside unprofiled steps at 20.4 ms, after a timed loop at 44.6 ms:
+    the profiler cost 1.11× and the machine sped up 0.46×, each said with its two figures, and
+    no claim that the trace shows a slower step than the one timed (it is faster); a recording
+    at 0.71× the steps around it is said too (faster with the profiler: not its cost)."""
+    import polars as pl
+
+    from tracekit.analyses.fidelity import report_warnings
+
+    faster = recorded_rank(0, [44.6] * 12, [22.6] * 3, [20.4] * 6)
+    odd = recorded_rank(0, [100.0] * 12, [71.0] * 3, [100.0] * 6)
+    warnings = report_warnings(pl.DataFrame(warning_rows({"faster": (faster, None, None), "odd": (odd, None, None)})),
+                               "device")
+    assert warnings == [
+        "faster: the profiler slowed the recorded steps 1.11× (rank 0: 22.6 ms recorded against 20.4 ms unprofiled "
+        "right around them) (a CPU run: the profiler's own cost and this machine's noise)",
+        "faster: the unprofiled steps around the recording took 0.46× (rank 0: 20.4 ms against 44.6 ms) the timed "
+        "ones: this machine's speed changed between the timed loop and the recording",
+        "odd: the recorded steps ran faster than the unprofiled steps around them, 0.71× (rank 0: 71.0 ms recorded "
+        "against 100.0 ms unprofiled right around them): noise or the machine's speed moving, not the profiler"]
+
+
+def test_a_recording_without_control_steps_is_set_against_the_timed_step():
+    """tests/data/h200x2-blocks4 predates control steps: its ddp recorded step, read from the
+    trace (the median step's device span), is about twice its timed step (11.3 ms, the median of
+    the manifest's timed steps): the report's rec_timed says so and a warning states both."""
+    import json
+    import statistics
+    from pathlib import Path
+
+    from tracekit.analyses.fidelity import report_warnings
+    from tracekit.core.loading import load_profile
+
+    out = Path(__file__).parent / "data" / "h200x2-blocks4"
+    manifest, runs = load_profile(out)
+    table = variant_table(manifest, {"ddp": runs["ddp"]})
+    raw = json.loads((out / "manifest.json").read_text())
+    for r in table.filter(pl_col("variant") == "ddp").iter_rows(named=True):
+        timed = statistics.median(raw["variants"]["ddp"]["ranks"][r["rank"]]["step_ms"]["all"])
+        assert r["rank_step_ms"] == round(timed, 3) and 1.8 < r["recorded_to_timed"] < 2.2
+        assert r["recorded_to_timed"] == round(r["profiled_step_ms"] / r["rank_step_ms"], 3)
+    ddp = [w for w in report_warnings(table) if w.startswith("ddp: the recorded step took")]
+    rank0 = table.filter((pl_col("variant") == "ddp") & (pl_col("rank") == 0)).row(0, named=True)
+    assert len(ddp) == 1 and f"{rank0['recorded_to_timed']:.2f}× (rank 0: {rank0['profiled_step_ms']:.1f} ms recorded " \
+        f"against {rank0['rank_step_ms']:.1f} ms timed)" in ddp[0]
+
+
+def pl_col(name):
+    import polars as pl
+
+    return pl.col(name)
