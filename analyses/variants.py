@@ -87,7 +87,8 @@ def variant_table(manifest: dict, runs: dict[str, Run], baseline: str | None = N
     base = repeat_series(manifest["variants"][base_name]) if base_name else None
     for variant, entry in manifest["variants"].items():
         if entry.get("status") != "ok":
-            rows.append({"variant": variant, "status": entry.get("status"), "message": entry.get("message")})
+            rows.append({"variant": variant, "status": entry.get("status"), "verdict": entry.get("status"),
+                         "message": entry.get("message")})
             continue
         series = repeat_series(entry)
         steps = np.concatenate([s["step"] for s in series])
