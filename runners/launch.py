@@ -29,54 +29,59 @@ class ProfileError(TracekitError):
 
 def make_config(options: dict) -> dict:
     """The run's configuration from the command's options, every one checked before any
-    worker starts (a bad one raises ProfileError: one line), the model factory included: it
-    is built once on the meta device (no memory) and checked against the contract
-    (`runners/workload.py`). `global_batch` sets the batch per rank (strong scaling) and must
-    divide by the world size."""
-    import torch
-
+    worker starts (a bad one raises ProfileError: one line) — those that need no torch before
+    torch is imported (seconds) — the model factory included: it is built once on the meta
+    device (no memory) and checked against the contract (`runners/workload.py`).
+    `global_batch` sets the batch per rank (strong scaling) and must divide by the world size."""
     from .checkpoint import MODES
-    from .inputs import parse_inputs
-    from .model import model_config
-    from .parallelize import check_variants
+    from .variants import check_variants
 
     o = {"model": "builtin", **options}
-    device = o["device"] or ("cuda" if torch.cuda.is_available() else "cpu")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise ProfileError("no CUDA device here; use --device cpu")
-    if o["nproc"] is not None and o["nproc"] < 1:
-        raise ProfileError(f"--nproc {o['nproc']}: at least 1 worker")
-    world = int(os.environ["WORLD_SIZE"]) if "WORLD_SIZE" in os.environ else \
-        o["nproc"] or (torch.cuda.device_count() if device == "cuda" else 2)
     own = o["model"] != "builtin" and not o["model"].startswith("hf:")
     fixed = ["blocks", "hidden", "heads"] + (["seq", "batch"] if own else [])
     given = [k for k in fixed if o["overrides"].get(k) is not None] + \
         (["global-batch"] if own and o["global_batch"] is not None else []) + \
         (["inputs"] if own and o["inputs"] != "fixed" else [])
-    if given:
-        raise ProfileError(f"--{', --'.join(given)}: the model of --model {o['model']} has its own shapes")
-    if o["global_batch"] is not None:
-        if o["overrides"].get("batch") is not None:
-            raise ProfileError("--batch (per rank) and --global-batch (in total) exclude each other")
-        if o["global_batch"] < 1 or o["global_batch"] % world:
-            raise ProfileError(f"--global-batch {o['global_batch']} does not divide by the world size {world}")
-        o["overrides"] = {**o["overrides"], "batch": o["global_batch"] // world}
-    try:
-        check_variants(o["variants"])
-        config = model_config(o["preset"], **o["overrides"])
-        parse_inputs(o["inputs"], config.seq)
-    except ValueError as e:
-        raise ProfileError(str(e)) from None
-    rules = [(o["warmup"] >= 1 and o["steps"] >= 1, "--warmup and --steps must be at least 1"),
+    rules = [(o["nproc"] is None or o["nproc"] >= 1, f"--nproc {o['nproc']}: at least 1 worker"),
+             (not given, f"--{', --'.join(given)}: the model of --model {o['model']} has its own shapes"),
+             (o["global_batch"] is None or o["overrides"].get("batch") is None,
+              "--batch (per rank) and --global-batch (in total) exclude each other"),
+             (o["warmup"] >= 1 and o["steps"] >= 1, "--warmup and --steps must be at least 1"),
              (o["profile_steps"] >= 0, "--profile-steps must be 0 or more"),
              (o["repeats"] >= 1, "--repeats must be at least 1"),
              (o["checkpoint"] in (None, *MODES), f"--checkpoint: {' or '.join(MODES)}"),
              (o["checkpoint_every"] >= 1, "--checkpoint-every must be at least 1"),
              (o["memory_fraction"] is None or 0 < o["memory_fraction"] <= 1, "--memory-fraction lies in (0, 1]"),
-             (o["memory_fraction"] is None or device == "cuda", "--memory-fraction needs --device cuda")]
+             (o["memory_fraction"] is None or o["device"] != "cpu", "--memory-fraction needs --device cuda")]
     for ok, message in rules:
         if not ok:
             raise ProfileError(message)
+    try:
+        check_variants(o["variants"])
+    except ValueError as e:
+        raise ProfileError(str(e)) from None
+
+    import torch
+
+    from .inputs import parse_inputs
+    from .model import model_config
+
+    device = o["device"] or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ProfileError("no CUDA device here; use --device cpu")
+    if o["memory_fraction"] is not None and device != "cuda":
+        raise ProfileError("--memory-fraction needs --device cuda")
+    world = int(os.environ["WORLD_SIZE"]) if "WORLD_SIZE" in os.environ else \
+        o["nproc"] or (torch.cuda.device_count() if device == "cuda" else 2)
+    if o["global_batch"] is not None:
+        if o["global_batch"] < 1 or o["global_batch"] % world:
+            raise ProfileError(f"--global-batch {o['global_batch']} does not divide by the world size {world}")
+        o["overrides"] = {**o["overrides"], "batch": o["global_batch"] // world}
+    try:
+        config = model_config(o["preset"], **o["overrides"])
+        parse_inputs(o["inputs"], config.seq)
+    except ValueError as e:
+        raise ProfileError(str(e)) from None
     cfg = {**o, "device": device, "nproc": world, "global_batch": None if own else config.batch * world,
            "precision": o["precision"] or ("bf16" if device == "cuda" else "fp32")}
     return {**cfg, "model_info": model_info(cfg)}

@@ -46,8 +46,9 @@ from .checkpoint import Checkpointer
 from .counters import RuntimeCounts
 from .clock import PHASES, PhaseClock, columns
 from .manifest import write_json_atomically, write_manifest
-from .parallelize import VARIANTS, after_optimizer_step, parallelize, precision_path, why_skipped
+from .parallelize import after_optimizer_step, parallelize, precision_path, why_skipped
 from .recording import marks_written, profiler, write_marks
+from .variants import VARIANTS
 from .factories import build_workload, load_factory
 from .workload import Workload
 

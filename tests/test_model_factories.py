@@ -311,3 +311,14 @@ def test_a_failed_group_is_aborted_and_not_waited_for_past_the_bound(monkeypatch
     monkeypatch.setattr(dist, "destroy_process_group", lambda *a: (calls.append("destroy"), never.wait()))
     assert worker.end_group(True, 0.2) is False and calls == ["abort", "destroy"]
     never.set()
+
+
+@pytest.mark.parametrize("args", [["--nproc", "0"], ["--variants", "ddp,fsdp3"], ["--steps", "0"],
+                                  ["--batch", "2", "--global-batch", "4"], ["--repeats", "0"]])
+def test_bad_arguments_are_refused_before_torch_is_imported(tmp_path, args):
+    """Importing torch takes seconds: a mistake in profile's arguments is one line without it."""
+    probe = ("import sys\nfrom tracekit.front.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit as e:\n"
+             "    print(e.code, 'torch' in sys.modules)\n")
+    result = subprocess.run([sys.executable, "-c", probe, "profile", "--device", "cpu", *args, "--out",
+                             str(tmp_path / "x")], capture_output=True, text=True, timeout=120)
+    assert result.stdout.split() == ["2", "False"] and result.stderr.startswith("tracekit: "), result.stderr
