@@ -15,7 +15,7 @@ import numpy as np
 import polars as pl
 
 from tracekit.analyses.diff import RunDiff, phase_attribution
-from tracekit.analyses.noise import DRIFT_WARN, drift_words
+from tracekit.analyses.noise import DRIFT_WARN, FEW_REPEATS, drift_words
 from tracekit.analyses.timed import PHASE_ORDER, compare, recorded_phases, repeat_series
 
 
@@ -61,14 +61,14 @@ def profiler_slowed(r: dict) -> bool:
 
 def report_warnings(table: pl.DataFrame, profile_mode: str = "full") -> list[str]:
     """What makes a comparison of these variants shaky, each with the figures it is about:
-    drift; a recorded step off the timed one — the profiler's cost (`profiler_slowed`), a
+    two repeats (`FEW_REPEATS`); drift; a recorded step off the timed one — the profiler's cost (`profiler_slowed`), a
     recording faster than the unprofiled steps around it, the machine's speed moving between
     the timed loop and the recording (`machine_shift`), or, without control steps, the
     recorded step itself off the timed one (`recorded_to_timed`); host-bound steps (they
     measure Python, not kernels)."""
     if "rank" not in table.columns:
         return []
-    out = []
+    out = [FEW_REPEATS] if "repeats" in table.columns and (table["repeats"] == 2).any() else []
     for (variant,), rows in table.filter(pl.col("status") == "ok").group_by("variant", maintain_order=True):
         drift = rows["drift"][0]
         if not 1 / DRIFT_WARN <= drift <= DRIFT_WARN:

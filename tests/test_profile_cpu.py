@@ -161,7 +161,10 @@ def test_repeats_alternate_the_order_and_the_interval_is_across_them(tmp_path_fa
                for v, e in manifest["variants"].items()}
     deltas = np.subtract(medians["fsdp2"], medians["ddp"])
     half = stats.t.ppf(0.975, 1) * np.std(deltas, ddof=1) / np.sqrt(2)
-    rows = json.loads(tracekit_cli("report", "--format", "json", run).stdout)["variants"]
+    doc = json.loads(tracekit_cli("report", "--format", "json", run).stdout)
+    rows = doc["variants"]
+    assert any(w.startswith("2 repeats give the across-repeats interval 1 degree of freedom (t = 12.7)")
+               for w in doc["warnings"])
     row = next(r for r in rows if r["variant"] == "fsdp2")
     assert row["repeats"] == 2 and row["d_step_ms"] == pytest.approx(deltas.mean(), abs=1e-3)
     assert row["d_step_ms_ci"] == pytest.approx([deltas.mean() - half, deltas.mean() + half], abs=1e-3)
