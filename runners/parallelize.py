@@ -18,7 +18,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from .variants import VARIANTS
+from .variants import VARIANTS, check_variants
 
 
 @dataclass

@@ -235,6 +235,10 @@ def test_capacity_records_out_of_memory_as_evidence(tmp_path):
     assert rows["fsdp1"]["stopped_by"] == "oom at tiny batch 2" and rows["fsdp1"]["probes"] == 2
     probes = json.loads((out / "capacity.json").read_text())["probes"]
     assert len(probes) == 5 and (out / "tiny-b4" / "manifest.json").exists()
+    said = [line for line in result.stderr.splitlines() if line.startswith("tracekit capacity: probe ")]
+    assert said == ["tracekit capacity: probe tiny-b1: preset tiny, batch 1 per rank: ddp, fsdp1",
+                    "tracekit capacity: probe tiny-b2: preset tiny, batch 2 per rank: ddp, fsdp1",
+                    "tracekit capacity: probe tiny-b4: preset tiny, batch 4 per rank: ddp"]
 
 
 def test_lightning_variants_train_the_same_model(tmp_path_factory):
@@ -303,6 +307,31 @@ def test_a_failing_variant_is_recorded_and_the_others_still_run(tmp_path, monkey
     assert results["fsdp2"]["status"] == "oom" and "out of memory" in results["fsdp2"]["message"]
     assert results["ddp"]["status"] == "ok" and (tmp_path / "ddp" / "rank0.pt.trace.json.gz").exists()
     assert json.loads((tmp_path / "manifest.json").read_text())["variants"] == results  # written after each
+
+
+def test_long_loops_say_where_they_are(tmp_path, monkeypatch, capsys):
+    """A progress line once `PROGRESS_S` has passed without one (here 0 s: after every step):
+    the warm-up and timed steps counted, then the recording; one real worker (world size 1)."""
+    import socket
+
+    from tracekit.runners import worker
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for key, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+                       "MASTER_PORT": str(port)}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr(worker, "PROGRESS_S", 0.0)
+    cfg = {"out": str(tmp_path), "variants": ["ddp"], "preset": "tiny", "overrides": {}, "device": "cpu", "nproc": 1,
+           "precision": "fp32", "seed": 0, "warmup": 2, "steps": 3, "with_stack": False, "profile_steps": 1,
+           "profile_mode": "device", "repeats": 1, "inputs": "fixed", "checkpoint": None, "checkpoint_every": 5,
+           "keep_checkpoints": False, "memory_fraction": None, "collective_timeout_s": 60, "global_batch": None,
+           "model": "builtin", "model_info": {}, "run_id": "progress"}
+    assert worker.worker_main(cfg)["ddp"]["status"] == "ok"
+    lines = [line.removeprefix("tracekit profile: [1/1] ddp: ") for line in capsys.readouterr().err.splitlines()]
+    assert lines[1:6] == ["warm-up step 1/1", "timed step 1/3", "timed step 2/3", "timed step 3/3",
+                          "recording 1 step(s)"]
 
 
 def torchrun(*args, env=None):
