@@ -68,12 +68,3 @@ def write_manifest(cfg: dict, results: dict, done: int, planned: int) -> dict:
     document = manifest(cfg, results, done, planned)
     write_json_atomically(Path(cfg["out"]) / MANIFEST, document)
     return document
-
-
-def read_manifest(cfg: dict) -> dict | None:
-    """The manifest this run wrote so far (None if it wrote none)."""
-    try:
-        document = json.loads((Path(cfg["out"]) / MANIFEST).read_text())
-    except (OSError, ValueError):
-        return None
-    return document if document.get("config", {}).get("run_id") == cfg["run_id"] else None
