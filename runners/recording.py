@@ -33,7 +33,7 @@ from torch._C._profiler import RecordScope
 from torch.autograd import _enable_profiler
 from torch.profiler import ProfilerActivity, profile, schedule
 
-MODES = ("device", "lean", "light", "full")
+MODES = ("cupti", "device", "lean", "light", "full")  # cupti: runners/cupti_capture.py
 
 
 def profiler(device: torch.device, mode: str, steps: int, with_stack: bool, on_trace_ready):

@@ -1,0 +1,112 @@
+"""The `cupti` capture's writer (runners/cupti_capture.py), from synthetic activity records
+whose answers are stated by hand: which step and phase each was launched in, its Kineto name."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import subprocess
+
+import polars as pl
+import pytest
+
+import tracekit
+from tracekit.analyses.phases import launch_context
+from tracekit.runners.cupti_capture import MARK_VALUE, demangled, kineto_trace
+
+MS = 1_000_000
+T0 = 1_796_145_233_000_000_000  # wall clock ns, as CUPTI gives it
+SOFTMAX = ("_ZN43_GLOBAL__N__b6de9c8c_10_SoftMax_cu_9f978f6320softmax_warp_forwardIN3c108BFloat16ES2_fLi10ELb0ELb0EEEvPT0"
+           "_PKT_iiiPKbib")  # from a real CUPTI record (shared/experiments/cupti-capture/fields-sample.json)
+
+
+def kernel(name, corr, start_ms, end_ms, stream=7):
+    return {"kind": "kernel", "name": name, "start": T0 + int(start_ms * MS), "end": T0 + int(end_ms * MS),
+            "device_id": 0, "context_id": 1, "stream_id": stream, "correlation_id": corr, "grid_x": 4, "grid_y": 1,
+            "grid_z": 1, "block_x": 128, "block_y": 1, "block_z": 1, "registers_per_thread": 32,
+            "static_shared_memory": 0, "dynamic_shared_memory": 1024, "queued": 0, "graph_id": 0}
+
+
+def marker(corr, at_ms):
+    return {"kind": "memset", "start": T0 + int(at_ms * MS), "end": T0 + int(at_ms * MS) + 500, "device_id": 0,
+            "context_id": 1, "stream_id": 7, "correlation_id": corr, "bytes": 1, "value": MARK_VALUE, "memory_kind": 3}
+
+
+def two_steps():
+    """Two steps of three phases; marks (host wall clock) at 0, 3, 7, 9 ms and 10, 13, 17, 19 ms;
+    the markers' correlation ids 10, 20, 30, 40 and 50, 60, 70, 80. Step 1's optimizer kernel
+    (correlation 35) runs late, at 11–12 ms, inside step 2's window: it was launched in step 1.
+    Correlation 45 was launched between the steps (no step); 90 after the last mark."""
+    marks = [(1, [(None, 0), ("forward", 3), ("backward", 7), ("optimizer", 9)]),
+             (2, [(None, 10), ("forward", 13), ("backward", 17), ("optimizer", 19)])]
+    steps = [(n, [(p, T0 + t * MS) for p, t in m]) for n, m in marks]
+    records = [marker(c, t) for c, t in [(10, 0.1), (20, 3.1), (30, 7.5), (40, 9.1), (50, 12.5), (60, 13.1),
+                                         (70, 17.1), (80, 19.1)]]
+    records += [kernel(SOFTMAX, 11, 0.2, 1.0), kernel("nvjet_sm90_tst_128x64_64x8_1x2_h_bz_NNT", 12, 1.0, 2.0),
+                kernel("ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)", 13, 1.5, 2.5, stream=73),
+                kernel("bwd", 21, 3.2, 7.0), kernel("opt", 35, 11.0, 12.0), kernel("between", 45, 12.0, 12.4),
+                kernel("fwd2", 51, 12.6, 13.0), kernel("bwd2", 61, 13.2, 17.0), kernel("opt2", 71, 17.2, 19.0),
+                kernel("after", 90, 19.5, 20.0),
+                {"kind": "memcpy", "start": T0 + 4 * MS, "end": T0 + 4 * MS + 1000, "device_id": 0, "context_id": 1,
+                 "stream_id": 7, "correlation_id": 22, "bytes": 131072, "copy_kind": 1, "src_kind": 2, "dst_kind": 3},
+                {"kind": "memset", "start": T0 + 5 * MS, "end": T0 + 5 * MS + 767, "device_id": 0, "context_id": 1,
+                 "stream_id": 7, "correlation_id": 23, "bytes": 4, "value": 0, "memory_kind": 3}]
+    return records, steps
+
+
+def written(tmp_path, records, steps):
+    path = tmp_path / "rank0.pt.trace.json.gz"
+    trace = kineto_trace(records, steps, pid=610, tid=610, base_ns=T0 // 10**9 * 10**9,
+                         meta={"distributedInfo": {"backend": "nccl", "rank": 0, "world_size": 1}})
+    with gzip.open(path, "wt") as f:
+        json.dump(trace, f)
+    return path, trace
+
+
+def test_each_activity_lands_in_the_step_and_phase_it_was_launched_in(tmp_path):
+    path, _ = written(tmp_path, *two_steps())
+    trace = tracekit.load(path)
+    gpu = trace.gpu.with_row_index("row").join(launch_context(trace), on="row").sort("correlation")
+    got = {c: (s, p) for c, s, p in gpu.select("correlation", "step", "phase").iter_rows()}
+    assert got == {11: (1, "forward"), 12: (1, "forward"), 13: (1, "forward"), 21: (1, "backward"),
+                   22: (1, "backward"), 23: (1, "backward"), 35: (1, "optimizer"), 45: (None, "forward"),
+                   51: (2, "forward"), 61: (2, "backward"), 71: (2, "optimizer"), 90: (None, "forward")}
+    assert trace.steps["step"].to_list() == [1, 2] and trace.calls.height == 0
+    assert gpu.height == 12  # the eight markers are not activities of the workload
+
+
+def test_names_and_fields_are_written_as_kineto_writes_them(tmp_path):
+    _, trace = written(tmp_path, *two_steps())
+    events = {e["args"]["correlation"]: e for e in trace["traceEvents"] if "correlation" in e.get("args", {})}
+    assert events[11]["name"] == ("void (anonymous namespace)::softmax_warp_forward<c10::BFloat16, c10::BFloat16, "
+                                  "float, 10, false, false>(c10::BFloat16*, c10::BFloat16 const*, int, int, int, "
+                                  "bool const*, int, bool)")
+    assert events[12]["name"] == "nvjet_sm90_tst_128x64_64x8_1x2_h_bz_NNT"  # never C++: as it came
+    assert events[11]["args"]["grid"] == [4, 1, 1] and events[11]["args"]["shared memory"] == 1024
+    assert (events[11]["pid"], events[11]["tid"], events[13]["tid"]) == (0, 7, 73)
+    assert events[22]["name"] == "Memcpy HtoD (Pinned -> Device)" and events[22]["cat"] == "gpu_memcpy"
+    assert events[23]["name"] == "Memset (Device)" and events[23]["args"]["bytes"] == 4
+    assert events[11]["ts"] == pytest.approx(200.0, abs=1e-6) and events[11]["dur"] == 800.0  # µs since base
+
+
+@pytest.mark.skipif(shutil.which("c++filt") is None, reason="binutils' c++filt absent")
+def test_demangled_names_agree_with_cxxfilt():
+    sample = json.loads(open(__file__.replace("test_cupti_capture.py", "data/cupti-fields-sample.json")).read())
+    names = [SOFTMAX] + [r["name"] for r in sample if r.get("name", "").startswith("_Z")]
+    theirs = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True, text=True).stdout.splitlines()
+    assert [demangled(n) for n in names] == theirs
+
+
+def test_a_capture_whose_markers_are_not_the_marks_is_refused(tmp_path):
+    records, steps = two_steps()
+    with pytest.raises(ValueError, match="7 marker memsets where the runner made 8"):
+        kineto_trace(records[1:], steps, pid=1, tid=1, base_ns=0)
+
+
+def test_the_step_time_every_verb_sees_is_the_marks_span(tmp_path):
+    """What the loaded trace calls a step is the runner's ProfilerStep#N (wall clock, 9 ms each)."""
+    path, _ = written(tmp_path, *two_steps())
+    trace = tracekit.load(path)
+    spans = trace.steps.select(ms=(pl.col("cpu_end") - pl.col("cpu_start")) / MS)["ms"].to_list()
+    assert spans == [9.0, 9.0]
