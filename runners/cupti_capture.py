@@ -118,7 +118,9 @@ class DeviceCapture:
         the calls made before this mark from those after."""
         import torch
 
-        self._memset(self._byte.data_ptr(), MARK_VALUE, 1, torch.cuda.current_stream(self.device).cuda_stream)
+        err, = self._memset(self._byte.data_ptr(), MARK_VALUE, 1, torch.cuda.current_stream(self.device).cuda_stream)
+        if int(err) != 0:
+            raise RuntimeError(f"cudaMemsetAsync (a stream marker) failed: {err}")
         self.marks += 1
 
     def stop(self) -> None:
@@ -165,12 +167,13 @@ def kineto_trace(records: list[dict], steps: list[tuple[int, list[tuple[str | No
                  base_ns: int, meta: dict | None = None) -> dict:
     """A Kineto trace (as JSON) of the activity `records` (`as_record`) of recorded `steps`:
     per step (number, its phase-clock marks [(phase or None for the start, wall ns)]), whose
-    marks were the capture's markers in that order. Timestamps are µs since `base_ns` (three
+    marks were the capture's markers in that order. Only what was launched between the first
+    marker and the last is kept (not the warm-up step before them). Timestamps are µs since `base_ns` (three
     decimals, as Kineto writes them); `meta` adds top-level keys (`deviceProperties`,
     `distributedInfo`, …). Raises ValueError when the markers found are not the marks given."""
     markers = sorted(r["correlation_id"] for r in records if is_marker(r))
     wanted = sum(len(marks) for _, marks in steps)
-    if len(markers) != wanted:
+    if len(markers) != wanted or not wanted:
         raise ValueError(f"the capture holds {len(markers)} marker memsets where the runner made {wanted}")
 
     def us(ns):
@@ -190,9 +193,10 @@ def kineto_trace(records: list[dict], steps: list[tuple[int, list[tuple[str | No
             ranges.append((markers[at], markers[at + 1], ext))
             at += 1
         at += 1
-    events += [activity_event(r, us, launched_in(r["correlation_id"], ranges)) for r in records if not is_marker(r)]
-    devices = sorted({r["device_id"] for r in records if not is_marker(r)})
-    streams = sorted({(r["device_id"], r["stream_id"]) for r in records if not is_marker(r)})
+    kept = [r for r in records if not is_marker(r) and markers[0] < r["correlation_id"] < markers[-1]]
+    events += [activity_event(r, us, launched_in(r["correlation_id"], ranges)) for r in kept]
+    devices = sorted({r["device_id"] for r in kept})
+    streams = sorted({(r["device_id"], r["stream_id"]) for r in kept})
     events += [{"name": "process_name", "ph": "M", "pid": d, "tid": 0, "args": {"name": f"GPU {d}"}} for d in devices]
     events += [{"name": "thread_name", "ph": "M", "pid": d, "tid": s, "args": {"name": f"stream {s} "}}
                for d, s in streams]

@@ -341,8 +341,9 @@ def record_steps(step, cfg: dict, device: torch.device, mode: str | None, steps:
     is drained before the first step and after the last, never between them (as in training);
     a step's time (`step_ms`) is its span on the device clock (the host clock off CUDA),
     first phase mark to last. Python's cycle collector does not run inside. In `cupti` mode
-    CUPTI records from the first step's start mark on (`cupti_capture`); the phase clocks
-    mark the stream at each mark."""
+    CUPTI records from before the warm-up step (its first launches after being enabled cost
+    hundreds of ms: the warm-up step pays them) and the trace keeps what was launched from the
+    first step's start mark on; the phase clocks mark the stream at each mark."""
     prof, capture = contextlib.nullcontext(), None
     if mode is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -353,15 +354,15 @@ def record_steps(step, cfg: dict, device: torch.device, mode: str | None, steps:
         prof = profiler(device, mode, steps, cfg["with_stack"], lambda p: p.export_chrome_trace(str(tmp)))
     clocks, counts = [], []
     with without_gc_pauses(), prof:
-        step(PhaseClock(device))  # the profiler's warm-up step
-        synchronize(device)
-        advance = prof.step if capture is None and mode is not None else lambda: None
-        advance()
-        if capture is not None:
+        if capture is not None:  # enabled before the warm-up step, which pays CUPTI's first-launch cost
             try:
                 capture.start()
             except Exception as e:  # cupti.cuptiError: CUPTI held by another client, …
                 raise CaptureUnavailable(f"CUPTI refused the capture ({type(e).__name__}: {e})".splitlines()[0])
+        step(PhaseClock(device))  # the profiler's warm-up step
+        synchronize(device)
+        advance = prof.step if capture is None and mode is not None else lambda: None
+        advance()
         try:
             for _ in range(steps):
                 clock = PhaseClock(device, capture.mark if capture is not None else None)

@@ -37,7 +37,8 @@ def two_steps():
     """Two steps of three phases; marks (host wall clock) at 0, 3, 7, 9 ms and 10, 13, 17, 19 ms;
     the markers' correlation ids 10, 20, 30, 40 and 50, 60, 70, 80. Step 1's optimizer kernel
     (correlation 35) runs late, at 11–12 ms, inside step 2's window: it was launched in step 1.
-    Correlation 45 was launched between the steps (no step); 90 after the last mark."""
+    Correlation 45 was launched between the steps (no step); 5 before the first mark (the
+    warm-up step) and 90 after the last: not kept."""
     marks = [(1, [(None, 0), ("forward", 3), ("backward", 7), ("optimizer", 9)]),
              (2, [(None, 10), ("forward", 13), ("backward", 17), ("optimizer", 19)])]
     steps = [(n, [(p, T0 + t * MS) for p, t in m]) for n, m in marks]
@@ -47,7 +48,7 @@ def two_steps():
                 kernel("ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)", 13, 1.5, 2.5, stream=73),
                 kernel("bwd", 21, 3.2, 7.0), kernel("opt", 35, 11.0, 12.0), kernel("between", 45, 12.0, 12.4),
                 kernel("fwd2", 51, 12.6, 13.0), kernel("bwd2", 61, 13.2, 17.0), kernel("opt2", 71, 17.2, 19.0),
-                kernel("after", 90, 19.5, 20.0),
+                kernel("after", 90, 19.5, 20.0), kernel("warm-up", 5, -3.0, -2.0),
                 {"kind": "memcpy", "start": T0 + 4 * MS, "end": T0 + 4 * MS + 1000, "device_id": 0, "context_id": 1,
                  "stream_id": 7, "correlation_id": 22, "bytes": 131072, "copy_kind": 1, "src_kind": 2, "dst_kind": 3},
                 {"kind": "memset", "start": T0 + 5 * MS, "end": T0 + 5 * MS + 767, "device_id": 0, "context_id": 1,
@@ -71,9 +72,9 @@ def test_each_activity_lands_in_the_step_and_phase_it_was_launched_in(tmp_path):
     got = {c: (s, p) for c, s, p in gpu.select("correlation", "step", "phase").iter_rows()}
     assert got == {11: (1, "forward"), 12: (1, "forward"), 13: (1, "forward"), 21: (1, "backward"),
                    22: (1, "backward"), 23: (1, "backward"), 35: (1, "optimizer"), 45: (None, "forward"),
-                   51: (2, "forward"), 61: (2, "backward"), 71: (2, "optimizer"), 90: (None, "forward")}
+                   51: (2, "forward"), 61: (2, "backward"), 71: (2, "optimizer")}
     assert trace.steps["step"].to_list() == [1, 2] and trace.calls.height == 0
-    assert gpu.height == 12  # the eight markers are not activities of the workload
+    assert gpu.height == 11  # nor are the eight markers, the workload's
 
 
 def test_names_and_fields_are_written_as_kineto_writes_them(tmp_path):
