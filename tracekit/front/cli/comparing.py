@@ -10,20 +10,16 @@ import click
 
 from tracekit.core.errors import UsageError
 
-from .common import (analysed_runs, emit, existing, format_option, load_options, load_traces, main, new_file,
-                     of_ranks, rank_option, render_frame, steps_choice, table_layout, wrote)
+from .common import (analysed_runs, emit, existing, format_option, load_options, load_traces, main, named_beside,
+                     new_file, of_ranks, rank_option, render_frame, steps_choice, table_layout, wrote)
 
 
 def named_material(trace, by: str, comm_kernels: tuple = (), cache=None):
     """`diff.material` of a trace, a lean one first named from the full step beside it
-    (`<its folder>/names/<its file name>`, as `tracekit profile` writes it) when there is one."""
+    (`named_beside`), with the counts of what was named."""
     from tracekit.analyses.diff import material
-    from tracekit.analyses.naming import named
-    from tracekit.core.loading import load_trace
 
-    beside = Path(str(trace.path)).parent / "names" / Path(str(trace.path)).name
-    counts = named(trace, load_trace(beside, comm_kernels=comm_kernels, cache=cache)) \
-        if beside.is_file() and trace.has_gpu else None  # a trace without device work has nothing to name
+    counts = named_beside(trace, comm_kernels, cache)
     found = material(trace, by)
     found.named = counts
     return found
