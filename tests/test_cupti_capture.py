@@ -7,6 +7,7 @@ import gzip
 import json
 import shutil
 import subprocess
+from pathlib import Path
 
 import polars as pl
 import pytest
@@ -111,3 +112,106 @@ def test_the_step_time_every_verb_sees_is_the_marks_span(tmp_path):
     trace = tracekit.load(path)
     spans = trace.steps.select(ms=(pl.col("cpu_end") - pl.col("cpu_start")) / MS)["ms"].to_list()
     assert spans == [9.0, 9.0]
+
+
+# A real capture: tests/data/h200x1-cupti (README there), through the core and every verb.
+REAL = Path(__file__).parent / "data" / "h200x1-cupti"
+
+
+def cli(*args):
+    from click.testing import CliRunner
+
+    from tracekit.front.cli import main
+
+    result = CliRunner().invoke(main, list(map(str, args)))
+    assert result.exit_code == 0 and "Traceback" not in result.output, result.output[-3000:]
+    return result
+
+
+@pytest.mark.parametrize("variant", ["fsdp1", "fsdp2"])
+def test_a_real_capture_has_the_kernels_of_a_kineto_capture_of_the_same_step(variant):
+    """Every recorded step holds exactly the kernels (names, as Kineto demangles them, and
+    count) of the `full` step that torch.profiler recorded right after (names/: an independent
+    capture of the same procedure); every activity has a step and a phase and is named."""
+    from tracekit.analyses.naming import named
+
+    trace = tracekit.load(REAL / variant / "rank0.pt.trace.json.gz")
+    full = tracekit.load(REAL / variant / "names" / "rank0.pt.trace.json.gz")
+    theirs = sorted(full.gpu.filter((pl.col("kind") == "kernel") & (pl.col("step") == full.gpu["step"].max()))["name"])
+    kernels = trace.gpu.filter(pl.col("kind") == "kernel")
+    assert trace.steps["step"].to_list() == [1, 2]
+    for step in (1, 2):
+        assert sorted(kernels.filter(pl.col("step") == step)["name"]) == theirs
+    gpu = trace.gpu.with_row_index("row").join(launch_context(trace), on="row")
+    assert gpu["step"].null_count() == 0 and gpu["phase"].null_count() == 0
+    matched, total = named(trace, full)
+    assert matched == total == trace.gpu.height
+
+
+@pytest.mark.parametrize("variant", ["fsdp1", "fsdp2"])
+def test_a_real_captures_steps_span_what_their_cuda_events_measured(variant):
+    """Each step's device activity (first start to last end) against the step's CUDA-event time
+    (the manifest's `recorded[0].step_ms`, another clock): never longer, and within 1 % except
+    where the GPU waited for the first launch after the drain before step 1 (fsdp1: 1.4 %)."""
+    manifest = json.loads((REAL / "manifest.json").read_text())
+    recorded = manifest["variants"][variant]["ranks"][0]["recorded"][0]
+    assert recorded["mode"] == "cupti"
+    trace = tracekit.load(REAL / variant / "rank0.pt.trace.json.gz")
+    spans = trace.gpu.group_by("step").agg(ms=(pl.col("end").max() - pl.col("start").min()) / 1e6).sort("step")["ms"]
+    for step, (traced, timed) in enumerate(zip(spans, recorded["step_ms"]), 1):
+        assert traced <= timed * 1.001
+        assert traced >= timed * (0.98 if step == 1 else 0.99), (step, traced, timed)
+
+
+def test_every_verb_runs_on_a_real_capture(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRACEKIT_CACHE_DIR", str(tmp_path / "cache"))
+    run = tmp_path / "run"
+    shutil.copytree(REAL, run)
+    for verb in ("summary", "syncs", "comms", "overlap", "breakdown", "kernels", "lint"):
+        cli(verb, "--format", "json", run / "fsdp2")
+    by_op = json.loads(cli("kernels", "--by", "op", "--format", "json", run / "fsdp2").stdout)
+    ops = {k["op"] for t in by_op["traces"] for s in t["steps"] for k in s["kernels"]}
+    assert "aten::mm" in ops and None not in ops  # named from the full step, in a per-step verb too
+    cli("export", run / "fsdp2" / "rank0.pt.trace.json.gz", "-o", tmp_path / "t.pftrace")
+    diff = json.loads(cli("diff", "--format", "json", run / "fsdp1", run / "fsdp2").stdout)
+    assert diff
+    cli("report", run)
+    assert "all 2 counts match" in cli("check", run).output
+
+
+def test_a_named_table_is_not_read_back_from_before_naming(tmp_path, monkeypatch):
+    """`report` caches a recording's diff items; a later `diff` names the recording first: it
+    must get named items, not the table cached before naming."""
+    from tracekit.analyses.diff import all_items
+    from tracekit.core import cache
+    from tracekit.front.cli.common import named_beside
+
+    monkeypatch.setenv("TRACEKIT_CACHE_DIR", str(tmp_path / "cache"))
+    path = REAL / "fsdp2" / "rank0.pt.trace.json.gz"
+    unnamed = all_items(tracekit.load(path))
+    cache._writer.submit(lambda: None).result()
+    again = tracekit.load(path)
+    named_beside(again)
+    items = all_items(again)
+    monkeypatch.setenv("TRACEKIT_NO_CACHE", "1")
+    fresh = tracekit.load(path)
+    named_beside(fresh)
+    assert unnamed.filter(pl.col("row").is_not_null())["op"].null_count() > 0  # what a stale table looked like
+    assert items.sort(items.columns).equals(all_items(fresh).sort(items.columns))
+
+
+def test_reading_the_cache_prints_nothing(tmp_path, monkeypatch, capfd):
+    """polars 1.31 warned "Could not memory_map compressed IPC file" once per table read."""
+    from tracekit.core import cache
+
+    monkeypatch.setenv("TRACEKIT_CACHE_DIR", str(tmp_path / "cache"))
+    path = REAL / "fsdp2" / "rank0.pt.trace.json.gz"
+    tracekit.load(path)
+    cache._writer.submit(lambda: None).result()
+    capfd.readouterr()
+    cached = tracekit.load(path)
+    from tracekit.analyses.timeline import timeline
+    timeline(cached, "step")
+    cache._writer.submit(lambda: None).result()
+    timeline(tracekit.load(path), "step")
+    assert capfd.readouterr().err == ""

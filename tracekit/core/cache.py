@@ -3,10 +3,12 @@
 An entry is a folder named by a hash of the trace's identity — its path (or URL), size,
 inode, modification and change times (a URL: its ETag, Last-Modified and the like,
 `files.identity`), the classification options (`--comm-kernel`) and `SCHEMA`, the version of
-the cached tables and analyses — holding each table as Arrow IPC (zstd) and `trace.json`
-(what else a `Trace` holds). The analyses' own intermediate tables (the timeline) go there
+the cached tables and analyses — holding each table as Arrow IPC (zstd; read without a memory map, which polars cannot do
+for compressed files and warns about) and `trace.json` (what else a `Trace` holds). The analyses' own intermediate tables (the timeline) go there
 too: `Trace.derived` is a `Derived`, which writes each table an analysis keeps in it to the
-entry and reads it back in a later command, so an analysis itself does no I/O. It is written to a temporary folder (`.tmp-…`) and renamed into place, so a reader never
+entry and reads it back in a later command, so an analysis itself does no I/O; a table made
+after the trace was named from another one (`naming.named`) is kept under that one's identity
+too (`Derived.rebased`), so a table made before naming is never read back after it. It is written to a temporary folder (`.tmp-…`) and renamed into place, so a reader never
 sees half an entry; a temporary folder that a killed process left behind counts as an entry
 for `cache info`, `cache clear` and the size bound. An entry that cannot be read (corrupt, from another version) is ignored
 and written again, never trusted. The cache is `TRACEKIT_CACHE_DIR`, else the user's cache
@@ -29,7 +31,7 @@ import polars as pl
 
 from .model import Trace
 
-SCHEMA = 7  # bump when the loaded tables, the analyses' kept tables or their meaning change
+SCHEMA = 8  # bump when the loaded tables, the analyses' kept tables or their meaning change
 TABLES = ("gpu", "calls", "ops", "marks", "steps")
 _writer = ThreadPoolExecutor(max_workers=1)  # writes overlap the analysis; finished before exit
 atexit.register(_writer.shutdown, wait=True)
@@ -43,16 +45,23 @@ class Derived(dict):
     def __init__(self, entry: Path):
         super().__init__()
         self.entry = entry
+        self.basis = ""  # what else the tables were built from (`rebased`): part of each file's name
 
     def _file(self, key: str) -> Path:
-        return self.entry / f"derived-{key}.arrow"
+        return self.entry / f"derived-{key}{'@' + self.basis if self.basis else ''}.arrow"
+
+    def rebased(self, basis: str) -> None:
+        """Forget the tables kept so far: those made from now on are made from the trace and
+        `basis` (the naming trace's identity, `naming.named`), and are kept under it."""
+        dict.clear(self)
+        self.basis = hashlib.sha256(basis.encode()).hexdigest()[:16]
 
     def __contains__(self, key) -> bool:
         if dict.__contains__(self, key):
             return True
         if isinstance(key, str) and self._file(key).exists():
             try:
-                dict.__setitem__(self, key, pl.read_ipc(self._file(key)))
+                dict.__setitem__(self, key, pl.read_ipc(self._file(key), memory_map=False))
             except Exception:  # unreadable: computed again
                 return False
             return True
@@ -100,7 +109,7 @@ def read(entry_key: str) -> Trace | None:
         info = json.loads((entry / "trace.json").read_text())
         if info.pop("schema") != SCHEMA:
             return None
-        tables = {name: pl.read_ipc(entry / f"{name}.arrow") for name in TABLES}
+        tables = {name: pl.read_ipc(entry / f"{name}.arrow", memory_map=False) for name in TABLES}
         os.utime(entry / "trace.json")  # recently used
     except Exception:  # a corrupt entry is a miss: it is written again
         return None
@@ -121,7 +130,7 @@ def _write(root: Path, entry_key: str, trace: Trace) -> None:
     try:
         tmp.mkdir(parents=True)
         for name in TABLES:
-            getattr(trace, name).write_ipc(tmp / f"{name}.arrow", compression="zstd")
+            getattr(trace, name).write_ipc(tmp / f"{name}.arrow", compression="zstd")  # read without memory map
         info = {"path": trace.path, "rank": trace.rank, "world_size": trace.world_size, "meta": trace.meta,
                 "origin_us": trace.origin_us, "facts": trace.facts, "schema": SCHEMA}
         (tmp / "trace.json").write_text(json.dumps(info))
