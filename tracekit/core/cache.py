@@ -3,8 +3,7 @@
 An entry is a folder named by a hash of the trace's identity — its path (or URL), size,
 inode, modification and change times (a URL: its ETag, Last-Modified and the like,
 `files.identity`), the classification options (`--comm-kernel`) and `SCHEMA`, the version of
-the cached tables and analyses — holding each table as Arrow IPC (zstd; read without a memory map, which polars cannot do
-for compressed files and warns about) and `trace.json` (what else a `Trace` holds). The analyses' own intermediate tables (the timeline) go there
+the cached tables and analyses — holding each table as Arrow IPC (zstd; read from its bytes, `read_table`) and `trace.json` (what else a `Trace` holds). The analyses' own intermediate tables (the timeline) go there
 too: `Trace.derived` is a `Derived`, which writes each table an analysis keeps in it to the
 entry and reads it back in a later command, so an analysis itself does no I/O; a table made
 after the trace was named from another one (`naming.named`) is kept under that one's identity
@@ -61,7 +60,7 @@ class Derived(dict):
             return True
         if isinstance(key, str) and self._file(key).exists():
             try:
-                dict.__setitem__(self, key, pl.read_ipc(self._file(key), memory_map=False))
+                dict.__setitem__(self, key, read_table(self._file(key)))
             except Exception:  # unreadable: computed again
                 return False
             return True
@@ -76,6 +75,12 @@ class Derived(dict):
         dict.__setitem__(self, key, value)
         if isinstance(key, str) and isinstance(value, pl.DataFrame):
             _writer.submit(_write_frame, value, self._file(key))
+
+
+def read_table(path: Path) -> pl.DataFrame:
+    """A cached table, read from its bytes: polars would try to memory-map a path, which it
+    cannot for a compressed file (polars 1.x then warns on stderr at every read)."""
+    return pl.read_ipc(path.read_bytes())
 
 
 def _write_frame(frame: pl.DataFrame, path: Path) -> None:
@@ -109,7 +114,7 @@ def read(entry_key: str) -> Trace | None:
         info = json.loads((entry / "trace.json").read_text())
         if info.pop("schema") != SCHEMA:
             return None
-        tables = {name: pl.read_ipc(entry / f"{name}.arrow", memory_map=False) for name in TABLES}
+        tables = {name: read_table(entry / f"{name}.arrow") for name in TABLES}
         os.utime(entry / "trace.json")  # recently used
     except Exception:  # a corrupt entry is a miss: it is written again
         return None
@@ -130,7 +135,7 @@ def _write(root: Path, entry_key: str, trace: Trace) -> None:
     try:
         tmp.mkdir(parents=True)
         for name in TABLES:
-            getattr(trace, name).write_ipc(tmp / f"{name}.arrow", compression="zstd")  # read without memory map
+            getattr(trace, name).write_ipc(tmp / f"{name}.arrow", compression="zstd")
         info = {"path": trace.path, "rank": trace.rank, "world_size": trace.world_size, "meta": trace.meta,
                 "origin_us": trace.origin_us, "facts": trace.facts, "schema": SCHEMA}
         (tmp / "trace.json").write_text(json.dumps(info))
