@@ -1,6 +1,7 @@
-"""Recording steps with torch.profiler, in one of four capture modes (docs/profile.md).
+"""Recording steps with torch.profiler, in one of four capture modes (docs/profile.md); the
+default, `cupti`, records without torch.profiler (`cupti_capture.py`) and falls back to `device`.
 
-- `device` (the default): CUDA activities alone (runtime calls, kernels, copies, memsets; not
+- `device`: CUDA activities alone (runtime calls, kernels, copies, memsets; not
   CUPTI's synchronization records), no CPU side at all: the runner writes its own step and
   phase marks into the trace afterwards (`with_marks`: `ProfilerStep#N` and
   `tracekit#<phase>` from the phase clocks' wall-clock readings). The cheapest capture that
