@@ -127,7 +127,8 @@ def reconciliation(real: dict, attributed: pl.DataFrame) -> pl.DataFrame:
     beside the Δ of the recorded steps' phase timers and the Δ the trace attributes
     (`attributed`: phase, device_delta_ns, idle_delta_ns per rank on average), split into
     device time and idle; `unexplained_ms` = real − attributed, and `within`, whether the
-    attributed Δ lies inside the real Δ's interval."""
+    attributed Δ lies inside the real Δ's interval. The step's row sums every item, those in
+    no phase (`other`: host work outside the runner's phases) included."""
     rows = []
     by_phase = {r["phase"]: r for r in attributed.iter_rows(named=True)}
     whole = {"device_delta_ns": int(attributed["device_delta_ns"].sum()),
@@ -151,13 +152,14 @@ def reconciliation(real: dict, attributed: pl.DataFrame) -> pl.DataFrame:
 
 
 def fidelity_warnings(real: dict, table: pl.DataFrame, sides: bool = True) -> list[str]:
-    """Where the attributed Δ falls outside the real Δ's interval (by phase and whole step),
+    """Where the attributed Δ falls outside the real Δ's interval (by phase and whole step;
+    not where too few steps make the interval no evidence),
     when the profiler clearly slowed a side's recorded steps (`profiler_slowed`), and when the
     machine's speed moved by more than `SHIFT_WARN` between a side's timed loop and its
     recording (`machine_shift`) — those two unless not `sides` (the report says them per
     variant)."""
     out = []
-    for r in table.filter(~pl.col("within")).iter_rows(named=True):
+    for r in table.filter(~pl.col("within") & ~pl.col("verdict").str.starts_with("too few")).iter_rows(named=True):
         where = "the step" if r["phase"] == "step" else f"the {r['phase']} phase"
         out.append(f"{where}: the trace attributes {r['attributed_d_ms']:+.3f} ms but the timed steps say "
                    f"{r['real_d_ms']:+.3f} ms {r['real_d_ms_ci']}: {r['unexplained_ms']:+.3f} ms unexplained")

@@ -215,3 +215,27 @@ def test_reading_the_cache_prints_nothing(tmp_path, monkeypatch, capfd):
     cache._writer.submit(lambda: None).result()
     timeline(tracekit.load(path), "step")
     assert capfd.readouterr().err == ""
+
+
+def test_the_reconciliations_step_row_is_the_recorded_steps_delta():
+    """The step row sums every item, those in no phase (`host: other`) too: it equals B − A of
+    the two recorded steps' spans (`step_delta_ns`, measured from the steps, not the items).
+    With 5 timed steps the verdicts are `too few steps`: no "unexplained" warning then."""
+    from click.testing import CliRunner
+
+    from tracekit.front.cli import main
+
+    result = CliRunner().invoke(main, ["diff", "--format", "json", str(REAL / "fsdp1"), str(REAL / "fsdp2")])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    step = next(r for r in out["reconciliation"] if r["phase"] == "step")
+    assert step["attributed_d_ms"] == pytest.approx(out["step_delta_ns"] / 1e6, abs=1e-3)
+    assert {r["verdict"] for r in out["reconciliation"]} == {"too few steps"}
+    assert "unexplained" not in result.stderr
+
+
+def test_the_lead_never_says_minus_zero():
+    from tracekit.analyses.lead import more_or_less, signed_ms
+
+    assert (signed_ms(-0.0004), signed_ms(0.0004), signed_ms(-1.234)) == ("0.000 ms", "0.000 ms", "−1.23 ms")
+    assert (more_or_less(-0.0004), more_or_less(2.5)) == ("as long (to 0.001 ms)", "2.50 ms more")
