@@ -171,6 +171,10 @@ def show_report(out, fmt: str, layout=None, baseline: str | None = None, plot_pa
                          "warnings": warnings}, indent=1))
     else:
         emit(render_frame(table, fmt, "report", layout))
+        if fmt in ("table", "md") and (manifest["config"].get("repeats") or 1) > 1:
+            click.echo("(step_ms: the median of every repeat's timed steps pooled; d_step_ms: B − A of each\n"
+                       "repeat's medians, averaged over repeats: it need not equal the step_ms difference;\n"
+                       "the same for the phases' ms and d_ms)")
         if fmt in ("table", "md") and phases.height:
             click.echo("\nper phase, timed steps (pct: median phase ÷ median step, so they need not add to 100;\n"
                        "rec_d_ms: the Δ in the recorded steps):")
