@@ -239,3 +239,23 @@ def test_the_lead_never_says_minus_zero():
 
     assert (signed_ms(-0.0004), signed_ms(0.0004), signed_ms(-1.234)) == ("0.000 ms", "0.000 ms", "−1.23 ms")
     assert (more_or_less(-0.0004), more_or_less(2.5)) == ("as long (to 0.001 ms)", "2.50 ms more")
+
+
+def test_without_cupti_python_the_recording_falls_back_to_device_saying_why(monkeypatch):
+    """Here cupti-python is not installed: on CUDA the runner would record in `device` mode
+    with a one-line reason; off CUDA `cupti` records as `device` (lean there), silently."""
+    import torch
+
+    from tracekit.runners import worker
+    from tracekit.runners.cupti_capture import why_unavailable
+
+    try:
+        import cupti  # noqa: F401
+        pytest.skip("cupti-python is installed here")
+    except ImportError:
+        pass
+    reason = why_unavailable()
+    assert reason.startswith("cupti-python is not importable") and "\n" not in reason
+    assert worker.capture_mode("cupti", torch.device("cpu")) == ("device", None)
+    assert worker.capture_mode("cupti", torch.device("cuda", 0)) == ("device", reason)
+    assert worker.capture_mode("full", torch.device("cuda", 0)) == ("full", None)
