@@ -63,7 +63,7 @@ VIEWS = {
                              ("name", "op", "category", "coll_kind", "count", "total_ns", "mean_ns", "busy_pct")},
                     kernel_names=("kernels.name",)),
     "lint": View(("run", "rank", "severity", "kind", "count", "step", "detail")),
-    "report": View(("variant", "rank", "status", "step_ms", "d_step_ms", "d_step_ms_ci", "verdict", "overhead"),
+    "report": View(("variant", "rank", "step_ms", "d_step_ms", "d_step_ms_ci", "verdict", "peak_mem", "recompiles"),
                    {"busy_pct": ("gpu_busy_ns", SPAN), "exposed_comm_pct": ("exposed_comm_ns", SPAN),
                     "idle_pct": ("idle_ns", SPAN)},
                    {"peak_allocated_bytes": "peak_mem", "profiler_overhead": "overhead",
