@@ -2,7 +2,8 @@
 
 - `count_check`: each recorded step's trace-derived counts against the runtime's own counts of
   that step, for each recording (the attributed one, and the `full` step naming a `lean`
-  one). Compared: `Event.synchronize` ↔ host `cudaEventSynchronize` (GPU traces), and
+  one). Compared: `Event.synchronize` ↔ host `cudaEventSynchronize` (GPU traces that hold
+  host calls: not a `cupti` recording, whose `full` naming step is compared instead), and
   each collective kind ↔ the Python collective calls of that kind, for all_gather and
   reduce_scatter always and for other kinds when the runtime saw any. Kinds issued from C++
   (DDP's reducer all-reduces) are invisible to the runtime counters and not compared. Nor are
@@ -65,7 +66,7 @@ def count_check(manifest: dict, runs: dict[str, Run], names: dict[str, Run] | No
                 recording = r["recorded"][index] if r.get("recorded") else \
                     {"mode": manifest.get("config", {}).get("profile_mode", "full"),
                      "runtime_counts_per_step": r.get("runtime_counts_per_step") or [r["runtime_counts"]]}
-                if recording["mode"] in ("device", "lean") and not gpu:
+                if recording["mode"] in ("cupti", "device", "lean") and not gpu:
                     continue
                 per_step = recording["runtime_counts_per_step"]
                 for step, counted in zip(traced[r["rank"]][-len(per_step):], per_step):
@@ -75,7 +76,7 @@ def count_check(manifest: dict, runs: dict[str, Run], names: dict[str, Run] | No
                             col = ".".join(RUNTIME_KEYS[key])
                             runtime[col] = runtime.get(col, 0) + n
                     compared = set(runtime) | set(ALWAYS_COMPARED)
-                    if not gpu:
+                    if not gpu or recording["mode"] == "cupti":  # a cupti recording holds no host calls
                         compared.discard("syncs.cudaEventSynchronize")
                     if one_rank_gpu:
                         compared = {c for c in compared if not c.startswith("collectives.")}

@@ -377,8 +377,9 @@ def per_rank_text(deltas: dict[int, int]) -> str:
 def phase_attribution(diff: Diff, ranks: int = 1) -> pl.DataFrame:
     """Per phase, the diff's Δ split into device time (compute, comm, memcpy items) and idle
     (idle items, by the phase of the work they waited for), ns, divided by `ranks` (a sum
-    over ranks → the mean rank). Items without a phase (host-only traces) are left out."""
-    return (diff.all_items.filter(pl.col("phase").is_not_null())
+    over ranks → the mean rank). Items without a phase (`host: other`, host-only traces) form
+    the row `other`: they are part of the step, in no phase."""
+    return (diff.all_items.with_columns(pl.col("phase").fill_null("other"))
             .group_by("phase").agg(
                 device_delta_ns=pl.col("delta_ns").filter(pl.col("kind") != "idle").sum() // ranks,
                 idle_delta_ns=pl.col("delta_ns").filter(pl.col("kind") == "idle").sum() // ranks)

@@ -19,7 +19,16 @@ def ms(value_ms: float) -> str:
 
 
 def more_or_less(delta_ms: float) -> str:
+    """`1.23 ms more` / `1.23 ms less`; `as long (to 0.001 ms)` where it rounds to nothing."""
+    if float(ms(delta_ms)) == 0:
+        return "as long (to 0.001 ms)"
     return f"{ms(delta_ms)} ms {'more' if delta_ms > 0 else 'less'}"
+
+
+def signed_ms(delta_ms: float) -> str:
+    """`+1.23 ms` / `−1.23 ms`; `0.000 ms` (no sign) where it rounds to nothing."""
+    text = ms(delta_ms)
+    return f"{text} ms" if float(text) == 0 else f"{'+' if delta_ms > 0 else '−'}{text} ms"
 
 
 def step_sentence(result: RunDiff, a: str, b: str) -> str:
@@ -27,8 +36,9 @@ def step_sentence(result: RunDiff, a: str, b: str) -> str:
     if result.real and result.real.get("step"):
         step = result.real["step"]
         lo, hi = step["d_ms_ci"]
-        word = "longer" if step["d_ms"] > 0 else "shorter"
-        return (f"In the timed steps, {b}'s step is {ms(step['d_ms'])} ms {word} than {a}'s "
+        word = "as long as" if float(ms(step["d_ms"])) == 0 else \
+            f"{ms(step['d_ms'])} ms {'longer' if step['d_ms'] > 0 else 'shorter'} than"
+        return (f"In the timed steps, {b}'s step is {word} {a}'s "
                 f"(95 % interval {lo:+.2f} to {hi:+.2f} ms): {step['verdict']}.")
     n = len(result.per_rank)
     delta = result.together.step_delta_ns / n / 1e6
@@ -50,7 +60,7 @@ def phase_sentence(result: RunDiff) -> str | None:
         phases = attributed.select("phase", d=(pl.col("device_delta_ns") + pl.col("idle_delta_ns")) / 1e6)
         source = "the trace, mean rank" if len(result.per_rank) > 1 else "the trace"
     top = phases.sort(pl.col("d").abs(), descending=True).head(2).iter_rows(named=True)
-    parts = [f"{r['phase']} {'+' if r['d'] > 0 else '−'}{ms(r['d'])} ms" + (f" ({r['verdict']})" if r.get("verdict") else "")
+    parts = [f"{r['phase']} {signed_ms(r['d'])}" + (f" ({r['verdict']})" if r.get("verdict") else "")
              for r in top]
     return f"By phase: {' and '.join(parts)} ({source})."
 

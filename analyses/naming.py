@@ -46,6 +46,8 @@ def named(lean: Trace, full: Trace) -> tuple[int, int]:
     names = lean_names(lean, full)
     dtype = lean.gpu.with_row_index("row").join(names.select("row", new="dtype"), on="row", how="left")
     lean.gpu = lean.gpu.with_columns(dtype=pl.coalesce(dtype["new"], dtype["dtype"]))
+    if hasattr(lean.derived, "rebased"):  # cached tables: those made from now on are of the named trace
+        lean.derived.rebased(f"named from {full.path} {getattr(full.derived, 'entry', '')}")
     lean.derived.clear()
     lean.derived["lean-names"] = names.select("row", "op")
     return int(names["matched"].sum()), names.height

@@ -4,7 +4,8 @@ For each activity, the annotations and ops enclosing its launching call (same th
 start ≤ call start, end ≥ call end) give:
 - `phase`: the runner's own `tracekit#<phase>` annotation whose time range holds the launch
   (any thread: the autograd engine launches backward kernels from its own threads while the
-  main thread waits inside `tracekit#backward`) — forward, backward, optimizer, checkpoint;
+  main thread waits inside `tracekit#backward`), or, where the launch is not in the trace (a
+  `cupti` recording), the one its `External id` names — forward, backward, optimizer, checkpoint;
   without one (traces of other harnesses), `optimizer` inside `Optimizer.step#…`/
   `Optimizer.zero_grad#…`, `backward` inside an autograd engine function or an FSDP backward
   hook, else `forward`;
@@ -52,6 +53,11 @@ def launch_context(trace: Trace) -> pl.DataFrame:
     by_runner = (launches.filter(pl.col("c_start").is_not_null())
                  .join_where(runner, pl.col("r_start") <= pl.col("c_start"), pl.col("r_end") >= pl.col("c_end"))
                  .group_by("row").agg(pl.col("runner_phase").first()))
+    named_ranges = trace.ops.filter(pl.col("name").str.contains(RUNNER_PHASE) & pl.col("ext_id").is_not_null()).select(
+        "ext_id", runner_phase=pl.col("name").str.extract(RUNNER_PHASE, 1))
+    uncalled = (launches.filter(pl.col("c_start").is_null()).join(named_ranges, on="ext_id")  # `cupti`: no calls
+                .select("row", "runner_phase"))
+    by_runner = pl.concat([by_runner, uncalled])
     launcher = trace.ops.filter(pl.col("cat") == "cpu_op").select("ext_id", op=pl.col("name")).unique("ext_id")
     named = trace.derived.get("lean-names", pl.DataFrame(schema={"row": pl.UInt32, "op": pl.String}))
     return (launches.select("row", "ext_id").join(fsdp, on="row", how="left").join(coarse, on="row", how="left")

@@ -9,11 +9,14 @@ divided by the mean of the two `bare` periods around it; `--rounds` rounds, the 
 alternated:
 - `bare`: no phase marks, no profiler; `timers`: the runner's phase clocks (CUDA events and
   host clock at each phase boundary);
+- `cupti`: CUPTI's Activity API directly (`runners/cupti_capture.py`): enabled before the
+  warm-up step (as the runner does), the phase clocks marking the stream; disabled, flushed and written as a trace
+  after the period (outside it; the records per step are reported);
 - `device`, `lean`, `light`, `full`: the capture modes of `runners/recording.py`, with the
   phase clocks (`device`'s marks are written into its trace after the recording, outside
   the period).
-Prints one JSON object: per mode, each round's (bare before, mode, bare after) periods (ms),
-each round's ratio and their median.
+`--modes` picks them (default: all). Prints one JSON object: per mode, each round's (bare
+before, mode, bare after) periods (ms), each round's ratio and their median.
 
     torchrun --nproc-per-node 1 benchmarks/capture_cost.py --preset large --batch 16
 """
@@ -31,13 +34,14 @@ import torch
 import torch.distributed as dist
 
 from tracekit.runners.clock import PhaseClock
+from tracekit.runners.cupti_capture import DeviceCapture, kineto_trace
 from tracekit.runners.model import Transformer, model_config
 from tracekit.runners.parallelize import parallelize
 from tracekit.runners.recording import profiler
 from tracekit.runners.worker import without_gc_pauses
 from tracekit.runners.workload import fused_adamw
 
-MODES = ("timers", "device", "lean", "light", "full")
+MODES = ("timers", "cupti", "device", "lean", "light", "full")
 
 
 class NoClock(PhaseClock):
@@ -57,7 +61,12 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--modes", default=",".join(MODES))
     args = parser.parse_args()
+    modes = [m for m in args.modes.split(",") if m]
+    unknown = set(modes) - set(MODES)
+    if unknown:
+        parser.error(f"unknown modes {sorted(unknown)}; known: {', '.join(MODES)}")
     os.environ.setdefault("TEARDOWN_CUPTI", "1")  # as the runner's recorder: no CUPTI left attached in later periods
     dist.init_process_group("nccl")
     device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
@@ -79,40 +88,53 @@ def main() -> None:
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
 
+    records = {}
+
     def period(mode: str) -> float:
-        clock = NoClock if mode == "bare" else PhaseClock
-        if mode in ("bare", "timers"):
+        clock, capture = NoClock if mode == "bare" else PhaseClock, None
+        if mode in ("bare", "timers", "cupti"):
             prof = contextlib.nullcontext()
+            capture = DeviceCapture(device) if mode == "cupti" else None
         else:
             prof = profiler(device, mode, args.steps, False, lambda p: None)
+        clocks = []
         with without_gc_pauses(), prof as p:
+            if capture is not None:  # as the runner: before the warm-up step
+                capture.start()
             step(clock(device))  # the profiler's warm-up step
             torch.cuda.synchronize()
             if p is not None:
                 p.step()
             t = time.perf_counter()
             for _ in range(args.steps):
-                step(clock(device))
+                clocks.append(clock(device, capture.mark) if capture is not None else clock(device))
+                step(clocks[-1])
                 if p is not None and _ < args.steps - 1:
                     p.step()
             torch.cuda.synchronize()
             ms = (time.perf_counter() - t) * 1000 / args.steps
             if p is not None:
                 p.step()
+        if capture is not None:
+            capture.stop()
+            trace = kineto_trace(capture.records, [(i + 1, c.wall_marks()) for i, c in enumerate(clocks)],
+                                 pid=0, tid=0, base_ns=0)
+            records.setdefault(mode, []).append(round(sum(e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
+                                                          for e in trace["traceEvents"]) / args.steps, 1))
         return ms
 
     for _ in range(3):
         period("bare")
-    rounds = {m: [] for m in MODES}
+    rounds = {m: [] for m in modes}
     previous = period("bare")
     for r in range(args.rounds):
-        for mode in (MODES if r % 2 == 0 else reversed(MODES)):
+        for mode in (modes if r % 2 == 0 else reversed(modes)):
             during = period(mode)
             after = period("bare")
             rounds[mode].append([round(previous, 3), round(during, 3), round(after, 3)])
             previous = after
     print(json.dumps({"preset": args.preset, "batch": args.batch, "steps": args.steps, "gpu": torch.cuda.get_device_name(),
-                      "torch": torch.__version__,
+                      "torch": torch.__version__, "activities_per_step": records,
                       "modes": {m: {"bare_mode_bare_ms": v,
                                     "ratios": [round(b / ((a + c) / 2), 3) for a, b, c in v],
                                     "ratio_to_bare": round(statistics.median(b / ((a + c) / 2) for a, b, c in v), 3)}

@@ -32,15 +32,18 @@ ANNOTATION = "tracekit#{}"
 class PhaseClock:
     """The marks of one step: (phase or None for the start, host ns, CUDA event or None, wall ns)."""
 
-    def __init__(self, device: torch.device):
+    def __init__(self, device: torch.device, on_mark=None):
         self.cuda = device.type == "cuda"
         self.marks: list[tuple[str | None, int, object, int]] = []
+        self.on_mark = on_mark  # called at each mark, after its event (a capture's stream marker)
 
     def _mark(self, phase: str | None) -> None:
         event = None
         if self.cuda:
             event = torch.cuda.Event(enable_timing=True)
             event.record()
+        if self.on_mark is not None:
+            self.on_mark()
         self.marks.append((phase, time.perf_counter_ns(), event, time.time_ns()))
 
     def start(self) -> None:
@@ -70,6 +73,10 @@ class PhaseClock:
         from the previous mark to its own: the host time the phase's calls were issued in."""
         return [(ANNOTATION.format(phase), w0, w1)
                 for (_, _, _, w0), (phase, _, _, w1) in zip(self.marks, self.marks[1:])]
+
+    def wall_marks(self) -> list[tuple[str | None, int]]:
+        """Each mark as (phase, or None for the start; wall clock ns)."""
+        return [(phase, wall) for phase, _, _, wall in self.marks]
 
     def span(self) -> tuple[int, int]:
         """The step on the wall clock (ns since the epoch): first mark to last."""

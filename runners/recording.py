@@ -1,6 +1,7 @@
-"""Recording steps with torch.profiler, in one of four capture modes (docs/profile.md).
+"""Recording steps with torch.profiler, in one of four capture modes (docs/profile.md); the
+default, `cupti`, records without torch.profiler (`cupti_capture.py`) and falls back to `device`.
 
-- `device` (the default): CUDA activities alone (runtime calls, kernels, copies, memsets; not
+- `device`: CUDA activities alone (runtime calls, kernels, copies, memsets; not
   CUPTI's synchronization records), no CPU side at all: the runner writes its own step and
   phase marks into the trace afterwards (`with_marks`: `ProfilerStep#N` and
   `tracekit#<phase>` from the phase clocks' wall-clock readings). The cheapest capture that
@@ -33,7 +34,7 @@ from torch._C._profiler import RecordScope
 from torch.autograd import _enable_profiler
 from torch.profiler import ProfilerActivity, profile, schedule
 
-MODES = ("device", "lean", "light", "full")
+MODES = ("cupti", "device", "lean", "light", "full")  # cupti: runners/cupti_capture.py
 
 
 def profiler(device: torch.device, mode: str, steps: int, with_stack: bool, on_trace_ready):

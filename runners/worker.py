@@ -45,6 +45,7 @@ from tracekit.core.timing import step_time
 from .checkpoint import Checkpointer
 from .counters import RuntimeCounts
 from .clock import PHASES, PhaseClock, columns
+from .cupti_capture import DeviceCapture, why_unavailable, write_trace
 from .manifest import write_json_atomically, write_manifest
 from .parallelize import after_optimizer_step, parallelize, precision_path, why_skipped
 from .recording import marks_written, profiler, write_marks
@@ -321,17 +322,28 @@ def recorded_figures(step, back, cfg: dict, device: torch.device, out: Path, var
     """The recorded steps: `--profile-steps` steps in `--profile-mode` (the trace `diff`
     attributes), each with its times, phases and runtime counts, between two runs of the same
     procedure without the profiler (`control_step_ms`; `profiler_overhead` = median recorded
-    ÷ median control step); then, in `device` and `lean` modes, one `full` step into `names/`
-    (names and blame). Every block trains on the same batches (`back()` before each)."""
+    ÷ median control step); then, in `cupti`, `device` and `lean` modes, one `full` step into
+    `names/` (names and blame). Every block trains on the same batches (`back()` before each).
+    Where a `cupti` capture cannot run (`capture_mode`), the steps are recorded in `device`
+    mode and `capture_note` says why."""
     steps = cfg["profile_steps"]
     before = record_steps(step, cfg, device, None, steps)
     back()
     path = out / variant / TRACE_NAME.format(rank=rank)
-    main = {**record_steps(step, cfg, device, cfg["profile_mode"], steps, path), "trace": str(path.relative_to(out))}
+    mode, note = capture_mode(cfg["profile_mode"], device)
+    try:
+        main = record_steps(step, cfg, device, mode, steps, path)
+    except CaptureUnavailable as e:  # CUPTI refused (another client holds it)
+        mode, note = "device", str(e)
+        back()
+        main = record_steps(step, cfg, device, mode, steps, path)
+    if note:
+        log(rank, f"{variant}: recorded in device mode, not cupti: {note}")
+    main = {**main, "trace": str(path.relative_to(out)), **({"capture_note": note} if note else {})}
     back()
     control = before["step_ms"] + record_steps(step, cfg, device, None, steps)["step_ms"]
     recorded = [main]
-    if cfg["profile_mode"] in ("device", "lean"):
+    if mode in ("cupti", "device", "lean"):
         back()
         path = out / variant / NAMES_TRACE_NAME.format(rank=rank)
         recorded.append({**record_steps(step, cfg, device, "full", 1, path), "trace": str(path.relative_to(out))})
@@ -339,6 +351,18 @@ def recorded_figures(step, back, cfg: dict, device: torch.device, out: Path, var
             "profiled_step_ms": main["step_ms"], "runtime_counts_per_step": main["runtime_counts_per_step"],
             "runtime_counts": main["runtime_counts_per_step"][-1], "control_step_ms": control,
             "profiler_overhead": round(statistics.median(main["step_ms"]) / statistics.median(control), 3)}
+
+
+def capture_mode(mode: str, device: torch.device) -> tuple[str, str | None]:
+    """The mode a recording asked in `mode` runs in, and why it differs: `cupti` needs CUDA
+    (off CUDA it records as `device`, which records as `lean` there, silently) and an
+    importable cupti-python of torch's CUDA major version (`cupti_capture.why_unavailable`)."""
+    if mode != "cupti":
+        return mode, None
+    if device.type != "cuda":
+        return "device", None
+    why = why_unavailable()
+    return ("device", why) if why else ("cupti", None)
 
 
 def model_state_bytes(local_params: int) -> dict:
@@ -353,33 +377,55 @@ def record_steps(step, cfg: dict, device: torch.device, mode: str | None, steps:
     profiler; with `mode` None, the same procedure without a profiler (the control). The GPU
     is drained before the first step and after the last, never between them (as in training);
     a step's time (`step_ms`) is its span on the device clock (the host clock off CUDA),
-    first phase mark to last. Python's cycle collector does not run inside."""
-    prof = contextlib.nullcontext()
+    first phase mark to last. Python's cycle collector does not run inside. In `cupti` mode
+    CUPTI records from before the warm-up step (its first launches after being enabled cost
+    hundreds of ms: the warm-up step pays them) and the trace keeps what was launched from the
+    first step's start mark on; the phase clocks mark the stream at each mark."""
+    prof, capture = contextlib.nullcontext(), None
     if mode is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp.json.gz")
+    if mode == "cupti":
+        capture = DeviceCapture(device)
+    elif mode is not None:
         prof = profiler(device, mode, steps, cfg["with_stack"], lambda p: p.export_chrome_trace(str(tmp)))
     clocks, counts = [], []
     with without_gc_pauses(), prof:
+        if capture is not None:  # enabled before the warm-up step, which pays CUPTI's first-launch cost
+            try:
+                capture.start()
+            except Exception as e:  # cupti.cuptiError: CUPTI held by another client, …
+                raise CaptureUnavailable(f"CUPTI refused the capture ({type(e).__name__}: {e})".splitlines()[0])
         step(PhaseClock(device))  # the profiler's warm-up step
         synchronize(device)
-        advance = prof.step if mode is not None else lambda: None
+        advance = prof.step if capture is None and mode is not None else lambda: None
         advance()
-        for _ in range(steps):
-            clock = PhaseClock(device)
-            with RuntimeCounts() as runtime:
-                step(clock)
-            clocks.append(clock)
-            counts.append(dict(runtime.counts))
-            advance()
+        try:
+            for _ in range(steps):
+                clock = PhaseClock(device, capture.mark if capture is not None else None)
+                with RuntimeCounts() as runtime:
+                    step(clock)
+                clocks.append(clock)
+                counts.append(dict(runtime.counts))
+                advance()
+        finally:
+            if capture is not None:  # also when a step raised: no later step pays for CUPTI
+                synchronize(device)
+                capture.stop()
     synchronize(device)
+    if capture is not None:
+        write_trace(tmp, capture, [(i + 1, c.wall_marks()) for i, c in enumerate(clocks)], device)
+    elif mode is not None and marks_written(mode, device):
+        write_marks(tmp, clocks)
     if mode is not None:
-        if marks_written(mode, device):
-            write_marks(tmp, clocks)
         os.replace(tmp, path)
     phases = columns([c.ms() for c in clocks], PHASES[:3])
     return {"mode": mode, "step_ms": phases["device" if device.type == "cuda" else "host"]["step"],
             "phase_ms": phases, "runtime_counts_per_step": counts}
+
+
+class CaptureUnavailable(Exception):
+    """A `cupti` capture that CUPTI refused to start."""
 
 
 @contextlib.contextmanager

@@ -3,10 +3,11 @@
 An entry is a folder named by a hash of the trace's identity — its path (or URL), size,
 inode, modification and change times (a URL: its ETag, Last-Modified and the like,
 `files.identity`), the classification options (`--comm-kernel`) and `SCHEMA`, the version of
-the cached tables and analyses — holding each table as Arrow IPC (zstd) and `trace.json`
-(what else a `Trace` holds). The analyses' own intermediate tables (the timeline) go there
+the cached tables and analyses — holding each table as Arrow IPC (zstd; read from its bytes, `read_table`) and `trace.json` (what else a `Trace` holds). The analyses' own intermediate tables (the timeline) go there
 too: `Trace.derived` is a `Derived`, which writes each table an analysis keeps in it to the
-entry and reads it back in a later command, so an analysis itself does no I/O. It is written to a temporary folder (`.tmp-…`) and renamed into place, so a reader never
+entry and reads it back in a later command, so an analysis itself does no I/O; a table made
+after the trace was named from another one (`naming.named`) is kept under that one's identity
+too (`Derived.rebased`), so a table made before naming is never read back after it. It is written to a temporary folder (`.tmp-…`) and renamed into place, so a reader never
 sees half an entry; a temporary folder that a killed process left behind counts as an entry
 for `cache info`, `cache clear` and the size bound. An entry that cannot be read (corrupt, from another version) is ignored
 and written again, never trusted. The cache is `TRACEKIT_CACHE_DIR`, else the user's cache
@@ -29,7 +30,7 @@ import polars as pl
 
 from .model import Trace
 
-SCHEMA = 7  # bump when the loaded tables, the analyses' kept tables or their meaning change
+SCHEMA = 8  # bump when the loaded tables, the analyses' kept tables or their meaning change
 TABLES = ("gpu", "calls", "ops", "marks", "steps")
 _writer = ThreadPoolExecutor(max_workers=1)  # writes overlap the analysis; finished before exit
 atexit.register(_writer.shutdown, wait=True)
@@ -43,16 +44,23 @@ class Derived(dict):
     def __init__(self, entry: Path):
         super().__init__()
         self.entry = entry
+        self.basis = ""  # what else the tables were built from (`rebased`): part of each file's name
 
     def _file(self, key: str) -> Path:
-        return self.entry / f"derived-{key}.arrow"
+        return self.entry / f"derived-{key}{'@' + self.basis if self.basis else ''}.arrow"
+
+    def rebased(self, basis: str) -> None:
+        """Forget the tables kept so far: those made from now on are made from the trace and
+        `basis` (the naming trace's identity, `naming.named`), and are kept under it."""
+        dict.clear(self)
+        self.basis = hashlib.sha256(basis.encode()).hexdigest()[:16]
 
     def __contains__(self, key) -> bool:
         if dict.__contains__(self, key):
             return True
         if isinstance(key, str) and self._file(key).exists():
             try:
-                dict.__setitem__(self, key, pl.read_ipc(self._file(key)))
+                dict.__setitem__(self, key, read_table(self._file(key)))
             except Exception:  # unreadable: computed again
                 return False
             return True
@@ -67,6 +75,12 @@ class Derived(dict):
         dict.__setitem__(self, key, value)
         if isinstance(key, str) and isinstance(value, pl.DataFrame):
             _writer.submit(_write_frame, value, self._file(key))
+
+
+def read_table(path: Path) -> pl.DataFrame:
+    """A cached table, read from its bytes: polars would try to memory-map a path, which it
+    cannot for a compressed file (polars 1.x then warns on stderr at every read)."""
+    return pl.read_ipc(path.read_bytes())
 
 
 def _write_frame(frame: pl.DataFrame, path: Path) -> None:
@@ -100,7 +114,7 @@ def read(entry_key: str) -> Trace | None:
         info = json.loads((entry / "trace.json").read_text())
         if info.pop("schema") != SCHEMA:
             return None
-        tables = {name: pl.read_ipc(entry / f"{name}.arrow") for name in TABLES}
+        tables = {name: read_table(entry / f"{name}.arrow") for name in TABLES}
         os.utime(entry / "trace.json")  # recently used
     except Exception:  # a corrupt entry is a miss: it is written again
         return None

@@ -3,7 +3,9 @@
 A step is the CPU window of a `ProfilerStep#N` annotation. A runtime/driver call or CPU op
 belongs to the step whose window holds its start. A GPU activity belongs to the step of the
 call that launched it (same `correlation`), not to the step whose window it runs in: when
-the GPU lags, a step's kernels run during the next step's window. An activity that carries
+the GPU lags, a step's kernels run during the next step's window. An activity whose launching
+call is not in the trace (a `cupti` recording holds no calls) belongs to the step of the CPU
+range its `External id` names (the runner's phase annotation it was launched in). An activity that carries
 no correlation id at all (MTIA's DMA transfers) cannot be linked to a launch: it belongs to
 the step whose window holds its start. A trace with no `ProfilerStep#N` is one step,
 numbered 0, spanning the whole trace; then every GPU activity belongs to it.
@@ -51,8 +53,13 @@ def assign_steps(steps: pl.DataFrame, gpu: pl.DataFrame, calls: pl.DataFrame, op
     ops = step_of(ops, steps)
     if whole_trace:
         return gpu.with_columns(step=pl.lit(0, dtype=pl.Int64)), calls, ops
-    launched = calls.filter(pl.col("correlation").is_not_null()).select("correlation", "step").unique("correlation", keep="first")
-    gpu = gpu.join(launched, on="correlation", how="left", maintain_order="left")
+    launched = (calls.filter(pl.col("correlation").is_not_null()).select("correlation", "step", called=pl.lit(True))
+                .unique("correlation", keep="first"))
+    enclosing = ops.filter(pl.col("ext_id").is_not_null()).select("ext_id", ext_step="step").unique("ext_id", keep="first")
+    gpu = (gpu.join(launched, on="correlation", how="left", maintain_order="left")
+           .join(enclosing, on="ext_id", how="left", maintain_order="left"))
     by_window = step_of(gpu.select("start"), steps)["step"]
-    gpu = gpu.with_columns(step=pl.when(pl.col("correlation").is_null()).then(by_window).otherwise(pl.col("step")))
+    gpu = gpu.with_columns(step=pl.when(pl.col("correlation").is_null()).then(by_window)
+                           .when(pl.col("called").is_null()).then(pl.col("ext_step"))
+                           .otherwise(pl.col("step"))).drop("called", "ext_step")
     return gpu, calls, ops

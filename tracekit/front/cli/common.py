@@ -53,11 +53,32 @@ def analysed_runs(paths, options: dict, analysis=None, here: bool = False, rank:
 
     load = {k: options[k] for k in ("comm_kernels", "cycle", "cache")}
     where = {"workers": 1} if here else {"workers": options["workers"], "scheduler": options["scheduler"]}
-    runs = analyse(paths or [sample_trace_path()], partial(checked, analysis=analysis), **load, **where)
+    first_named = partial(named_then, analysis=analysis, comm_kernels=options["comm_kernels"], cache=options["cache"])
+    runs = analyse(paths or [sample_trace_path()], partial(checked, analysis=first_named), **load, **where)
     per_trace, per_run = lint(runs)
     for note in notes([(t, f) for t, f in per_trace if rank is None or t.rank == rank], per_run):
         click.echo(f"tracekit: {note}", err=True)
     return runs
+
+
+def named_beside(trace, comm_kernels: tuple = (), cache=None) -> tuple[int, int] | None:
+    """Names a `cupti`, `device` or `lean` recording from the `full` step beside it
+    (`<its folder>/names/<its file name>`, as `tracekit profile` writes it; `naming.named`):
+    (matched, activities with a step), or None where there is none (or no device work)."""
+    from tracekit.analyses.naming import named
+    from tracekit.core.loading import load_trace
+
+    beside = Path(str(trace.path)).parent / "names" / Path(str(trace.path)).name
+    if not beside.is_file() or not trace.has_gpu:
+        return None
+    return named(trace, load_trace(beside, comm_kernels=comm_kernels, cache=cache))
+
+
+def named_then(trace, analysis=None, comm_kernels: tuple = (), cache=None):
+    """`analysis(trace)` after the trace was named from the full step beside it (`named_beside`),
+    so that every verb shows the launching ops of a recording that has none of its own."""
+    named_beside(trace, comm_kernels, cache)
+    return analysis(trace) if analysis is not None else None
 
 
 def of_ranks(runs, rank: int | None, paths) -> list:

@@ -10,20 +10,16 @@ import click
 
 from tracekit.core.errors import UsageError
 
-from .common import (analysed_runs, emit, existing, format_option, load_options, load_traces, main, new_file,
-                     of_ranks, rank_option, render_frame, steps_choice, table_layout, wrote)
+from .common import (analysed_runs, emit, existing, format_option, load_options, load_traces, main, named_beside,
+                     new_file, of_ranks, rank_option, render_frame, steps_choice, table_layout, wrote)
 
 
 def named_material(trace, by: str, comm_kernels: tuple = (), cache=None):
     """`diff.material` of a trace, a lean one first named from the full step beside it
-    (`<its folder>/names/<its file name>`, as `tracekit profile` writes it) when there is one."""
+    (`named_beside`), with the counts of what was named."""
     from tracekit.analyses.diff import material
-    from tracekit.analyses.naming import named
-    from tracekit.core.loading import load_trace
 
-    beside = Path(str(trace.path)).parent / "names" / Path(str(trace.path)).name
-    counts = named(trace, load_trace(beside, comm_kernels=comm_kernels, cache=cache)) \
-        if beside.is_file() and trace.has_gpu else None  # a trace without device work has nothing to name
+    counts = named_beside(trace, comm_kernels, cache)
     found = material(trace, by)
     found.named = counts
     return found
@@ -186,6 +182,10 @@ def show_report(out, fmt: str, layout=None, baseline: str | None = None, plot_pa
                          "warnings": warnings}, indent=1))
     else:
         emit(render_frame(table, fmt, "report", layout))
+        if fmt in ("table", "md") and (manifest["config"].get("repeats") or 1) > 1:
+            click.echo("(step_ms: the median of every repeat's timed steps pooled; d_step_ms: B − A of each\n"
+                       "repeat's medians, averaged over repeats: it need not equal the step_ms difference;\n"
+                       "the same for the phases' ms and d_ms)")
         if fmt in ("table", "md") and phases.height:
             click.echo("\nper phase, timed steps (pct: median phase ÷ median step, so they need not add to 100;\n"
                        "rec_d_ms: the Δ in the recorded steps):")

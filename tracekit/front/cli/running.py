@@ -43,9 +43,11 @@ from .comparing import show_report
 @click.option("--steps", type=int, default=20, show_default=True, help="Timed unprofiled steps.")
 @click.option("--profile-steps", type=int, default=1, show_default=True,
               help="Steps recorded with the profiler after the timed ones (0: none).")
-@click.option("--profile-mode", type=click.Choice(["device", "lean", "light", "full"]), default="device", show_default=True,
-              help="device: device activity only, the runner's step and phase marks written in (the cheapest), "
-                   "then one full step for names; lean: device activity and annotations, then one full step; "
+@click.option("--profile-mode", type=click.Choice(["cupti", "device", "lean", "light", "full"]), default="cupti",
+              show_default=True,
+              help="cupti: kernels, copies and memsets straight from CUPTI (extra `cupti`; else device, saying "
+                   "why), the runner's step and phase marks written in, then one full step for names; device: "
+                   "the same through torch.profiler, with runtime calls; lean: device activity and annotations; "
                    "light: every CPU op; full: every CPU op with shapes (and stacks with --with-stack). "
                    "docs/profile.md.")
 @click.option("--repeats", type=int, default=1, show_default=True,
@@ -116,7 +118,7 @@ def capacity(out, variants, presets, batches, seq, overwrite, fmt, **options):
     except ValueError:
         raise click.BadParameter("whole numbers, e.g. 1,2,4,8", param_hint="--batches") from None
     prepare_out(Path(out), overwrite)  # every rank under torchrun: each refuses an existing OUT
-    defaults = {"seed": 0, "inputs": "fixed", "with_stack": False, "profile_mode": "device", "repeats": 1,
+    defaults = {"seed": 0, "inputs": "fixed", "with_stack": False, "profile_mode": "cupti", "repeats": 1,
                 "checkpoint_every": 5,
                 "keep_checkpoints": False, "global_batch": None,
                 "overrides": {"blocks": None, "hidden": None, "heads": None, "seq": seq, "batch": None}}

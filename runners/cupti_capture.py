@@ -1,0 +1,264 @@
+"""The `cupti` capture mode: device activity straight from CUPTI's Activity API, written as a
+Kineto trace (docs/profile.md, "Capture modes").
+
+What is recorded: kernels (CONCURRENT_KERNEL: NCCL's and CUDA-graph-launched ones too),
+copies (MEMCPY) and memsets (MEMSET), nothing else — no runtime or driver API records, no
+Kineto. CUPTI writes the records into one buffer (`BUFFER_BYTES`) that it asks for when the
+capture is enabled; it hands the buffer back only when it is full or flushed, so no Python
+runs inside the recorded steps unless a step fills it. After the last step the activity
+kinds are disabled and the buffer flushed (`DeviceCapture.stop`).
+
+Steps and phases. Without runtime records a kernel's launching call is not in the trace, so
+the runner marks the stream itself: at each phase-clock mark (`runners/clock.py`) it issues
+one 1-byte memset of `MARK_VALUE` on the current stream (`DeviceCapture.mark`). CUPTI gives
+every CUDA call a correlation id from one counter, in the order the calls are made, so an
+activity whose correlation id lies between a phase's two markers was launched in that
+phase. The writer drops the markers, writes each step's `ProfilerStep#N` and each
+`tracekit#<phase>` as user annotations (wall-clock times of the phase clocks, as `device`
+mode does) with an `External id`, and gives each activity the `External id` of the phase it
+was launched in: Kineto's meaning of that field (the innermost recorded CPU range around the
+launch). CUPTI's timestamps are on the wall clock, as Kineto's and the phase clocks' are.
+
+Names are written as Kineto writes them: C++ names demangled with libstdc++'s
+`__cxa_demangle`, others (`nvjet_…`, NCCL's `ncclDevKernel_…` are C) as they come.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import functools
+import gzip
+import json
+import os
+import threading
+
+BUFFER_BYTES = 256 * 1024 * 1024  # ~250 bytes a record: ~1 M records, ~200 large/16 steps
+MARK_VALUE = 0xA5  # the byte the runner's marker memsets write (1 byte each)
+KINDS = ("CONCURRENT_KERNEL", "MEMCPY", "MEMSET")
+# CUPTI's enums (cupti_activity.h) → Kineto's words
+COPY_KINDS = {0: "Unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA", 8: "DtoD",
+              9: "HtoH", 10: "PtoP"}
+MEMORY_KINDS = {0: "Unknown", 1: "Pageable", 2: "Pinned", 3: "Device", 4: "Array", 5: "Managed", 6: "Device Static",
+                7: "Managed Static"}
+# What each activity kind keeps of its record (cupti-python's attribute names)
+FIELDS = {
+    "kernel": ("name", "start", "end", "device_id", "context_id", "stream_id", "correlation_id", "grid_x", "grid_y",
+               "grid_z", "block_x", "block_y", "block_z", "registers_per_thread", "static_shared_memory",
+               "dynamic_shared_memory", "queued", "graph_id"),
+    "memcpy": ("start", "end", "device_id", "context_id", "stream_id", "correlation_id", "bytes", "copy_kind",
+               "src_kind", "dst_kind"),
+    "memset": ("start", "end", "device_id", "context_id", "stream_id", "correlation_id", "bytes", "value",
+               "memory_kind"),
+}
+
+
+def why_unavailable() -> str | None:
+    """Why a direct CUPTI capture cannot run in this process (None when it can): the package
+    missing, or built for another CUDA major version than torch's."""
+    import torch
+
+    try:
+        from cuda.bindings import runtime  # noqa: F401  (the runner's stream markers)
+        from cupti import cupti
+    except Exception as e:  # ImportError, or the library it loads is missing
+        return f"cupti-python is not importable ({type(e).__name__}: {e})".splitlines()[0]
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        theirs = version("cupti-python").split(".")[0]
+    except PackageNotFoundError:
+        theirs = None
+    ours = (torch.version.cuda or "").split(".")[0]
+    if theirs and ours and theirs != ours:
+        return f"cupti-python {version('cupti-python')} is for CUDA {theirs}, torch uses CUDA {torch.version.cuda}"
+    del cupti, runtime
+    return None
+
+
+def as_record(kind: str, activity) -> dict:
+    """The fields of one CUPTI activity that the writer needs, copied out of CUPTI's buffer."""
+    return {"kind": kind, **{f: getattr(activity, f, None) for f in FIELDS[kind]}}
+
+
+class DeviceCapture:
+    """One direct CUPTI capture: `start()` before the first recorded step, `mark()` at each
+    phase-clock mark, `stop()` after the device is drained; then `records` holds the
+    activities (dicts, `as_record`) and `marks` the number of markers issued."""
+
+    def __init__(self, device):
+        import torch
+
+        self.device = device
+        self.records: list[dict] = []
+        self.marks = 0
+        self._byte = torch.empty(1, dtype=torch.uint8, device=device)
+        from cuda.bindings import runtime
+
+        self._memset = runtime.cudaMemsetAsync
+
+    def start(self) -> None:
+        from cupti import cupti
+
+        names = {cupti.ActivityKind.CONCURRENT_KERNEL: "kernel", cupti.ActivityKind.MEMCPY: "memcpy",
+                 cupti.ActivityKind.MEMSET: "memset"}
+
+        def requested():
+            return BUFFER_BYTES, 0
+
+        def completed(activities):
+            self.records += [as_record(names[a.kind], a) for a in activities if a.kind in names]
+        # Kineto's teardown unregisters whatever callbacks CUPTI had: register ours every time.
+        cupti.activity_register_callbacks(requested, completed)
+        for kind in KINDS:
+            cupti.activity_enable(getattr(cupti.ActivityKind, kind))
+
+    def mark(self) -> None:
+        """A 1-byte memset of `MARK_VALUE` on the current stream: its correlation id separates
+        the calls made before this mark from those after."""
+        import torch
+
+        err, = self._memset(self._byte.data_ptr(), MARK_VALUE, 1, torch.cuda.current_stream(self.device).cuda_stream)
+        if int(err) != 0:
+            raise RuntimeError(f"cudaMemsetAsync (a stream marker) failed: {err}")
+        self.marks += 1
+
+    def stop(self) -> None:
+        from cupti import cupti
+
+        for kind in KINDS:
+            cupti.activity_disable(getattr(cupti.ActivityKind, kind))
+        cupti.activity_flush_all(1)
+
+
+@functools.cache
+def _cxa_demangle():
+    path = ctypes.util.find_library("stdc++")
+    if path is None:
+        return None
+    fn = ctypes.CDLL(path).__cxa_demangle
+    fn.restype = ctypes.c_void_p
+    fn.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]
+    return fn
+
+
+@functools.cache
+def demangled(name: str) -> str:
+    """`name` as Kineto writes it: libstdc++'s `__cxa_demangle` of a mangled C++ name (`_Z…`);
+    any other name, or one it cannot demangle, unchanged."""
+    fn = _cxa_demangle()
+    if fn is None or not name.startswith("_Z"):
+        return name
+    status = ctypes.c_int(0)
+    out = fn(name.encode(), None, None, ctypes.byref(status))
+    if status.value != 0 or not out:
+        return name
+    try:
+        return ctypes.string_at(out).decode(errors="replace")
+    finally:
+        ctypes.CDLL(None).free(ctypes.c_void_p(out))
+
+
+def is_marker(record: dict) -> bool:
+    return record["kind"] == "memset" and record["bytes"] == 1 and record["value"] == MARK_VALUE
+
+
+def kineto_trace(records: list[dict], steps: list[tuple[int, list[tuple[str | None, int]]]], *, pid: int, tid: int,
+                 base_ns: int, meta: dict | None = None) -> dict:
+    """A Kineto trace (as JSON) of the activity `records` (`as_record`) of recorded `steps`:
+    per step (number, its phase-clock marks [(phase or None for the start, wall ns)]), whose
+    marks were the capture's markers in that order. Only what was launched between the first
+    marker and the last is kept (not the warm-up step before them). Timestamps are µs since `base_ns` (three
+    decimals, as Kineto writes them); `meta` adds top-level keys (`deviceProperties`,
+    `distributedInfo`, …). Raises ValueError when the markers found are not the marks given."""
+    markers = sorted(r["correlation_id"] for r in records if is_marker(r))
+    wanted = sum(len(marks) for _, marks in steps)
+    if len(markers) != wanted or not wanted:
+        raise ValueError(f"the capture holds {len(markers)} marker memsets where the runner made {wanted}")
+
+    def us(ns):
+        return round((ns - base_ns) / 1000, 3)
+
+    events, ranges, ext, at = [], [], 0, 0  # ranges: (first correlation, last correlation, External id)
+    for number, marks in steps:
+        ext += 1
+        source = {"source": "tracekit runner (phase clocks, wall clock)"}
+        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{number}", "pid": pid, "tid": tid,
+                       "ts": us(marks[0][1]), "dur": round((marks[-1][1] - marks[0][1]) / 1000, 3),
+                       "args": {"External id": ext, **source}})
+        for (_, t0), (phase, t1) in zip(marks, marks[1:]):
+            ext += 1
+            events.append({"ph": "X", "cat": "user_annotation", "name": f"tracekit#{phase}", "pid": pid, "tid": tid,
+                           "ts": us(t0), "dur": round((t1 - t0) / 1000, 3), "args": {"External id": ext, **source}})
+            ranges.append((markers[at], markers[at + 1], ext))
+            at += 1
+        at += 1
+    kept = [r for r in records if not is_marker(r) and markers[0] < r["correlation_id"] < markers[-1]]
+    events += [activity_event(r, us, launched_in(r["correlation_id"], ranges)) for r in kept]
+    devices = sorted({r["device_id"] for r in kept})
+    streams = sorted({(r["device_id"], r["stream_id"]) for r in kept})
+    events += [{"name": "process_name", "ph": "M", "pid": d, "tid": 0, "args": {"name": f"GPU {d}"}} for d in devices]
+    events += [{"name": "thread_name", "ph": "M", "pid": d, "tid": s, "args": {"name": f"stream {s} "}}
+               for d, s in streams]
+    events.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": f"thread {tid}"}})
+    return {"schemaVersion": 1, **(meta or {}), "baseTimeNanoseconds": base_ns, "displayTimeUnit": "ms",
+            "traceName": "tracekit cupti capture", "traceEvents": events}
+
+
+def launched_in(correlation: int, ranges: list[tuple[int, int, int]]) -> int | None:
+    """The External id of the phase whose markers' correlation ids enclose `correlation`."""
+    for first, last, ext in ranges:
+        if first < correlation < last:
+            return ext
+    return None
+
+
+def activity_event(r: dict, us, ext: int | None) -> dict:
+    """One activity record as Kineto writes it (`kernel`, `gpu_memcpy`, `gpu_memset`)."""
+    args = {"External id": ext} if ext is not None else {}
+    args.update({"device": r["device_id"], "context": r["context_id"], "stream": r["stream_id"],
+                 "correlation": r["correlation_id"]})
+    dur_ns = r["end"] - r["start"]
+    if r["kind"] == "kernel":
+        cat, name = "kernel", demangled(r["name"])
+        args.update({"queued": r.get("queued") or 0, "registers per thread": r["registers_per_thread"],
+                     "shared memory": (r["static_shared_memory"] or 0) + (r["dynamic_shared_memory"] or 0),
+                     "grid": [r["grid_x"], r["grid_y"], r["grid_z"]], "block": [r["block_x"], r["block_y"], r["block_z"]]})
+        if r.get("graph_id"):
+            args["graph id"] = r["graph_id"]
+    elif r["kind"] == "memcpy":
+        cat = "gpu_memcpy"
+        name = (f"Memcpy {COPY_KINDS.get(r['copy_kind'], 'Unknown')} ({MEMORY_KINDS.get(r['src_kind'], 'Unknown')} -> "
+                f"{MEMORY_KINDS.get(r['dst_kind'], 'Unknown')})")
+        args.update({"bytes": r["bytes"], "memory bandwidth (GB/s)": r["bytes"] / dur_ns if dur_ns > 0 else 0})
+    else:
+        cat, name = "gpu_memset", f"Memset ({MEMORY_KINDS.get(r['memory_kind'], 'Unknown')})"
+        args.update({"bytes": r["bytes"], "memory bandwidth (GB/s)": r["bytes"] / dur_ns if dur_ns > 0 else 0})
+    return {"ph": "X", "cat": cat, "name": name, "pid": r["device_id"], "tid": r["stream_id"], "ts": us(r["start"]),
+            "dur": round(dur_ns / 1000, 3), "args": args}
+
+
+def trace_meta(device) -> dict:
+    """What Kineto writes at the top of a trace that the core reads: `deviceProperties` and
+    `distributedInfo`."""
+    import torch
+    import torch.distributed as dist
+
+    p = torch.cuda.get_device_properties(device)
+    props = [{"id": device.index or 0, "name": p.name, "totalGlobalMem": p.total_memory, "computeMajor": p.major,
+              "computeMinor": p.minor, "numSms": p.multi_processor_count}]
+    info = None
+    if dist.is_available() and dist.is_initialized():
+        info = {"backend": dist.get_backend(), "rank": dist.get_rank(), "world_size": dist.get_world_size()}
+        if info["backend"] == "nccl":
+            info["nccl_version"] = ".".join(map(str, torch.cuda.nccl.version()))
+    return {"deviceProperties": props, **({"distributedInfo": info} if info else {})}
+
+
+def write_trace(path, capture: DeviceCapture, steps, device) -> None:
+    """Writes the capture's records with the steps' marks (`kineto_trace`) to the gzipped `path`."""
+    base = min((r["start"] for r in capture.records), default=0) // 10**9 * 10**9
+    trace = kineto_trace(capture.records, steps, pid=os.getpid(), tid=threading.get_native_id(), base_ns=base,
+                         meta=trace_meta(device))
+    with gzip.open(path, "wt", compresslevel=6) as f:
+        json.dump(trace, f, separators=(",", ":"))
