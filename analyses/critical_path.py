@@ -1,0 +1,382 @@
+"""`tracekit critical-path`: the chain of dependencies that sets each step's length.
+
+The graph (per step; docs/metrics.md "Critical path"). Nodes are the start and end of every
+event of the step — its CPU ops and runtime/driver calls (step by start), and the device
+activities it launched — plus a source S at the step's start and a sink T at its end
+(`span`: the step's CPU window, stretched to the end of its last device activity). Edges:
+- **host order**: on each thread, consecutive boundaries of its ops and calls (nested, so a
+  parent's start → its first child's start, a child's end → the next child's start or the
+  parent's end). The segment is work of the innermost open event (its self time): `host`
+  for an op, `runtime` for a runtime/driver call (launch overhead, allocation), `waiting`
+  (`blocked`) for a blocking sync call and
+  for a thread with nothing open. An annotation's self time while another thread runs a CPU
+  op is `waiting` (the thread waits on it, e.g. the main thread during backward).
+- **thread order**: a thread's top-level event starts after the latest boundary of any
+  other thread before it (the trace records no hand-off; weight 0).
+- **launch**: the call's start → the activity's start (same correlation id); weight 0.
+- **device work**: an activity's start → its end: `compute`, `comm`, `copy` (memcpy,
+  memset). **stream order**: consecutive activities of a stream, end → start; weight 0.
+- **event wait**: the last activity launched on the recording stream before the
+  `cudaEventRecord` (CUPTI's `cuda_sync` record: `wait_on_stream`,
+  `wait_on_cuda_event_record_corr_id`) → the first activity launched on the waiting stream
+  after `cudaStreamWaitEvent`; weight 0.
+- **sync**: the awaited activity's end → a blocking call's end (`timeline.SYNC_APIS`):
+  event sync → the last activity on the recorded stream before the record; stream sync →
+  the last one launched on that stream before the call; device sync → the last one of every
+  stream; a synchronous copy → its own copy. Without a `cuda_sync` record: the activity
+  launched before the call whose end is the latest within the call (`inferred`). Weight 0.
+- **collective arrival** (multi-rank runs): a collective kernel waits until the last rank of
+  its group starts the same collective (the i-th of its process group, on the common clock);
+  start → arrival is `waiting` (for that rank), arrival → end is `comm`.
+- S → every start, every end → T: weight 0.
+
+Every edge goes forward in time (one that would go back — clock skew — is dropped and
+counted). A work edge weighs its duration, any other 0. The critical path is the S → T path
+of greatest weight. Every S → T path spends exactly the span (durations telescope), so the
+heaviest path is the one with the least weight-0 time: a shortest path over `span − weight`
+(Dijkstra, `scipy.sparse.csgraph`; all such costs are ≥ 0). Its length `path_ns` plus its
+`waiting` time is the span, exactly; its time splits into host, runtime, compute, comm, copy
+and waiting.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import dijkstra
+
+from tracekit.analyses.timeline import SYNC_APIS
+from tracekit.core.model import Trace
+
+CATEGORIES = ("host", "runtime", "compute", "comm", "copy", "waiting")
+GPU_CATEGORY = {"compute": "compute", "comm": "comm", "memcpy": "copy", "memset": "copy"}
+EDGE = {"category": pl.String, "kind": pl.String, "name": pl.String, "event": pl.Int64, "row": pl.Int64}
+PARTS = pl.List(pl.Struct({"category": pl.String, "ns": pl.Int64}))
+ITEMS = pl.List(pl.Struct({"category": pl.String, "kind": pl.String, "name": pl.String, "ns": pl.Int64}))
+
+
+def longest_path(times: np.ndarray, u: np.ndarray, v: np.ndarray, weight: np.ndarray,
+                 source: int, sink: int) -> tuple[list[int], int]:
+    """(nodes of the heaviest source → sink path, its weight). `times[n]`: node n's time;
+    every edge goes forward (`times[v] ≥ times[u]`) and weighs at most its Δt, so the path of
+    greatest weight is the shortest over cost Δt − weight (≥ 0). Parallel edges: the cheapest."""
+    cost = (times[v] - times[u]) - weight
+    order = np.lexsort((cost, v, u))
+    u, v, cost = u[order], v[order], cost[order]
+    first = np.ones(len(u), bool)
+    first[1:] = (u[1:] != u[:-1]) | (v[1:] != v[:-1])
+    n = len(times)
+    graph = csr_matrix((cost[first].astype(np.float64), (u[first], v[first])), shape=(n, n))
+    dist, pred = dijkstra(graph, indices=source, return_predecessors=True)
+    if not np.isfinite(dist[sink]):
+        return [], 0
+    path = [sink]
+    while path[-1] != source:
+        path.append(int(pred[path[-1]]))
+    path.reverse()
+    return path, int(times[sink] - times[source] - round(dist[sink]))
+
+
+def host_events(trace: Trace, step: int) -> pl.DataFrame:
+    """The step's CPU ops and runtime/driver calls: kind (`op`|`annotation`|`call`), name,
+    tid, start, end, correlation."""
+    ops = trace.ops.filter(pl.col("step") == step).select(
+        kind=pl.when(pl.col("cat") == "cpu_op").then(pl.lit("op")).otherwise(pl.lit("annotation")),
+        name="name", tid="tid", start="start", end="end", correlation=pl.lit(None, pl.Int64))
+    calls = trace.calls.filter(pl.col("step") == step).select(
+        kind=pl.lit("call"), name="name", tid="tid", start="start", end="end", correlation="correlation")
+    return pl.concat([ops, calls]).with_columns(pl.col("tid").fill_null(0))
+
+
+def device_events(trace: Trace, step: int) -> pl.DataFrame:
+    """The device activities the step launched: row (into trace.gpu), name, category,
+    device, stream, start, end, correlation."""
+    return (trace.gpu.with_row_index("row").filter(pl.col("step") == step)
+            .select(pl.col("row").cast(pl.Int64), "name", "category", pl.col("device").fill_null(0),
+                    pl.col("stream").fill_null(0), "start", "end", "correlation"))
+
+
+class Edges:
+    """Edges gathered as columns: u, v (node ids), work (weighs its Δt), category, kind,
+    name, event (host event index), row (device activity)."""
+
+    def __init__(self):
+        self.parts: list[pl.DataFrame] = []
+
+    def add(self, frame: pl.DataFrame, **constant):
+        frame = frame.with_columns(**{k: pl.lit(c) for k, c in constant.items()})
+        for column, dtype in EDGE.items():
+            if column not in frame.columns:
+                frame = frame.with_columns(pl.lit(None, dtype).alias(column))
+        self.parts.append(frame.select(pl.col("u").cast(pl.Int64), pl.col("v").cast(pl.Int64),
+                                       pl.col("work").cast(pl.Boolean), *[pl.col(c).cast(t) for c, t in EDGE.items()]))
+
+    def frame(self) -> pl.DataFrame:
+        return pl.concat(self.parts)
+
+
+def host_lanes(host: pl.DataFrame, edges: Edges) -> pl.DataFrame:
+    """Adds host-order edges; returns the boundaries (node, tid, time, top: a top-level start)."""
+    bounds = pl.concat([
+        host.with_row_index("event").select(
+            "event", "tid", "kind", "name", time="start", is_start=pl.lit(True), node=pl.col("event") * 2,
+            key=pl.when(pl.col("end") == pl.col("start")).then(1).otherwise(2), tie=-pl.col("end")),
+        host.with_row_index("event").select(
+            "event", "tid", "kind", "name", time="end", is_start=pl.lit(False), node=pl.col("event") * 2 + 1,
+            key=pl.when(pl.col("end") == pl.col("start")).then(1).otherwise(0), tie=-pl.col("start")),
+    ]).with_columns(pl.col("event").cast(pl.Int64), pl.col("node").cast(pl.Int64))
+    # at one time: ends (inner first), then zero-length events, then starts (outer first)
+    bounds = bounds.sort("tid", "time", "key", "tie", "node").with_columns(
+        depth=pl.when(pl.col("is_start")).then(1).otherwise(-1).cum_sum().over("tid"))
+    bounds = bounds.with_columns(
+        owner=pl.when(pl.col("is_start")).then(pl.col("event")).forward_fill().over("tid", "depth"))
+    bounds = bounds.with_columns(owner=pl.when(pl.col("depth") > 0).then(pl.col("owner")))
+    owners = host.with_row_index("event").select(pl.col("event").cast(pl.Int64).alias("owner"),
+                                                 o_kind="kind", o_name="name", o_start="start", o_end="end")
+    seg = bounds.with_columns(v=pl.col("node").shift(-1).over("tid"), t_next=pl.col("time").shift(-1).over("tid")
+                              ).filter(pl.col("v").is_not_null()).join(owners, on="owner", how="left")
+    # annotations waiting on another thread's op (the main thread inside backward)
+    cpu = host.filter(pl.col("kind") == "op").select(c_tid="tid", c_start="start", c_end="end")
+    busy_elsewhere = (seg.filter(pl.col("o_kind") == "annotation").with_row_index("i")
+                      .join_where(cpu, pl.col("c_start") < pl.col("t_next"), pl.col("c_end") > pl.col("time"))
+                      .filter(pl.col("c_tid") != pl.col("tid")).select("node").unique())
+    sync = pl.col("o_name").is_in(SYNC_APIS)
+    seg = seg.with_columns(elsewhere=pl.col("node").is_in(busy_elsewhere["node"].implode()))
+    edges.add(seg.select(
+        u="node", v="v", work=pl.col("owner").is_not_null() & ~sync & ~pl.col("elsewhere"),
+        category=pl.when(pl.col("owner").is_null() | sync | pl.col("elsewhere")).then(pl.lit("waiting"))
+        .when(pl.col("o_kind") == "call").then(pl.lit("runtime")).otherwise(pl.lit("host")),
+        kind=pl.when(pl.col("owner").is_null()).then(pl.lit("thread idle")).when(sync).then(pl.lit("blocked"))
+        .when(pl.col("elsewhere")).then(pl.lit("other thread")).otherwise(pl.lit("self")),
+        name=pl.when(pl.col("owner").is_null()).then(pl.lit(None, pl.String)).otherwise(pl.col("o_name")),
+        event="owner"))
+    top = bounds.filter(pl.col("is_start") & (pl.col("depth") == 1))
+    for tid in bounds["tid"].unique().to_list():  # thread order: few threads
+        others = bounds.filter(pl.col("tid") != tid).select(o_time="time", u="node").sort("o_time")
+        mine = top.filter(pl.col("tid") == tid).sort("time")
+        if others.height and mine.height:
+            handoff = mine.join_asof(others, left_on="time", right_on="o_time", strategy="backward")
+            edges.add(handoff.filter(pl.col("u").is_not_null()).select("u", v="node", work=pl.lit(False)),
+                      category="waiting", kind="thread order")
+    return bounds
+
+
+def last_before(acts: pl.DataFrame, keys: pl.DataFrame, on: list[str], corr: str) -> pl.DataFrame:
+    """keys with `src`: the end node of the last activity of `on` (device, stream) launched
+    before correlation `corr` (`acts`: node_end, correlation, and the `on` columns)."""
+    right = acts.select(*on, "correlation", src="node_end").drop_nulls("correlation").sort("correlation")
+    left = keys.with_row_index("_k").sort(corr)
+    return left.join_asof(right, left_on=corr, right_on="correlation", by=on, strategy="backward", check_sortedness=False,
+                          allow_exact_matches=False).sort("_k").drop("_k")
+
+
+def first_after(acts: pl.DataFrame, keys: pl.DataFrame, on: list[str], corr: str) -> pl.DataFrame:
+    right = acts.select(*on, "correlation", dst="node_start").drop_nulls("correlation").sort("correlation")
+    left = keys.with_row_index("_k").sort(corr)
+    return left.join_asof(right, left_on=corr, right_on="correlation", by=on, strategy="forward", check_sortedness=False,
+                          allow_exact_matches=False).sort("_k").drop("_k")
+
+
+def step_graph(trace: Trace, step: int, arrivals: pl.DataFrame | None):
+    """(times, edges frame, source, sink, span_start, span_end) of one step's graph."""
+    host, gpu = host_events(trace, step), device_events(trace, step)
+    window = trace.steps.filter(pl.col("step") == step).row(0, named=True)
+    begin = window["cpu_start"] if host.height else gpu["start"].min()
+    finish = max(x for x in (window["cpu_end"] if host.height else None, gpu["end"].max()) if x is not None)
+    n_host = host.height
+    edges = Edges()
+    bounds = host_lanes(host, edges) if n_host else None
+    base = 2 * n_host
+    acts = gpu.with_row_index("i").with_columns(node_start=base + 2 * pl.col("i").cast(pl.Int64),
+                                                node_end=base + 2 * pl.col("i").cast(pl.Int64) + 1)
+    n_nodes = base + 2 * gpu.height
+    split = pl.DataFrame(schema={"row": pl.Int64, "arrival": pl.Int64, "late_rank": pl.Int64})
+    if arrivals is not None and gpu.height:
+        split = acts.join(arrivals, on="row").filter((pl.col("arrival") > pl.col("start")) &
+                                                     (pl.col("arrival") < pl.col("end"))).select("row", "arrival", "late_rank")
+    split = split.with_row_index("k").with_columns(node=n_nodes + pl.col("k").cast(pl.Int64))
+    n_nodes += split.height
+    acts = acts.join(split.select("row", "arrival", "late_rank", node_mid="node"), on="row", how="left")
+    category = pl.col("category").replace_strict(GPU_CATEGORY, default="compute")
+    whole = acts.filter(pl.col("node_mid").is_null())
+    edges.add(whole.select(u="node_start", v="node_end", work=pl.lit(True), category=category, kind=pl.lit("device"),
+                           name="name", row="row"))
+    halves = acts.filter(pl.col("node_mid").is_not_null())
+    edges.add(halves.select(u="node_start", v="node_mid", work=pl.lit(False), category=pl.lit("waiting"),
+                            kind=pl.lit("collective arrival"),
+                            name=pl.format("{} (rank {} late)", pl.col("name"), pl.col("late_rank")), row="row"))
+    edges.add(halves.select(u="node_mid", v="node_end", work=pl.lit(True), category=pl.lit("comm"),
+                            kind=pl.lit("device"), name="name", row="row"))
+    lanes = acts.sort("device", "stream", "start", "end")
+    edges.add(lanes.select(u="node_end", v=pl.col("node_start").shift(-1).over("device", "stream"), work=pl.lit(False))
+              .filter(pl.col("v").is_not_null()), category="waiting", kind="stream order")
+    times = np.zeros(n_nodes + 2, np.int64)
+    if n_host:
+        times[bounds["node"].to_numpy()] = bounds["time"].to_numpy()
+        calls = host.with_row_index("event").filter(pl.col("kind") == "call").select(
+            pl.col("event").cast(pl.Int64), "name", "correlation", "start", "end")
+        launch = calls.join(acts.select("correlation", "node_start"), on="correlation")
+        edges.add(launch.select(u=pl.col("event") * 2, v="node_start", work=pl.lit(False)),
+                  category="waiting", kind="launch")
+        sync_edges(trace, calls, acts, edges)
+    times[acts["node_start"].to_numpy()] = acts["start"].to_numpy()
+    times[acts["node_end"].to_numpy()] = acts["end"].to_numpy()
+    if split.height:
+        times[split["node"].to_numpy()] = split["arrival"].to_numpy()
+    source, sink = n_nodes, n_nodes + 1
+    times[source], times[sink] = begin, finish
+    starts = np.concatenate([np.arange(0, base, 2), acts["node_start"].to_numpy()]).astype(np.int64)
+    ends = np.concatenate([np.arange(1, base, 2), acts["node_end"].to_numpy()]).astype(np.int64)
+    edges.add(pl.DataFrame({"u": np.full(len(starts), source), "v": starts, "work": False}),
+              category="waiting", kind="start")
+    edges.add(pl.DataFrame({"u": ends, "v": np.full(len(ends), sink), "work": False}),
+              category="waiting", kind="end")
+    return times, edges.frame(), source, sink, begin, finish
+
+
+def sync_edges(trace: Trace, calls: pl.DataFrame, acts: pl.DataFrame, edges: Edges):
+    """Event-wait and sync edges (see the module's docstring)."""
+    marks = trace.marks.filter(pl.col("cat") == "cuda_sync").select(
+        "sync_kind", pl.col("device").fill_null(0), "stream", "correlation", "wait_on_stream", "wait_on_record")
+    waits = marks.filter(pl.col("sync_kind") == "Stream Wait Event")
+    waits = waits.filter(pl.col("wait_on_record") >= 0)
+    if waits.height:
+        found = last_before(acts, waits.select("device", stream="wait_on_stream", record="wait_on_record",
+                                               w_stream="stream", w_corr="correlation"), ["device", "stream"], "record")
+        found = first_after(acts, found.drop("stream").rename({"w_stream": "stream"}), ["device", "stream"], "w_corr")
+        edges.add(found.filter(pl.col("src").is_not_null() & pl.col("dst").is_not_null()).select(
+            u="src", v="dst", work=pl.lit(False)), category="waiting", kind="event wait")
+    blocking = calls.filter(pl.col("name").is_in(SYNC_APIS)).select(
+        end_node=pl.col("event") * 2 + 1, call_corr="correlation", c_start="start", c_end="end", api="name")
+    if not blocking.height or not acts.height:
+        return
+    own = blocking.join(acts.select(call_corr="correlation", src="node_end"), on="call_corr")
+    marked = blocking.join(marks.rename({"correlation": "call_corr"}), on="call_corr")
+    event = marked.filter((pl.col("sync_kind") == "Event Sync") & (pl.col("wait_on_record") >= 0))
+    event = last_before(acts, event.select("end_node", "device", stream="wait_on_stream", record="wait_on_record"),
+                        ["device", "stream"], "record")
+    stream = marked.filter((pl.col("sync_kind") == "Stream Sync") & (pl.col("stream") >= 0))
+    stream = last_before(acts, stream.select("end_node", "device", "stream", "call_corr"), ["device", "stream"],
+                         "call_corr")
+    lanes = acts.select("device", "stream").unique()
+    context = blocking.filter(pl.col("api").str.contains("DeviceSynchronize|CtxSynchronize")).join(lanes, how="cross")
+    context = last_before(acts, context.select("end_node", "device", "stream", "call_corr"), ["device", "stream"],
+                          "call_corr")
+    exact = pl.concat([f.select("end_node", "src") for f in (own, event, stream, context)])
+    unknown = blocking.join(exact.select("end_node").unique(), on="end_node", how="anti")
+    inferred = (unknown.join_where(acts.select("correlation", "end", src="node_end"),
+                                   pl.col("correlation") < pl.col("call_corr"), pl.col("end") <= pl.col("c_end"),
+                                   pl.col("end") >= pl.col("c_start"))
+                .sort("end").group_by("end_node").agg(pl.col("src").last()))
+    edges.add(exact.filter(pl.col("src").is_not_null()).select(u="src", v="end_node", work=pl.lit(False)),
+              category="waiting", kind="sync")
+    edges.add(inferred.select(u="src", v="end_node", work=pl.lit(False)), category="waiting", kind="sync (inferred)")
+
+
+def collective_arrivals(traces: list[Trace]) -> list[pl.DataFrame]:
+    """Per trace: row (into trace.gpu), arrival (ns, the trace's clock), late_rank — when the
+    last rank of the collective's group started it (the (pg, seq)-th collective of each rank,
+    on the common clock: each trace's start + origin)."""
+    from tracekit.analyses.comms import collective_kernels  # noqa: PLC0415 (comms imports the timeline)
+
+    per_rank = []
+    for t in traces:
+        rows = (t.gpu.with_row_index("row").filter(pl.col("category") == "comm").select(
+            pl.col("row").cast(pl.Int64), "start", "correlation"))
+        kernels = collective_kernels(t).select("pg", "seq", "start").filter(pl.col("seq").is_not_null())
+        if rows.height != t.gpu.filter(pl.col("category") == "comm").height:
+            continue
+        per_rank.append(kernels.join(rows, on="start", how="left").unique(["pg", "seq"]).with_columns(
+            rank=pl.lit(t.rank, pl.Int64), absolute=pl.col("start") + t.origin_us * 1000, origin=pl.lit(t.origin_us * 1000)))
+    if len(per_rank) < 2:
+        return [None] * len(traces)
+    together = pl.concat(per_rank)
+    last = (together.sort("absolute").group_by("pg", "seq").agg(
+        arrival_abs=pl.col("absolute").last(), late_rank=pl.col("rank").last(), n=pl.len()))
+    out = []
+    for t, own in zip(traces, per_rank):
+        out.append(own.join(last.filter(pl.col("n") > 1), on=["pg", "seq"]).select(
+            "row", arrival=pl.col("arrival_abs") - pl.col("origin"), late_rank="late_rank")
+            .filter(pl.col("late_rank") != t.rank))
+    return out
+
+
+def dependency_graph(trace: Trace, step: int, arrivals: pl.DataFrame | None = None):
+    """(nodes, edges) of one step's graph. nodes: node, time, end (the event's end, else its
+    start), table (`host` | `gpu` | `arrival` | `source` | `sink`), name, correlation.
+    edges: u, v, ns (Δt), work, category, kind, name, event, row; those going back in time
+    dropped."""
+    times, edges, source, sink, _, _ = step_graph(trace, step, arrivals)
+    host, gpu = host_events(trace, step), device_events(trace, step)
+    nodes = pl.concat([
+        host.select("name", "correlation", table=pl.lit("host")).with_row_index("i").with_columns(
+            node=2 * pl.col("i").cast(pl.Int64)),
+        gpu.select("name", "correlation", table=pl.lit("gpu")).with_row_index("i").with_columns(
+            node=2 * host.height + 2 * pl.col("i").cast(pl.Int64)),
+    ]).drop("i")
+    nodes = pl.concat([nodes.with_columns(end=pl.lit(False)), nodes.with_columns(end=pl.lit(True), node=pl.col("node") + 1)])
+    every = pl.DataFrame({"node": np.arange(len(times), dtype=np.int64), "time": times})
+    nodes = every.join(nodes, on="node", how="left").with_columns(
+        table=pl.when(pl.col("node") == source).then(pl.lit("source")).when(pl.col("node") == sink)
+        .then(pl.lit("sink")).otherwise(pl.col("table").fill_null("arrival")))
+    edges = edges.filter(pl.col("u").is_not_null() & pl.col("v").is_not_null())
+    edges = edges.with_columns(ns=pl.Series(times[edges["u"].to_numpy()] - times[edges["v"].to_numpy()]) * -1)
+    return nodes, edges.filter(pl.col("ns") >= 0)
+
+
+def path_edges(trace: Trace, arrivals: pl.DataFrame | None = None) -> pl.DataFrame:
+    """The critical path of every step as its edges in time order: step, start, end, ns,
+    category, kind, name, event (host event index in the step), row (into trace.gpu)."""
+    frames = []
+    for step in trace.steps["step"].to_list():
+        if not (trace.ops["step"] == step).any() and not (trace.gpu["step"] == step).any():
+            continue
+        times, edges, source, sink, _, _ = step_graph(trace, step, arrivals)
+        edges = edges.filter(pl.col("u").is_not_null() & pl.col("v").is_not_null())
+        u, v = edges["u"].to_numpy(), edges["v"].to_numpy()
+        delta = times[v] - times[u]
+        edges = edges.with_columns(ns=pl.Series(delta)).filter(pl.col("ns") >= 0)
+        u, v = edges["u"].to_numpy(), edges["v"].to_numpy()
+        weight = np.where(edges["work"].to_numpy(), edges["ns"].to_numpy(), 0)
+        nodes, _ = longest_path(times, u, v, weight, source, sink)
+        hops = pl.DataFrame({"u": nodes[:-1], "v": nodes[1:]}, schema={"u": pl.Int64, "v": pl.Int64}).with_row_index("hop")
+        chosen = (hops.join(edges.with_columns(cost=pl.col("ns") - pl.when(pl.col("work")).then(pl.col("ns")).otherwise(0))
+                            .sort("cost", "work", descending=[False, True]), on=["u", "v"])
+                  .unique("hop", keep="first").sort("hop"))
+        frames.append(chosen.select(
+            step=pl.lit(step, pl.Int64), start=pl.Series(times[chosen["u"].to_numpy()]),
+            end=pl.Series(times[chosen["v"].to_numpy()]), ns="ns",
+            category=pl.when(pl.col("work")).then(pl.col("category")).otherwise(pl.lit("waiting")),
+            kind="kind", name="name", event="event", row="row"))
+    schema = {"step": pl.Int64, "start": pl.Int64, "end": pl.Int64, "ns": pl.Int64, **EDGE}
+    return pl.concat(frames) if frames else pl.DataFrame(schema=schema)
+
+
+def critical_path(trace: Trace, arrivals: pl.DataFrame | None = None, top: int | None = 10) -> pl.DataFrame:
+    """One row per step: span_ns, path_ns (the path's weight: its time not waiting), parts
+    [{category, ns}] (host, runtime, compute, comm, copy, waiting; they sum to span_ns) and
+    items [{category, kind, name, ns}]: the path's time by what spent it, largest first
+    (`top` kept)."""
+    edges = path_edges(trace, arrivals)
+    span = edges.group_by("step").agg(span_ns=pl.col("ns").sum(),
+                                      path_ns=pl.col("ns").filter(pl.col("category") != "waiting").sum())
+    order = {c: i for i, c in enumerate(CATEGORIES)}
+    parts = (pl.DataFrame({"category": list(CATEGORIES)}).join(edges.select("step").unique(), how="cross")
+             .join(edges.group_by("step", "category").agg(ns=pl.col("ns").sum()), on=["step", "category"], how="left")
+             .with_columns(pl.col("ns").fill_null(0)).sort("step", pl.col("category").replace_strict(order))
+             .group_by("step", maintain_order=True).agg(parts=pl.struct("category", "ns")))
+    items = (edges.filter(pl.col("ns") > 0).group_by("step", "category", "kind", "name")
+             .agg(ns=pl.col("ns").sum()).sort("step", "ns", "name", descending=[False, True, False], nulls_last=True)
+             .group_by("step", maintain_order=True).agg(items=pl.struct("category", "kind", "name", "ns").head(top or 10**9)))
+    table = span.join(parts, on="step").join(items, on="step", how="left")
+    return (trace.steps.select("step").join(table, on="step", how="left")
+            .with_columns(pl.col("parts").cast(PARTS), pl.col("items").cast(ITEMS)).sort("step"))
+
+
+def on_path(trace: Trace, arrivals: pl.DataFrame | None = None) -> pl.DataFrame:
+    """row (into trace.gpu), step, cp_ns: device activities whose work lies on their step's
+    critical path, and how much of it."""
+    edges = path_edges(trace, arrivals)
+    return (edges.filter(pl.col("row").is_not_null() & (pl.col("category") != "waiting"))
+            .group_by("row", "step").agg(cp_ns=pl.col("ns").sum()).sort("row"))
