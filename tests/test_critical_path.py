@@ -216,6 +216,6 @@ def test_hta_alexnet_gpu_gpu_sync_edge():
     fft = named.filter((pl.col("u_corr") == 5606) & (pl.col("v_corr") == 5629))
     assert fft.select("kind", "work", "u_end", "v_end").rows() == [("event wait", False, True, False)]
     assert fft["u_name"][0].startswith("void fft2d_c2r_32x32<float, false, false, 0u, false, false>")
-    epilogue = named.filter((pl.col("u_corr") == 5889) & (pl.col("v_name") == "cudaDeviceSynchronize"))
+    epilogue = named.filter((pl.col("u_corr") == 5889) & (pl.col("v_corr") == 5894))
     assert epilogue.select("kind", "work", "u_end", "v_end").rows() == [("sync", False, True, True)]
     assert epilogue["u_name"][0].startswith("void epilogue::impl::globalKernel")
