@@ -52,7 +52,6 @@ from tracekit.core.model import Trace
 CATEGORIES = ("host", "runtime", "compute", "comm", "copy", "waiting")
 GPU_CATEGORY = {"compute": "compute", "comm": "comm", "memcpy": "copy", "memset": "copy"}
 EDGE = {"category": pl.String, "kind": pl.String, "name": pl.String, "event": pl.Int64, "row": pl.Int64}
-PARTS = pl.List(pl.Struct({"category": pl.String, "ns": pl.Int64}))
 ITEMS = pl.List(pl.Struct({"category": pl.String, "kind": pl.String, "name": pl.String, "ns": pl.Int64}))
 
 
@@ -274,32 +273,41 @@ def sync_edges(trace: Trace, calls: pl.DataFrame, acts: pl.DataFrame, edges: Edg
     edges.add(inferred.select(u="src", v="end_node", work=pl.lit(False)), category="waiting", kind="sync (inferred)")
 
 
-def collective_arrivals(traces: list[Trace]) -> list[pl.DataFrame]:
-    """Per trace: row (into trace.gpu), arrival (ns, the trace's clock), late_rank — when the
-    last rank of the collective's group started it (the (pg, seq)-th collective of each rank,
-    on the common clock: each trace's start + origin)."""
-    from tracekit.analyses.comms import collective_kernels  # noqa: PLC0415 (comms imports the timeline)
+def collective_starts(trace: Trace) -> pl.DataFrame:
+    """rank, pg, seq, row (into trace.gpu), start_abs (ns on the common clock: start + the
+    trace's origin) of every launched collective kernel: the material of `arrivals_of_run`."""
+    from tracekit.analyses.comms import collective_kernels  # noqa: PLC0415 (a verb's second pass)
 
-    per_rank = []
-    for t in traces:
-        rows = (t.gpu.with_row_index("row").filter(pl.col("category") == "comm").select(
-            pl.col("row").cast(pl.Int64), "start", "correlation"))
-        kernels = collective_kernels(t).select("pg", "seq", "start").filter(pl.col("seq").is_not_null())
-        if rows.height != t.gpu.filter(pl.col("category") == "comm").height:
-            continue
-        per_rank.append(kernels.join(rows, on="start", how="left").unique(["pg", "seq"]).with_columns(
-            rank=pl.lit(t.rank, pl.Int64), absolute=pl.col("start") + t.origin_us * 1000, origin=pl.lit(t.origin_us * 1000)))
-    if len(per_rank) < 2:
-        return [None] * len(traces)
-    together = pl.concat(per_rank)
-    last = (together.sort("absolute").group_by("pg", "seq").agg(
-        arrival_abs=pl.col("absolute").last(), late_rank=pl.col("rank").last(), n=pl.len()))
-    out = []
-    for t, own in zip(traces, per_rank):
-        out.append(own.join(last.filter(pl.col("n") > 1), on=["pg", "seq"]).select(
-            "row", arrival=pl.col("arrival_abs") - pl.col("origin"), late_rank="late_rank")
-            .filter(pl.col("late_rank") != t.rank))
-    return out
+    if not trace.has_gpu:
+        return pl.DataFrame(schema={"rank": pl.Int64, "pg": pl.String, "seq": pl.Int64, "row": pl.Int64,
+                                    "start_abs": pl.Int64})
+    rows = trace.gpu.with_row_index("row").filter(pl.col("category") == "comm").select(
+        pl.col("row").cast(pl.Int64), "start", pl.col("stream").fill_null(0), pl.col("device").fill_null(0))
+    kernels = collective_kernels(trace).filter(pl.col("seq").is_not_null()).select(
+        "pg", "seq", "start", pl.col("stream").fill_null(0), pl.col("device").fill_null(0))
+    return (kernels.join(rows, on=["start", "stream", "device"]).unique(["pg", "seq"], keep="first")
+            .select(rank=pl.lit(trace.rank, pl.Int64), pg="pg", seq=pl.col("seq").cast(pl.Int64), row="row",
+                    start_abs=pl.col("start") + trace.origin_us * 1000))
+
+
+def arrivals_of_run(starts: list[pl.DataFrame], origins_ns: list[int]) -> list[pl.DataFrame | None]:
+    """Per trace of a run: row (into its gpu table), arrival (ns, its own clock), late_rank —
+    when the last rank to arrive started the same collective (the (pg, seq)-th of each rank),
+    for the collectives this rank entered earlier. None for a run of one trace."""
+    if len(starts) < 2:
+        return [None] * len(starts)
+    together = pl.concat(starts)
+    last = together.sort("start_abs").group_by("pg", "seq").agg(
+        arrival_abs=pl.col("start_abs").last(), late_rank=pl.col("rank").last(), n=pl.len())
+    return [own.join(last.filter(pl.col("n") > 1), on=["pg", "seq"])
+            .filter(pl.col("late_rank") != pl.col("rank"))
+            .select("row", arrival=pl.col("arrival_abs") - origin, late_rank="late_rank")
+            for own, origin in zip(starts, origins_ns)]
+
+
+def collective_arrivals(traces: list[Trace]) -> list[pl.DataFrame | None]:
+    """`arrivals_of_run` of loaded traces."""
+    return arrivals_of_run([collective_starts(t) for t in traces], [t.origin_us * 1000 for t in traces])
 
 
 def dependency_graph(trace: Trace, step: int, arrivals: pl.DataFrame | None = None):
@@ -354,24 +362,23 @@ def path_edges(trace: Trace, arrivals: pl.DataFrame | None = None) -> pl.DataFra
 
 
 def critical_path(trace: Trace, arrivals: pl.DataFrame | None = None, top: int | None = 10) -> pl.DataFrame:
-    """One row per step: span_ns, path_ns (the path's weight: its time not waiting), parts
-    [{category, ns}] (host, runtime, compute, comm, copy, waiting; they sum to span_ns) and
-    items [{category, kind, name, ns}]: the path's time by what spent it, largest first
-    (`top` kept)."""
+    """One row per step: span_ns, path_ns (the path's weight: its time not waiting), its time
+    by category — host_ns, runtime_ns, compute_ns, comm_ns, copy_ns, waiting_ns (they sum to
+    span_ns) — and items [{category, kind, name, ns}]: the path's time by what spent it (a
+    wait named `<kind>: <what>`), largest first (`top` kept). A step with no events: figures null."""
     edges = path_edges(trace, arrivals)
-    span = edges.group_by("step").agg(span_ns=pl.col("ns").sum(),
-                                      path_ns=pl.col("ns").filter(pl.col("category") != "waiting").sum())
-    order = {c: i for i, c in enumerate(CATEGORIES)}
-    parts = (pl.DataFrame({"category": list(CATEGORIES)}).join(edges.select("step").unique(), how="cross")
-             .join(edges.group_by("step", "category").agg(ns=pl.col("ns").sum()), on=["step", "category"], how="left")
-             .with_columns(pl.col("ns").fill_null(0)).sort("step", pl.col("category").replace_strict(order))
-             .group_by("step", maintain_order=True).agg(parts=pl.struct("category", "ns")))
-    items = (edges.filter(pl.col("ns") > 0).group_by("step", "category", "kind", "name")
+    split = (edges.group_by("step").agg(
+        span_ns=pl.col("ns").sum(), path_ns=pl.col("ns").filter(pl.col("category") != "waiting").sum(),
+        **{f"{c}_ns": pl.col("ns").filter(pl.col("category") == c).sum() for c in CATEGORIES}))
+    waiting = pl.col("category") == "waiting"
+    named = pl.when(waiting & pl.col("name").is_not_null()).then(pl.format("{}: {}", "kind", "name")) \
+        .when(waiting).then(pl.col("kind")).otherwise(pl.col("name"))
+    items = (edges.filter(pl.col("ns") > 0).with_columns(name=named).group_by("step", "category", "kind", "name")
              .agg(ns=pl.col("ns").sum()).sort("step", "ns", "name", descending=[False, True, False], nulls_last=True)
-             .group_by("step", maintain_order=True).agg(items=pl.struct("category", "kind", "name", "ns").head(top or 10**9)))
-    table = span.join(parts, on="step").join(items, on="step", how="left")
-    return (trace.steps.select("step").join(table, on="step", how="left")
-            .with_columns(pl.col("parts").cast(PARTS), pl.col("items").cast(ITEMS)).sort("step"))
+             .group_by("step", maintain_order=True).agg(items=pl.struct("category", "kind", "name", "ns")
+                                                        .head(top or 10**9)))
+    return (trace.steps.select("step").join(split.join(items, on="step", how="left"), on="step", how="left")
+            .with_columns(pl.col("items").cast(ITEMS)).sort("step"))
 
 
 def on_path(trace: Trace, arrivals: pl.DataFrame | None = None) -> pl.DataFrame:
@@ -380,3 +387,9 @@ def on_path(trace: Trace, arrivals: pl.DataFrame | None = None) -> pl.DataFrame:
     edges = path_edges(trace, arrivals)
     return (edges.filter(pl.col("row").is_not_null() & (pl.col("category") != "waiting"))
             .group_by("row", "step").agg(cp_ns=pl.col("ns").sum()).sort("row"))
+
+
+def critical_path_in_run(trace: Trace, arrivals: dict, top: int | None = 10) -> pl.DataFrame:
+    """`critical_path` with the trace's collective arrivals from `arrivals` ((path, rank) →
+    frame, as `arrivals_of_run` gives them), where its run has several ranks."""
+    return critical_path(trace, arrivals.get((trace.path, trace.rank)), top)

@@ -24,7 +24,7 @@ if not HTA.is_dir():
 
 def parts(trace, arrivals=None) -> dict:
     row = critical_path(trace, arrivals).row(0, named=True)
-    split = {p["category"]: p["ns"] for p in row["parts"]}
+    split = {c: row[f"{c}_ns"] for c in ("host", "runtime", "compute", "comm", "copy", "waiting")}
     assert sum(split.values()) == row["span_ns"]  # the path's time adds up to the span
     assert row["path_ns"] == row["span_ns"] - split["waiting"]
     return {**split, "span": row["span_ns"]}
