@@ -42,9 +42,9 @@ class Args(msgspec.Struct, frozen=True, gc=False):
     wait_on_stream: int | None = None  # cuda_sync: the stream whose event is waited on
     wait_on_record: int | None = msgspec.field(default=None, name="wait_on_cuda_event_record_corr_id")
     rank: int | None = None  # TraceLens' TraceFuse writes each event's rank here
-    input_dims: msgspec.Raw | None = msgspec.field(default=None, name="Input Dims")  # cpu_op shapes, JSON kept
-    input_types: msgspec.Raw | None = msgspec.field(default=None, name="Input type")
-    concrete_inputs: msgspec.Raw | None = msgspec.field(default=None, name="Concrete Inputs")
+    input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input Dims")  # cpu_op shapes, JSON kept
+    input_types: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input type")
+    concrete_inputs: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Concrete Inputs")
 
 
 NO_ARGS = Args()
@@ -86,9 +86,9 @@ class LooseArgs(msgspec.Struct, frozen=True, gc=False):
     wait_on_stream: Any = None
     wait_on_record: Any = msgspec.field(default=None, name="wait_on_cuda_event_record_corr_id")
     rank: Any = None
-    input_dims: msgspec.Raw | None = msgspec.field(default=None, name="Input Dims")
-    input_types: msgspec.Raw | None = msgspec.field(default=None, name="Input type")
-    concrete_inputs: msgspec.Raw | None = msgspec.field(default=None, name="Concrete Inputs")
+    input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input Dims")
+    input_types: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input type")
+    concrete_inputs: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Concrete Inputs")
 
 
 NO_LOOSE_ARGS = LooseArgs()

@@ -446,7 +446,7 @@ def _with_args(events: list, table: pl.DataFrame, columns: dict, old: bool) -> p
 
 def raw_text(values: list) -> pl.Series:
     """String column of raw JSON values (`msgspec.Raw`) as their text; absent → null."""
-    return pl.Series([None if v is None else bytes(v).decode() for v in values], dtype=pl.String)
+    return pl.Series([bytes(v).decode() or None if v is not None else None for v in values], dtype=pl.String)
 
 
 def _ops_table(events: list, table: pl.DataFrame, old: bool) -> pl.DataFrame:
