@@ -19,8 +19,10 @@ The formulas (docs/metrics.md "FLOPs and bytes"; TraceLens' perf model, AMD-AGI/
   **normalisation** ops (`native_layer_norm`, `native_layer_norm_backward`, `_fused_rms_norm`):
   bytes only (FLOPs unknown). Bytes: every tensor input read, the output written.
 An op whose shapes or needed scalars are not recorded gets null FLOPs and bytes: unknown,
-never a guess. A kernel takes the FLOPs of the innermost op with a formula that encloses its
-launch, shared among that op's kernels in proportion to their durations.
+never a guess. A kernel takes the FLOPs of the innermost CPU op enclosing its launch — past
+ops that only carry out their caller's work (`_cudnn_attention_forward`, `cudnn_convolution`,
+…) — when that op has a formula, shared among its kernels in proportion to their durations;
+a kernel of an op without one (an `amax` inside a float8 `mm`) has none.
 """
 
 from __future__ import annotations
@@ -57,6 +59,11 @@ ELEMENTWISE = tuple(f"aten::{n}{s}" for n in (
 NORMS = ("aten::native_layer_norm", "aten::native_layer_norm_backward", "aten::_fused_rms_norm",
          "aten::_fused_rms_norm_backward")
 FORMULA_OPS = (*MATMUL, *ATTENTION, *CONVOLUTION, *ELEMENTWISE, *NORMS)
+# ops that only carry out their caller's work: a kernel they launch counts for the caller
+IMPLEMENTATION = tuple(f"aten::_{kind}_attention_{way}" for kind in ("cudnn", "flash", "efficient")
+                       for way in ("forward", "backward")) + (
+    "aten::_convolution", "aten::cudnn_convolution", "aten::cudnn_convolution_transpose", "aten::miopen_convolution",
+    "aten::_convolution_backward", "aten::cudnn_convolution_backward")
 WORK = {"op_row": pl.UInt32, "family": pl.String, "dtype": pl.String, "flops": pl.Int64, "bytes": pl.Int64}
 
 
@@ -175,11 +182,11 @@ def convolution(name: str, dims: list, types: list, concrete: list) -> tuple | N
 
 
 def elementwise(name: str, dims: list, types: list, concrete: list) -> tuple | None:
-    tensors = [(d, t) for d, t in zip(dims, types) if isinstance(d, list) and d and t in DTYPES]
+    tensors = [(d, t) for d, t in zip(dims, types) if isinstance(d, list) and t in DTYPES]  # [] : 0-d
     if not tensors:
         return None
     rank = max(len(d) for d, _ in tensors)
-    shape = []
+    shape: list[int] = []
     for axis in range(rank):  # the broadcast shape
         sizes = {d[len(d) - rank + axis] for d, _ in tensors if len(d) - rank + axis >= 0}
         shape.append(max(sizes))
@@ -243,16 +250,54 @@ def kernel_work(trace: Trace) -> pl.DataFrame:
     work = op_work(trace)
     if work.height == 0 or not trace.has_gpu:
         return pl.DataFrame(schema={**schema, "flops": pl.Float64, "bytes": pl.Float64})
-    ops = trace.ops.with_row_index("op_row").join(work, on="op_row").select(
-        "op_row", "family", "dtype", "flops", "bytes", o_tid="tid", o_start="start", o_end="end", op="name")
+    ops = (trace.ops.with_row_index("op_row").filter((pl.col("cat") == "cpu_op") & ~pl.col("name").is_in(IMPLEMENTATION))
+           .select("op_row", o_tid="tid", o_start="start", o_end="end", op="name").join(work, on="op_row", how="left"))
     gpu = trace.gpu.with_row_index("row").filter(pl.col("kind") == "kernel").select(
         "row", "correlation", dur=pl.col("end") - pl.col("start"))
     calls = trace.calls.select("correlation", "tid", c_start="start", c_end="end").drop_nulls("correlation").unique("correlation")
     launches = gpu.join(calls, on="correlation")
     found = (launches.join_where(ops, pl.col("o_start") <= pl.col("c_start"), pl.col("o_end") >= pl.col("c_end"))
              .filter(pl.col("o_tid") == pl.col("tid"))
-             .sort("row", "o_start", descending=[False, True]).unique("row", keep="first"))
+             .sort("row", "o_start", descending=[False, True]).unique("row", keep="first")
+             .filter(pl.col("family").is_not_null()))
     share = pl.col("dur") / pl.col("dur").sum().over("op_row")
     share = pl.when(pl.col("dur").sum().over("op_row") > 0).then(share).otherwise(1 / pl.len().over("op_row"))
     return found.select("row", "op", "family", "dtype", flops=pl.col("flops") * share,
                         bytes=pl.col("bytes") * share).sort("row")
+
+
+def device_peaks(trace: Trace, peaks: dict | None = None) -> pl.DataFrame:
+    """device, peak_key, and each figure of `peaks` (default `peaks.PEAKS`) for the trace's
+    devices (Kineto's `deviceProperties` names; a device tracekit does not know: nulls)."""
+    from tracekit.analyses.peaks import PEAKS, device_key  # noqa: PLC0415
+
+    table = PEAKS if peaks is None else peaks
+    rows = []
+    for props in trace.meta.get("device_properties") or []:
+        key = device_key(props.get("name"), table)
+        rows.append({"device": props.get("id"), "peak_key": key, **{f"peak_{k}": v for k, v in table.get(key, {}).items()}})
+    figures = sorted({f"peak_{k}" for v in table.values() for k in v})
+    return pl.DataFrame(rows, schema={"device": pl.Int64, "peak_key": pl.String, **{f: pl.Float64 for f in figures}})
+
+
+def roofline(trace: Trace, peaks: dict | None = None) -> pl.DataFrame:
+    """One row per kernel with a formula op: row, op, family, dtype, flops, bytes, tflops
+    (flops / duration), gbps (bytes / duration, GB/s), pct_peak (tflops over the device's peak
+    for the dtype × 100), intensity (flops / bytes), ridge (peak FLOP/s over peak bandwidth,
+    FLOP/byte) and bound (`compute` when intensity ≥ ridge, else `memory`). Unknown → null."""
+    work = kernel_work(trace)
+    gpu = trace.gpu.with_row_index("row").select("row", pl.col("device").fill_null(0), dur=pl.col("end") - pl.col("start"))
+    table = work.join(gpu, on="row", how="left").join(device_peaks(trace, peaks), on="device", how="left")
+    peak_cols = [c for c in table.columns if c.startswith("peak_") and c not in ("peak_key", "peak_mem_tbps")]
+    peak = pl.coalesce([pl.when(pl.col("dtype") == c.removeprefix("peak_")).then(pl.col(c)) for c in peak_cols]) \
+        if peak_cols else pl.lit(None, pl.Float64)
+    mem = pl.col("peak_mem_tbps") if "peak_mem_tbps" in table.columns else pl.lit(None, pl.Float64)
+    ridge = peak / mem
+    intensity = pl.col("flops") / pl.col("bytes")
+    return table.with_columns(
+        tflops=pl.when(pl.col("dur") > 0).then(pl.col("flops") / pl.col("dur") / 1e3),
+        gbps=pl.when(pl.col("dur") > 0).then(pl.col("bytes") / pl.col("dur")),
+    ).select("row", "op", "family", "dtype", "flops", "bytes", "tflops", "gbps",
+             pct_peak=(pl.col("tflops") / peak * 100), intensity=intensity, ridge=ridge,
+             bound=pl.when(intensity.is_null() | ridge.is_null()).then(pl.lit(None, pl.String))
+             .when(intensity >= ridge).then(pl.lit("compute")).otherwise(pl.lit("memory")))
