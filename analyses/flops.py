@@ -282,8 +282,8 @@ def device_peaks(trace: Trace, peaks: dict | None = None) -> pl.DataFrame:
 
 def roofline(trace: Trace, peaks: dict | None = None) -> pl.DataFrame:
     """One row per kernel with a formula op: row, op, family, dtype, flops, bytes, tflops
-    (flops / duration), gbps (bytes / duration, GB/s), pct_peak (tflops over the device's peak
-    for the dtype × 100), intensity (flops / bytes), ridge (peak FLOP/s over peak bandwidth,
+    (flops / duration), gbps (bytes / duration, GB/s), peak_tflops (the device's peak for the
+    dtype), pct_peak (tflops / peak_tflops × 100), intensity (flops / bytes), ridge (peak FLOP/s over peak bandwidth,
     FLOP/byte) and bound (`compute` when intensity ≥ ridge, else `memory`). Unknown → null."""
     work = kernel_work(trace)
     gpu = trace.gpu.with_row_index("row").select("row", pl.col("device").fill_null(0), dur=pl.col("end") - pl.col("start"))
@@ -297,7 +297,7 @@ def roofline(trace: Trace, peaks: dict | None = None) -> pl.DataFrame:
     return table.with_columns(
         tflops=pl.when(pl.col("dur") > 0).then(pl.col("flops") / pl.col("dur") / 1e3),
         gbps=pl.when(pl.col("dur") > 0).then(pl.col("bytes") / pl.col("dur")),
-    ).select("row", "op", "family", "dtype", "flops", "bytes", "tflops", "gbps",
+    ).select("row", "op", "family", "dtype", "flops", "bytes", "tflops", "gbps", peak_tflops=peak,
              pct_peak=(pl.col("tflops") / peak * 100), intensity=intensity, ridge=ridge,
              bound=pl.when(intensity.is_null() | ridge.is_null()).then(pl.lit(None, pl.String))
              .when(intensity >= ridge).then(pl.lit("compute")).otherwise(pl.lit("memory")))

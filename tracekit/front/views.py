@@ -58,9 +58,10 @@ VIEWS = {
                             "algbw_gbps", "busbw_gbps", "transfer_ns", "wait_ns", "mismatched")},
                   varied=("run", "step", "pg")),
     "kernels": View(("run", "rank", "step", "agg", "count", "total_ms", "mean_ms", "busy_pct", "category",
-                     "coll_kind", "name", "op"),
+                     "coll_kind", "tflops", "pct_peak", "name", "op"),
                     aliases={f"kernels.{c}": c for c in
-                             ("name", "op", "category", "coll_kind", "count", "total_ns", "mean_ns", "busy_pct")},
+                             ("name", "op", "category", "coll_kind", "count", "total_ns", "mean_ns", "busy_pct",
+                              "tflops", "pct_peak")},
                     kernel_names=("kernels.name",)),
     "lint": View(("run", "rank", "severity", "kind", "count", "step", "detail")),
     "critical-path": View(("run", "rank", "step", "agg", "span_ms", "host_pct", "gpu_pct", "comm_pct", "wait_pct",

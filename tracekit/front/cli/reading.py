@@ -10,8 +10,8 @@ import click
 from tracekit.core.errors import UsageError
 
 from .common import (agg_option, analysed_runs, emit, format_option, load_options, main, of_ranks, paths_argument,
-                     per_step, rank_option, render, sample_trace_path, scope_option, steps_option, table_layout,
-                     verb)
+                     peaks_option, per_step, rank_option, render, sample_trace_path, scope_option, steps_option,
+                     table_layout, verb)
 
 
 @verb
@@ -88,16 +88,18 @@ def breakdown(paths, steps, agg, rank, fmt, layout, options, scope):
               help="Group the device work by kernel name, launching CPU op, or category and collective kind.")
 @click.option("--top", type=click.IntRange(min=1), default=10, show_default=True,
               help="The groups with the largest total time shown per step and device.")
-def kernels(paths, steps, agg, rank, fmt, layout, options, scope, by, top):
+@peaks_option
+def kernels(paths, steps, agg, rank, fmt, layout, options, scope, by, top, peaks):
     """Per rank, step and device: the top kernels (or ops, or categories) by total device time,
-    with count, total, mean, % of GPU busy time, category and collective kind."""
+    with count, total, mean, % of GPU busy time, category, collective kind, and TFLOP/s and % of
+    the device's peak where the recorded shapes give the FLOPs."""
     from functools import partial
 
     from tracekit.analyses.kernels import kernels as analysis
     from tracekit.analyses.kernels import top as largest
 
     report = [(info, largest(frame, top)) for info, frame in
-              per_step(paths, rank, options, partial(analysis, by=by, scope=scope), steps, agg)]
+              per_step(paths, rank, options, partial(analysis, by=by, scope=scope, peaks=peaks), steps, agg)]
     emit(render(report, fmt, "kernels", layout))
 
 
