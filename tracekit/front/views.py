@@ -81,7 +81,7 @@ VIEWS = {
                                 aliases={"real_d_ms": "real", "real_d_ms_ci": "real_ci", "recorded_d_ms": "recorded",
                                          "attributed_d_ms": "attributed", "device_d_ms": "device",
                                          "idle_d_ms": "idle", "unexplained_ms": "unexplained"}),
-    "diff.items": View(("kind", "name", "phase", "fsdp", "change", "a_ms", "b_ms", "delta_ms")),
+    "diff.items": View(("kind", "name", "phase", "fsdp", "change", "a_ms", "b_ms", "delta_ms", "critical", "why")),
     "diff.syncs": View(("api", "a_count", "a_blocked_ms", "b_count", "b_blocked_ms")),
     "diff.collectives": View(("kind", "a_count", "a_bytes", "a_exposed_ms", "b_count", "b_bytes", "b_exposed_ms")),
 }
