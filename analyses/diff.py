@@ -46,6 +46,7 @@ from tracekit.core.names import kernel_identity
 VIEWS = {"kernel": ["kind", "name", "op", "phase"], "fsdp": ["kind", "phase", "fsdp"]}
 SUMS = ("a_ns", "b_ns", "delta_ns", "a_count", "b_count")
 PER_SIDE = ("a_cp_ns", "b_cp_ns", "a_flops", "b_flops", "a_busy_ns", "b_busy_ns")  # summed over ranks too
+PATH_COLUMNS = ("critical", "why", *PER_SIDE, "d_flops_ns", "d_efficiency_ns")
 
 # An item in one side only was added (B only) or removed (A only).
 CHANGE = (pl.when(pl.col("a_count") == 0).then(pl.lit("added"))
@@ -162,10 +163,11 @@ def host_items(trace: Trace) -> pl.DataFrame:
 
 def by_delta(items: pl.DataFrame, key: list[str]) -> pl.DataFrame:
     """Items with `change`, largest |delta| first (then by key), in the documented column order."""
-    extra = [c for c in items.columns if c not in (*key, *SUMS, "change")]
+    path = [c for c in PATH_COLUMNS if c in items.columns]
+    extra = [c for c in items.columns if c not in (*key, *SUMS, "change", *path)]
     return (items.with_columns(change=CHANGE)
             .sort(pl.col("delta_ns").abs(), *key, descending=[True] + [False] * len(key), nulls_last=True)
-            .select(*key, "change", *SUMS, *extra))
+            .select(*key, "change", *SUMS, *path, *extra))
 
 
 def top_with_other(items: pl.DataFrame, top: int, key: list[str]) -> pl.DataFrame:

@@ -144,3 +144,44 @@ def test_peaks_table_names_devices_and_takes_overrides():
     table = merged({"H200": {"bf16": 900.0}, "L40S": {"bf16": 362.0, "mem_tbps": 0.864}})
     assert table["H200"]["bf16"] == 900.0 and table["H200"]["fp8"] == PEAKS["H200"]["fp8"]
     assert device_key("NVIDIA L40S", table) == "L40S"
+
+
+def test_kernels_report_tflops_within_the_h200_peak():
+    from click.testing import CliRunner
+
+    from tracekit.front.cli import main
+
+    result = CliRunner().invoke(main, ["kernels", "--format", "json", "--top", "100", "--rank", "0",
+                                       str(RUN / "fsdp2")])
+    assert result.exit_code == 0, result.output
+    groups = json.loads(result.stdout)["traces"][0]["steps"][0]["kernels"]
+    gemms = [g for g in groups if g["name"].startswith("nvjet")]
+    assert gemms and all(g["tflops"] is not None for g in gemms)
+    for g in gemms:  # bf16 on an H200: 989.4 dense TFLOP/s
+        assert 0 < g["tflops"] <= 989.4
+        assert g["pct_peak"] == pytest.approx(g["tflops"] / 989.4 * 100, abs=0.01)
+    assert all(g["tflops"] is None for g in groups if g["category"] == "comm")
+
+
+def mm_step(tmp_path, name, m, kernel_us):
+    """A GPU-bound step: one mm of [m, 32]·[32, 16] whose kernel runs `kernel_us`, the host
+    blocked in cudaDeviceSynchronize meanwhile."""
+    events = [synth.step(1, 0.0, 200.0),
+              synth.op("aten::mm", 1.0, 3.0, **{"Input Dims": [[m, 32], [32, 16]], "Input type": ["float", "float"],
+                                                  "Concrete Inputs": ["", ""]}),
+              *synth.launched("gemm", 2.0, 10.0, kernel_us, corr=1),
+              synth.call("cudaDeviceSynchronize", 5.0, 190.0, corr=2)]
+    return tracekit.load(synth.write(tmp_path, name, synth.doc(events)))
+
+
+def test_diff_splits_gemm_delta_into_flops_and_efficiency(tmp_path):
+    """B does twice the FLOPs at A's rate: all of the Δ is FLOPs; C does A's FLOPs at half the
+    rate: all of it efficiency. The GEMM sets both steps' length: on both critical paths."""
+    from tracekit.analyses.diff import diff_traces
+
+    a = mm_step(tmp_path, "a.json", 64, 20.0)
+    for other, m, why, d_flops, d_eff in (("b.json", 128, "FLOPs", 20_000, 0), ("c.json", 64, "efficiency", 0, 20_000)):
+        b = mm_step(tmp_path, other, m, 40.0)
+        (gemm,) = diff_traces(a, b, 1, 1).all_items.filter(pl.col("kind") == "compute").to_dicts()
+        assert (gemm["why"], gemm["d_flops_ns"], gemm["d_efficiency_ns"], gemm["critical"]) == (why, d_flops, d_eff, "both")
+        assert gemm["a_flops"] == 2 * 64 * 16 * 32 and gemm["b_flops"] == 2 * m * 16 * 32
