@@ -75,6 +75,7 @@ VIEWS = {
                     "idle_pct": ("idle_ns", SPAN)},
                    {"peak_allocated_bytes": "peak_mem", "profiler_overhead": "overhead",
                     "recorded_to_timed": "rec_timed"}),
+    "report.critical": View(()),
     "report.phases": View(("variant", "phase", "ms", "pct", "d_ms", "d_ms_ci", "verdict", "rec_d_ms"),
                           aliases={"pct_of_step": "pct", "d_recorded_ms": "rec_d_ms", "recorded_ms": "rec_ms"}),
     "diff.reconciliation": View(("phase", "real", "real_ci", "verdict", "recorded", "attributed", "device", "idle"),
