@@ -28,7 +28,8 @@ activities it launched — plus a source S at the step's start and a sink T at i
 - **collective arrival** (multi-rank runs): a collective kernel waits until the last rank of
   its group starts the same collective (the i-th of its process group, on the common clock);
   start → arrival is `waiting` (for that rank), arrival → end is `comm`.
-- S → every start, every end → T: weight 0.
+- S → every node that no other edge leads to, every node that leads nowhere → T: weight 0
+  (an S or T edge to any other node could not make a heavier path).
 
 Every edge goes forward in time (one that would go back — clock skew — is dropped and
 counted). A work edge weighs its duration, any other 0. The critical path is the S → T path
@@ -40,6 +41,8 @@ and waiting.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
@@ -57,42 +60,66 @@ ITEMS = pl.List(pl.Struct({"category": pl.String, "kind": pl.String, "name": pl.
 
 def longest_path(times: np.ndarray, u: np.ndarray, v: np.ndarray, weight: np.ndarray,
                  source: int, sink: int) -> tuple[list[int], int]:
-    """(nodes of the heaviest source → sink path, its weight). `times[n]`: node n's time;
-    every edge goes forward (`times[v] ≥ times[u]`) and weighs at most its Δt, so the path of
-    greatest weight is the shortest over cost Δt − weight (≥ 0). Parallel edges: the cheapest."""
-    cost = (times[v] - times[u]) - weight
-    order = np.lexsort((cost, v, u))
-    u, v, cost = u[order], v[order], cost[order]
+    """(nodes of the heaviest source → sink path, its weight; [] and 0 when none). `times[n]`:
+    node n's time; every edge goes forward (`times[v] ≥ times[u]`) and weighs at most its Δt."""
+    (nodes, _, found), = heaviest_paths(times, u, v, weight, [source], [sink])
+    return nodes, found
+
+
+def heaviest_paths(times: np.ndarray, u: np.ndarray, v: np.ndarray, weight: np.ndarray,
+                   sources: list[int], sinks: list[int]) -> list[tuple[list[int], np.ndarray, int]]:
+    """For each (source, sink) pair of disconnected parts of one graph: the heaviest path's
+    nodes, its edges (indices into u, v) and its weight. Since every source → sink path spends
+    times[sink] − times[source], the heaviest is the shortest over cost Δt − weight (≥ 0): one
+    Dijkstra from a super source with a zero-cost edge to every source. Of parallel edges the
+    cheapest counts, the heavier of equal cost."""
+    n, m = len(times), len(u)
+    weight = np.asarray(weight, np.int64)
+    cost = np.concatenate([(times[v] - times[u]) - weight, np.zeros(len(sources), np.int64)])
+    u = np.concatenate([u, np.full(len(sources), n)]).astype(np.int64)
+    v = np.concatenate([v, np.asarray(sources, np.int64)]).astype(np.int64)
+    ids = np.concatenate([np.arange(m), np.full(len(sources), -1)])
+    keys = u * (n + 1) + v
+    rank = cost * 2 + np.concatenate([weight == 0, np.zeros(len(sources), bool)])  # equal cost: the heavier first
+    order = np.lexsort((rank, keys))
+    keys, u, v, cost, ids = keys[order], u[order], v[order], cost[order], ids[order]
     first = np.ones(len(u), bool)
-    first[1:] = (u[1:] != u[:-1]) | (v[1:] != v[:-1])
-    n = len(times)
-    graph = csr_matrix((cost[first].astype(np.float64), (u[first], v[first])), shape=(n, n))
-    dist, pred = dijkstra(graph, indices=source, return_predecessors=True)
-    if not np.isfinite(dist[sink]):
-        return [], 0
-    path = [sink]
-    while path[-1] != source:
-        path.append(int(pred[path[-1]]))
-    path.reverse()
-    return path, int(times[sink] - times[source] - round(dist[sink]))
+    first[1:] = keys[1:] != keys[:-1]
+    keys, u, v, cost, ids = keys[first], u[first], v[first], cost[first], ids[first]
+    graph = csr_matrix((cost.astype(np.float64), (u, v)), shape=(n + 1, n + 1))
+    dist, pred = dijkstra(graph, indices=n, return_predecessors=True)
+    before = pred.tolist()
+    found = []
+    for source, sink in zip(sources, sinks):
+        if not np.isfinite(dist[sink]):
+            found.append(([], np.zeros(0, np.int64), 0))
+            continue
+        path = [sink]
+        while path[-1] != source:
+            path.append(before[path[-1]])
+        path.reverse()
+        nodes = np.asarray(path, np.int64)
+        edges = ids[np.searchsorted(keys, nodes[:-1] * (n + 1) + nodes[1:])]
+        found.append((path, edges, int(times[sink] - times[source] - round(dist[sink]))))
+    return found
 
 
-def host_events(trace: Trace, step: int) -> pl.DataFrame:
-    """The step's CPU ops and runtime/driver calls: kind (`op`|`annotation`|`call`), name,
+def host_events(trace: Trace) -> pl.DataFrame:
+    """The steps' CPU ops and runtime/driver calls: step, kind (`op`|`annotation`|`call`), name,
     tid, start, end, correlation."""
-    ops = trace.ops.filter(pl.col("step") == step).select(
-        kind=pl.when(pl.col("cat") == "cpu_op").then(pl.lit("op")).otherwise(pl.lit("annotation")),
+    ops = trace.ops.filter(pl.col("step").is_not_null()).select(
+        "step", kind=pl.when(pl.col("cat") == "cpu_op").then(pl.lit("op")).otherwise(pl.lit("annotation")),
         name="name", tid="tid", start="start", end="end", correlation=pl.lit(None, pl.Int64))
-    calls = trace.calls.filter(pl.col("step") == step).select(
-        kind=pl.lit("call"), name="name", tid="tid", start="start", end="end", correlation="correlation")
+    calls = trace.calls.filter(pl.col("step").is_not_null()).select(
+        "step", kind=pl.lit("call"), name="name", tid="tid", start="start", end="end", correlation="correlation")
     return pl.concat([ops, calls]).with_columns(pl.col("tid").fill_null(0))
 
 
-def device_events(trace: Trace, step: int) -> pl.DataFrame:
-    """The device activities the step launched: row (into trace.gpu), name, category,
+def device_events(trace: Trace) -> pl.DataFrame:
+    """The device activities the steps launched: step, row (into trace.gpu), name, category,
     device, stream, start, end, correlation."""
-    return (trace.gpu.with_row_index("row").filter(pl.col("step") == step)
-            .select(pl.col("row").cast(pl.Int64), "name", "category", pl.col("device").fill_null(0),
+    return (trace.gpu.with_row_index("row").filter(pl.col("step").is_not_null())
+            .select("step", pl.col("row").cast(pl.Int64), "name", "category", pl.col("device").fill_null(0),
                     pl.col("stream").fill_null(0), "start", "end", "correlation"))
 
 
@@ -119,27 +146,29 @@ def host_lanes(host: pl.DataFrame, edges: Edges) -> pl.DataFrame:
     """Adds host-order edges; returns the boundaries (node, tid, time, top: a top-level start)."""
     bounds = pl.concat([
         host.with_row_index("event").select(
-            "event", "tid", "kind", "name", time="start", is_start=pl.lit(True), node=pl.col("event") * 2,
+            "event", "step", "tid", time="start", is_start=pl.lit(True), node=pl.col("event") * 2,
             key=pl.when(pl.col("end") == pl.col("start")).then(1).otherwise(2), tie=-pl.col("end")),
         host.with_row_index("event").select(
-            "event", "tid", "kind", "name", time="end", is_start=pl.lit(False), node=pl.col("event") * 2 + 1,
+            "event", "step", "tid", time="end", is_start=pl.lit(False), node=pl.col("event") * 2 + 1,
             key=pl.when(pl.col("end") == pl.col("start")).then(1).otherwise(0), tie=-pl.col("start")),
     ]).with_columns(pl.col("event").cast(pl.Int64), pl.col("node").cast(pl.Int64))
     # at one time: ends (inner first), then zero-length events, then starts (outer first)
-    bounds = bounds.sort("tid", "time", "key", "tie", "node").with_columns(
-        depth=pl.when(pl.col("is_start")).then(1).otherwise(-1).cum_sum().over("tid"))
+    bounds = bounds.sort("step", "tid", "time", "key", "tie", "node").with_columns(
+        depth=pl.when(pl.col("is_start")).then(1).otherwise(-1).cum_sum().over("step", "tid"))
     bounds = bounds.with_columns(
-        owner=pl.when(pl.col("is_start")).then(pl.col("event")).forward_fill().over("tid", "depth"))
+        owner=pl.when(pl.col("is_start")).then(pl.col("event")).forward_fill().over("step", "tid", "depth"))
     bounds = bounds.with_columns(owner=pl.when(pl.col("depth") > 0).then(pl.col("owner")))
     owners = host.with_row_index("event").select(pl.col("event").cast(pl.Int64).alias("owner"),
                                                  o_kind="kind", o_name="name", o_start="start", o_end="end")
-    seg = bounds.with_columns(v=pl.col("node").shift(-1).over("tid"), t_next=pl.col("time").shift(-1).over("tid")
+    seg = bounds.with_columns(v=pl.col("node").shift(-1).over("step", "tid"),
+                              t_next=pl.col("time").shift(-1).over("step", "tid")
                               ).filter(pl.col("v").is_not_null()).join(owners, on="owner", how="left")
     # annotations waiting on another thread's op (the main thread inside backward)
-    cpu = host.filter(pl.col("kind") == "op").select(c_tid="tid", c_start="start", c_end="end")
-    busy_elsewhere = (seg.filter(pl.col("o_kind") == "annotation").with_row_index("i")
+    cpu = host.filter(pl.col("kind") == "op").select(c_step="step", c_tid="tid", c_start="start", c_end="end")
+    busy_elsewhere = (seg.filter(pl.col("o_kind") == "annotation")
                       .join_where(cpu, pl.col("c_start") < pl.col("t_next"), pl.col("c_end") > pl.col("time"))
-                      .filter(pl.col("c_tid") != pl.col("tid")).select("node").unique())
+                      .filter((pl.col("c_tid") != pl.col("tid")) & (pl.col("c_step") == pl.col("step")))
+                      .select("node").unique())
     sync = pl.col("o_name").is_in(SYNC_APIS)
     seg = seg.with_columns(elsewhere=pl.col("node").is_in(busy_elsewhere["node"].implode()))
     edges.add(seg.select(
@@ -152,10 +181,11 @@ def host_lanes(host: pl.DataFrame, edges: Edges) -> pl.DataFrame:
         event="owner"))
     top = bounds.filter(pl.col("is_start") & (pl.col("depth") == 1))
     for tid in bounds["tid"].unique().to_list():  # thread order: few threads
-        others = bounds.filter(pl.col("tid") != tid).select(o_time="time", u="node").sort("o_time")
+        others = bounds.filter(pl.col("tid") != tid).select("step", o_time="time", u="node").sort("o_time")
         mine = top.filter(pl.col("tid") == tid).sort("time")
         if others.height and mine.height:
-            handoff = mine.join_asof(others, left_on="time", right_on="o_time", strategy="backward")
+            handoff = mine.join_asof(others, left_on="time", right_on="o_time", by="step", strategy="backward",
+                                     check_sortedness=False)
             edges.add(handoff.filter(pl.col("u").is_not_null()).select("u", v="node", work=pl.lit(False)),
                       category="waiting", kind="thread order")
     return bounds
@@ -177,12 +207,22 @@ def first_after(acts: pl.DataFrame, keys: pl.DataFrame, on: list[str], corr: str
                           allow_exact_matches=False).sort("_k").drop("_k")
 
 
-def step_graph(trace: Trace, step: int, arrivals: pl.DataFrame | None):
-    """(times, edges frame, source, sink, span_start, span_end) of one step's graph."""
-    host, gpu = host_events(trace, step), device_events(trace, step)
-    window = trace.steps.filter(pl.col("step") == step).row(0, named=True)
-    begin = window["cpu_start"] if host.height else gpu["start"].min()
-    finish = max(x for x in (window["cpu_end"] if host.height else None, gpu["end"].max()) if x is not None)
+@dataclass
+class Graph:
+    """Every step's graph in one: `times[n]` (ns), `steps[n]` (the step of node n), edges (u, v,
+    ns = Δt ≥ 0, work, category, kind, name, event, row; no edge between two steps), and per
+    step its source and sink nodes (`ends`: step, source, sink)."""
+
+    times: np.ndarray
+    steps: np.ndarray
+    edges: pl.DataFrame
+    ends: pl.DataFrame
+    host: pl.DataFrame
+    gpu: pl.DataFrame
+
+
+def graph(trace: Trace, arrivals: pl.DataFrame | None = None) -> Graph:
+    host, gpu = host_events(trace), device_events(trace)
     n_host = host.height
     edges = Edges()
     bounds = host_lanes(host, edges) if n_host else None
@@ -207,31 +247,57 @@ def step_graph(trace: Trace, step: int, arrivals: pl.DataFrame | None):
                             name=pl.format("{} (rank {} late)", pl.col("name"), pl.col("late_rank")), row="row"))
     edges.add(halves.select(u="node_mid", v="node_end", work=pl.lit(True), category=pl.lit("comm"),
                             kind=pl.lit("device"), name="name", row="row"))
-    lanes = acts.sort("device", "stream", "start", "end")
-    edges.add(lanes.select(u="node_end", v=pl.col("node_start").shift(-1).over("device", "stream"), work=pl.lit(False))
-              .filter(pl.col("v").is_not_null()), category="waiting", kind="stream order")
-    times = np.zeros(n_nodes + 2, np.int64)
+    lanes = acts.sort("step", "device", "stream", "start", "end")
+    edges.add(lanes.select(u="node_end", v=pl.col("node_start").shift(-1).over("step", "device", "stream"),
+                           work=pl.lit(False)).filter(pl.col("v").is_not_null()), category="waiting", kind="stream order")
+    # per step: its window, a source and a sink node
+    windows = (trace.steps.join(host.group_by("step").agg(n_host=pl.len()), on="step", how="left")
+               .join(gpu.group_by("step").agg(g_start=pl.col("start").min(), g_end=pl.col("end").max()), on="step",
+                     how="left")
+               .filter(pl.col("n_host").is_not_null() | pl.col("g_start").is_not_null()).sort("step")
+               .with_row_index("k").select(
+                   "step", begin=pl.when(pl.col("n_host").is_not_null()).then(pl.col("cpu_start")).otherwise("g_start"),
+                   finish=pl.max_horizontal(pl.when(pl.col("n_host").is_not_null()).then(pl.col("cpu_end")), "g_end"),
+                   source=n_nodes + 2 * pl.col("k").cast(pl.Int64), sink=n_nodes + 2 * pl.col("k").cast(pl.Int64) + 1))
+    times = np.zeros(n_nodes + 2 * windows.height, np.int64)
+    steps = np.zeros(len(times), np.int64)
     if n_host:
         times[bounds["node"].to_numpy()] = bounds["time"].to_numpy()
+        steps[bounds["node"].to_numpy()] = bounds["step"].to_numpy()
         calls = host.with_row_index("event").filter(pl.col("kind") == "call").select(
             pl.col("event").cast(pl.Int64), "name", "correlation", "start", "end")
         launch = calls.join(acts.select("correlation", "node_start"), on="correlation")
         edges.add(launch.select(u=pl.col("event") * 2, v="node_start", work=pl.lit(False)),
                   category="waiting", kind="launch")
         sync_edges(trace, calls, acts, edges)
-    times[acts["node_start"].to_numpy()] = acts["start"].to_numpy()
-    times[acts["node_end"].to_numpy()] = acts["end"].to_numpy()
+    for column, value in (("node_start", "start"), ("node_end", "end")):
+        times[acts[column].to_numpy()] = acts[value].to_numpy()
+        steps[acts[column].to_numpy()] = acts["step"].to_numpy()
     if split.height:
-        times[split["node"].to_numpy()] = split["arrival"].to_numpy()
-    source, sink = n_nodes, n_nodes + 1
-    times[source], times[sink] = begin, finish
-    starts = np.concatenate([np.arange(0, base, 2), acts["node_start"].to_numpy()]).astype(np.int64)
-    ends = np.concatenate([np.arange(1, base, 2), acts["node_end"].to_numpy()]).astype(np.int64)
-    edges.add(pl.DataFrame({"u": np.full(len(starts), source), "v": starts, "work": False}),
-              category="waiting", kind="start")
-    edges.add(pl.DataFrame({"u": ends, "v": np.full(len(ends), sink), "work": False}),
-              category="waiting", kind="end")
-    return times, edges.frame(), source, sink, begin, finish
+        mid = split.join(acts.select("row", "step"), on="row")
+        times[mid["node"].to_numpy()], steps[mid["node"].to_numpy()] = mid["arrival"].to_numpy(), mid["step"].to_numpy()
+    for column, value in (("source", "begin"), ("sink", "finish")):
+        times[windows[column].to_numpy()] = windows[value].to_numpy()
+        steps[windows[column].to_numpy()] = windows["step"].to_numpy()
+    frame = edges.frame().filter(pl.col("u").is_not_null() & pl.col("v").is_not_null())
+    u, v = frame["u"].to_numpy(), frame["v"].to_numpy()
+    frame = frame.with_columns(ns=pl.Series(times[v] - times[u]), same=pl.Series(steps[u] == steps[v]))
+    frame = frame.filter((pl.col("ns") >= 0) & pl.col("same")).drop("same")
+    # S → a node nothing else leads to, a node that leads nowhere → T: any other S or T edge
+    # would weigh 0 beside a path through real edges weighing ≥ 0, so it could not be heavier
+    into = np.bincount(frame["v"].to_numpy(), minlength=n_nodes)[:n_nodes]
+    out = np.bincount(frame["u"].to_numpy(), minlength=n_nodes)[:n_nodes]
+    nodes = pl.DataFrame({"node": np.arange(n_nodes, dtype=np.int64), "step": steps[:n_nodes], "into": into, "out": out})
+    ends = nodes.join(windows.select("step", "source", "sink"), on="step")
+    edges = Edges()
+    edges.add(ends.filter(pl.col("into") == 0).select(u="source", v="node", work=pl.lit(False)), category="waiting",
+              kind="start")
+    edges.add(ends.filter(pl.col("out") == 0).select(u="node", v="sink", work=pl.lit(False)), category="waiting",
+              kind="end")
+    extra = edges.frame()
+    extra = extra.with_columns(ns=pl.Series(times[extra["v"].to_numpy()] - times[extra["u"].to_numpy()], dtype=pl.Int64))
+    frame = pl.concat([frame, extra.filter(pl.col("ns") >= 0)])
+    return Graph(times, steps, frame, windows.select("step", "source", "sink"), host, gpu)
 
 
 def sync_edges(trace: Trace, calls: pl.DataFrame, acts: pl.DataFrame, edges: Edges):
@@ -313,52 +379,43 @@ def collective_arrivals(traces: list[Trace]) -> list[pl.DataFrame | None]:
 def dependency_graph(trace: Trace, step: int, arrivals: pl.DataFrame | None = None):
     """(nodes, edges) of one step's graph. nodes: node, time, end (the event's end, else its
     start), table (`host` | `gpu` | `arrival` | `source` | `sink`), name, correlation.
-    edges: u, v, ns (Δt), work, category, kind, name, event, row; those going back in time
-    dropped."""
-    times, edges, source, sink, _, _ = step_graph(trace, step, arrivals)
-    host, gpu = host_events(trace, step), device_events(trace, step)
+    edges: u, v, ns (Δt), work, category, kind, name, event, row."""
+    g = graph(trace, arrivals)
+    n_host = g.host.height
     nodes = pl.concat([
-        host.select("name", "correlation", table=pl.lit("host")).with_row_index("i").with_columns(
+        g.host.select("name", "correlation", table=pl.lit("host")).with_row_index("i").with_columns(
             node=2 * pl.col("i").cast(pl.Int64)),
-        gpu.select("name", "correlation", table=pl.lit("gpu")).with_row_index("i").with_columns(
-            node=2 * host.height + 2 * pl.col("i").cast(pl.Int64)),
+        g.gpu.select("name", "correlation", table=pl.lit("gpu")).with_row_index("i").with_columns(
+            node=2 * n_host + 2 * pl.col("i").cast(pl.Int64)),
     ]).drop("i")
     nodes = pl.concat([nodes.with_columns(end=pl.lit(False)), nodes.with_columns(end=pl.lit(True), node=pl.col("node") + 1)])
-    every = pl.DataFrame({"node": np.arange(len(times), dtype=np.int64), "time": times})
-    nodes = every.join(nodes, on="node", how="left").with_columns(
-        table=pl.when(pl.col("node") == source).then(pl.lit("source")).when(pl.col("node") == sink)
-        .then(pl.lit("sink")).otherwise(pl.col("table").fill_null("arrival")))
-    edges = edges.filter(pl.col("u").is_not_null() & pl.col("v").is_not_null())
-    edges = edges.with_columns(ns=pl.Series(times[edges["u"].to_numpy()] - times[edges["v"].to_numpy()]) * -1)
-    return nodes, edges.filter(pl.col("ns") >= 0)
+    every = pl.DataFrame({"node": np.arange(len(g.times), dtype=np.int64), "time": g.times, "step": g.steps})
+    ends = g.ends.filter(pl.col("step") == step)
+    nodes = every.filter(pl.col("step") == step).join(nodes, on="node", how="left").with_columns(
+        table=pl.when(pl.col("node").is_in(ends["source"].implode())).then(pl.lit("source"))
+        .when(pl.col("node").is_in(ends["sink"].implode())).then(pl.lit("sink"))
+        .otherwise(pl.col("table").fill_null("arrival"))).drop("step")
+    edges = g.edges.filter(pl.Series(g.steps[g.edges["u"].to_numpy()] == step))
+    return nodes, edges
 
 
 def path_edges(trace: Trace, arrivals: pl.DataFrame | None = None) -> pl.DataFrame:
     """The critical path of every step as its edges in time order: step, start, end, ns,
-    category, kind, name, event (host event index in the step), row (into trace.gpu)."""
-    frames = []
-    for step in trace.steps["step"].to_list():
-        if not (trace.ops["step"] == step).any() and not (trace.gpu["step"] == step).any():
-            continue
-        times, edges, source, sink, _, _ = step_graph(trace, step, arrivals)
-        edges = edges.filter(pl.col("u").is_not_null() & pl.col("v").is_not_null())
-        u, v = edges["u"].to_numpy(), edges["v"].to_numpy()
-        delta = times[v] - times[u]
-        edges = edges.with_columns(ns=pl.Series(delta)).filter(pl.col("ns") >= 0)
-        u, v = edges["u"].to_numpy(), edges["v"].to_numpy()
-        weight = np.where(edges["work"].to_numpy(), edges["ns"].to_numpy(), 0)
-        nodes, _ = longest_path(times, u, v, weight, source, sink)
-        hops = pl.DataFrame({"u": nodes[:-1], "v": nodes[1:]}, schema={"u": pl.Int64, "v": pl.Int64}).with_row_index("hop")
-        chosen = (hops.join(edges.with_columns(cost=pl.col("ns") - pl.when(pl.col("work")).then(pl.col("ns")).otherwise(0))
-                            .sort("cost", "work", descending=[False, True]), on=["u", "v"])
-                  .unique("hop", keep="first").sort("hop"))
-        frames.append(chosen.select(
-            step=pl.lit(step, pl.Int64), start=pl.Series(times[chosen["u"].to_numpy()]),
-            end=pl.Series(times[chosen["v"].to_numpy()]), ns="ns",
-            category=pl.when(pl.col("work")).then(pl.col("category")).otherwise(pl.lit("waiting")),
-            kind="kind", name="name", event="event", row="row"))
+    category, kind, name, event (host event index), row (into trace.gpu)."""
     schema = {"step": pl.Int64, "start": pl.Int64, "end": pl.Int64, "ns": pl.Int64, **EDGE}
-    return pl.concat(frames) if frames else pl.DataFrame(schema=schema)
+    g = graph(trace, arrivals)
+    if g.ends.height == 0:
+        return pl.DataFrame(schema=schema)
+    edges = g.edges
+    weight = np.where(edges["work"].to_numpy(), edges["ns"].to_numpy(), 0)
+    found = heaviest_paths(g.times, edges["u"].to_numpy(), edges["v"].to_numpy(), weight,
+                           g.ends["source"].to_list(), g.ends["sink"].to_list())
+    chosen = edges[np.concatenate([ids for _, ids, _ in found])]
+    return chosen.select(
+        step=pl.Series(g.steps[chosen["u"].to_numpy()]), start=pl.Series(g.times[chosen["u"].to_numpy()]),
+        end=pl.Series(g.times[chosen["v"].to_numpy()]), ns="ns",
+        category=pl.when(pl.col("work")).then(pl.col("category")).otherwise(pl.lit("waiting")),
+        kind="kind", name="name", event="event", row="row").cast(schema)
 
 
 def critical_path(trace: Trace, arrivals: pl.DataFrame | None = None, top: int | None = 10) -> pl.DataFrame:

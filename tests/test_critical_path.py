@@ -219,3 +219,24 @@ def test_hta_alexnet_gpu_gpu_sync_edge():
     epilogue = named.filter((pl.col("u_corr") == 5889) & (pl.col("v_corr") == 5894))
     assert epilogue.select("kind", "work", "u_end", "v_end").rows() == [("sync", False, True, True)]
     assert epilogue["u_name"][0].startswith("void epilogue::impl::globalKernel")
+
+
+def test_diff_of_the_h200_fsdp_runs_marks_critical_items():
+    """Acceptance: `diff` of the committed H200 FSDP1/FSDP2 runs says, per item, on which side's
+    critical path it lies; an item marked for a side has device time on that side's path."""
+    import json
+
+    from click.testing import CliRunner
+
+    from tracekit.front.cli import main
+
+    run = Path(__file__).parent / "data" / "h200x2-blocks4"
+    result = CliRunner().invoke(main, ["diff", "--format", "json", "--top", "200", str(run / "fsdp1"), str(run / "fsdp2")])
+    assert result.exit_code == 0, result.output
+    items = json.loads(result.stdout)["items"]
+    marks = {i["critical"] for i in items}
+    assert marks <= {"", "A", "B", "both"} and marks & {"A", "B", "both"}
+    for i in items:
+        assert (i["a_cp_ns"] > 0) == (i["critical"] in ("A", "both"))
+        assert (i["b_cp_ns"] > 0) == (i["critical"] in ("B", "both"))
+        assert i["a_cp_ns"] <= i["a_busy_ns"] and i["b_cp_ns"] <= i["b_busy_ns"]
