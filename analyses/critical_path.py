@@ -31,6 +31,12 @@ activities it launched — plus a source S at the step's start and a sink T at i
 - S → every node that no other edge leads to, every node that leads nowhere → T: weight 0
   (an S or T edge to any other node could not make a heavier path).
 
+A capture without CPU ops (the `lean`/`device` recordings: runtime calls and the runner's
+phase annotations only) keeps the annotations' self time as host work of kind `ops not
+recorded`: the thread ran, but what it ran is not told. A device-only capture (no runtime call
+recorded) has a graph of device work alone, over each step's device span: what the host did
+is not told, and the gaps between the device's work are `waiting`.
+
 Every edge goes forward in time (one that would go back — clock skew — is dropped and
 counted). A work edge weighs its duration, any other 0. The critical path is the S → T path
 of greatest weight. Every S → T path spends exactly the span (durations telescope), so the
@@ -142,8 +148,10 @@ class Edges:
         return pl.concat(self.parts)
 
 
-def host_lanes(host: pl.DataFrame, edges: Edges) -> pl.DataFrame:
-    """Adds host-order edges; returns the boundaries (node, tid, time, top: a top-level start)."""
+def host_lanes(host: pl.DataFrame, edges: Edges, unrecorded: bool = False) -> pl.DataFrame:
+    """Adds host-order edges; returns the boundaries (node, step, tid, time, depth). `unrecorded`:
+    the trace holds no CPU ops, so an annotation's self time is host work of kind
+    `ops not recorded`."""
     bounds = pl.concat([
         host.with_row_index("event").select(
             "event", "step", "tid", time="start", is_start=pl.lit(True), node=pl.col("event") * 2,
@@ -176,7 +184,8 @@ def host_lanes(host: pl.DataFrame, edges: Edges) -> pl.DataFrame:
         category=pl.when(pl.col("owner").is_null() | sync | pl.col("elsewhere")).then(pl.lit("waiting"))
         .when(pl.col("o_kind") == "call").then(pl.lit("runtime")).otherwise(pl.lit("host")),
         kind=pl.when(pl.col("owner").is_null()).then(pl.lit("thread idle")).when(sync).then(pl.lit("blocked"))
-        .when(pl.col("elsewhere")).then(pl.lit("other thread")).otherwise(pl.lit("self")),
+        .when(pl.col("elsewhere")).then(pl.lit("other thread"))
+        .when((pl.col("o_kind") == "annotation") & unrecorded).then(pl.lit("ops not recorded")).otherwise(pl.lit("self")),
         name=pl.when(pl.col("owner").is_null()).then(pl.lit(None, pl.String)).otherwise(pl.col("o_name")),
         event="owner"))
     top = bounds.filter(pl.col("is_start") & (pl.col("depth") == 1))
@@ -223,9 +232,12 @@ class Graph:
 
 def graph(trace: Trace, arrivals: pl.DataFrame | None = None) -> Graph:
     host, gpu = host_events(trace), device_events(trace)
+    if trace.calls.height == 0 and trace.has_gpu:  # a device-only capture: the host's annotations tell nothing
+        host = host.clear()
+    unrecorded = not (trace.ops["cat"] == "cpu_op").any()  # a lean capture: calls, but no CPU ops
     n_host = host.height
     edges = Edges()
-    bounds = host_lanes(host, edges) if n_host else None
+    bounds = host_lanes(host, edges, unrecorded) if n_host else None
     base = 2 * n_host
     acts = gpu.with_row_index("i").with_columns(node_start=base + 2 * pl.col("i").cast(pl.Int64),
                                                 node_end=base + 2 * pl.col("i").cast(pl.Int64) + 1)

@@ -240,3 +240,26 @@ def test_diff_of_the_h200_fsdp_runs_marks_critical_items():
         assert (i["a_cp_ns"] > 0) == (i["critical"] in ("A", "both"))
         assert (i["b_cp_ns"] > 0) == (i["critical"] in ("B", "both"))
         assert i["a_cp_ns"] <= i["a_busy_ns"] and i["b_cp_ns"] <= i["b_busy_ns"]
+
+
+def test_device_only_capture_tells_no_host_time(tmp_path):
+    """No runtime call recorded (kernels and an annotation only): the path runs through the
+    device work over the device span (20–100 µs: two kernels and the 30 µs gap between
+    them), no time taken for host work."""
+    events = [synth.step(1, 0.0, 200.0), synth.op("tracekit#forward", 5.0, 150.0, cat="user_annotation"),
+              synth.kernel("k1", 20.0, 30.0, None), synth.kernel("k2", 80.0, 20.0, None)]
+    for e in events[2:]:
+        del e["args"]["correlation"]
+    assert parts(loaded(tmp_path, events)) == {"host": 0, "runtime": 0, "compute": 50_000, "comm": 0, "copy": 0,
+                                               "waiting": 30_000, "span": 80_000}
+
+
+def test_lean_capture_names_unrecorded_host_time():
+    """A `lean` recording (runtime calls, phase annotations, no CPU ops): the annotations' self
+    time is host work of kind `ops not recorded`."""
+    trace = tracekit.load(Path(__file__).parent / "data" / "h200x2-lean" / "fsdp2" / "rank0.pt.trace.json.gz")
+    assert trace.calls.height > 0 and not (trace.ops["cat"] == "cpu_op").any()
+    row = critical_path(trace, top=None).row(0, named=True)
+    kinds = {i["kind"] for i in row["items"] if i["category"] == "host"}
+    assert kinds == {"ops not recorded"}
+    assert row["runtime_ns"] > 0
