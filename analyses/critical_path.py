@@ -7,10 +7,10 @@ activities it launched — plus a source S at the step's start and a sink T at i
 - **host order**: on each thread, consecutive boundaries of its ops and calls (nested, so a
   parent's start → its first child's start, a child's end → the next child's start or the
   parent's end). The segment is work of the innermost open event (its self time): `host`
-  for an op, `runtime` for a runtime/driver call (launch overhead, allocation), `waiting`
-  (`blocked`) for a blocking sync call and
-  for a thread with nothing open. An annotation's self time while another thread runs a CPU
-  op is `waiting` (the thread waits on it, e.g. the main thread during backward).
+  for an op, `runtime` for a runtime/driver call (launch overhead, allocation); `waiting`
+  inside a blocking sync call (`blocked`) and on a thread with nothing open. An
+  annotation's self time while another thread runs a CPU op is `waiting` (the thread waits
+  on it, e.g. the main thread during backward).
 - **thread order**: a thread's top-level event starts after the latest boundary of any
   other thread before it (the trace records no hand-off; weight 0).
 - **launch**: the call's start → the activity's start (same correlation id); weight 0.
@@ -37,8 +37,8 @@ recorded`: the thread ran, but what it ran is not told. A device-only capture (n
 recorded) has a graph of device work alone, over each step's device span: what the host did
 is not told, and the gaps between the device's work are `waiting`.
 
-Every edge goes forward in time (one that would go back — clock skew — is dropped and
-counted). A work edge weighs its duration, any other 0. The critical path is the S → T path
+Every edge goes forward in time (one that would go back — clock skew — is dropped); all
+steps' graphs are built at once, with no edge between two steps. A work edge weighs its duration, any other 0. The critical path is the S → T path
 of greatest weight. Every S → T path spends exactly the span (durations telescope), so the
 heaviest path is the one with the least weight-0 time: a shortest path over `span − weight`
 (Dijkstra, `scipy.sparse.csgraph`; all such costs are ≥ 0). Its length `path_ns` plus its
@@ -55,6 +55,7 @@ import polars as pl
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import dijkstra
 
+from tracekit.analyses.comms import collective_kernels
 from tracekit.analyses.timeline import SYNC_APIS
 from tracekit.core.model import Trace
 
@@ -354,8 +355,6 @@ def sync_edges(trace: Trace, calls: pl.DataFrame, acts: pl.DataFrame, edges: Edg
 def collective_starts(trace: Trace) -> pl.DataFrame:
     """rank, pg, seq, row (into trace.gpu), start_abs (ns on the common clock: start + the
     trace's origin) of every launched collective kernel: the material of `arrivals_of_run`."""
-    from tracekit.analyses.comms import collective_kernels  # noqa: PLC0415 (a verb's second pass)
-
     if not trace.has_gpu:
         return pl.DataFrame(schema={"rank": pl.Int64, "pg": pl.String, "seq": pl.Int64, "row": pl.Int64,
                                     "start_abs": pl.Int64})

@@ -32,6 +32,7 @@ from math import prod
 
 import polars as pl
 
+from tracekit.analyses.peaks import PEAKS, device_key
 from tracekit.core.model import Trace
 
 DTYPES = {  # Kineto's `Input type` → (compute dtype, bytes per element)
@@ -269,8 +270,6 @@ def kernel_work(trace: Trace) -> pl.DataFrame:
 def device_peaks(trace: Trace, peaks: dict | None = None) -> pl.DataFrame:
     """device, peak_key, and each figure of `peaks` (default `peaks.PEAKS`) for the trace's
     devices (Kineto's `deviceProperties` names; a device tracekit does not know: nulls)."""
-    from tracekit.analyses.peaks import PEAKS, device_key  # noqa: PLC0415
-
     table = PEAKS if peaks is None else peaks
     rows = []
     for props in trace.meta.get("device_properties") or []:
