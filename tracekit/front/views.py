@@ -58,7 +58,7 @@ VIEWS = {
                             "algbw_gbps", "busbw_gbps", "transfer_ns", "wait_ns", "mismatched")},
                   varied=("run", "step", "pg")),
     "kernels": View(("run", "rank", "step", "agg", "count", "total_ms", "mean_ms", "busy_pct", "category",
-                     "coll_kind", "tflops", "pct_peak", "name", "op"),
+                     "coll_kind", "pct_peak", "name", "op"),
                     aliases={f"kernels.{c}": c for c in
                              ("name", "op", "category", "coll_kind", "count", "total_ns", "mean_ns", "busy_pct",
                               "tflops", "pct_peak")},
