@@ -70,7 +70,7 @@ VIEWS = {
                            "comm_pct": ("comm_ns", "span_ns"), "wait_pct": ("waiting_ns", "span_ns"),
                            "runtime_pct": ("runtime_ns", "span_ns"), "copy_pct": ("copy_ns", "span_ns")},
                           {f"items.{c}": c for c in ("category", "kind", "name", "ns")}),
-    "report": View(("variant", "rank", "status", "step_ms", "d_step_ms", "d_step_ms_ci", "verdict", "overhead"),
+    "report": View(("variant", "rank", "step_ms", "d_step_ms", "d_step_ms_ci", "verdict", "peak_mem", "recompiles"),
                    {"busy_pct": ("gpu_busy_ns", SPAN), "exposed_comm_pct": ("exposed_comm_ns", SPAN),
                     "idle_pct": ("idle_ns", SPAN)},
                    {"peak_allocated_bytes": "peak_mem", "profiler_overhead": "overhead",

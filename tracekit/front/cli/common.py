@@ -4,7 +4,6 @@ and the helpers that load, analyse and print."""
 from __future__ import annotations
 
 import functools
-from importlib.resources import files
 from pathlib import Path
 
 import click
@@ -37,6 +36,8 @@ def main():
 
 def sample_trace_path() -> str:
     """The real H200 trace shipped with the package (the default input)."""
+    from importlib.resources import files
+
     return str(files("tracekit") / "data" / "fsdp1_rank0.trace.json.gz")
 
 
