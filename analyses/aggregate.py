@@ -3,7 +3,8 @@
 The statistic row of a report has `step` null, `agg` (its name) and `n_steps`, one per device.
 A number column gets the statistic over the steps; in a ledger (a list of records, such as
 breakdown's `parts`), each record's numbers get it per key (the record's text fields), a step
-without the key counting as 0. p90 is the 90th percentile, linearly interpolated.
+without the key counting as 0 (a null figure of a step that has the key — an unknown
+`tflops` — stays out of the statistic). p90 is the 90th percentile, linearly interpolated.
 """
 
 from __future__ import annotations
@@ -74,10 +75,11 @@ def ledger_statistic(steps: pl.DataFrame, column: str, agg: str) -> pl.DataFrame
     inner = steps.schema[column].inner
     numbers = [f.name for f in inner.fields if f.dtype.is_numeric()]
     keys = [f.name for f in inner.fields if f.name not in numbers]
-    records = steps.select("_group", "step", column).explode(column).drop_nulls(column).unnest(column)
+    records = (steps.select("_group", "step", column).explode(column).drop_nulls(column).unnest(column)
+               .with_columns(_present=pl.lit(True)))
     every = steps.select("_group", "step").join(records.select("_group", *keys).unique(), on="_group")
     full = every.join(records, on=["_group", "step", *keys], how="left", nulls_equal=True).with_columns(
-        pl.col(numbers).fill_null(0))
+        pl.when(pl.col("_present").is_null()).then(0).otherwise(pl.col(c)).alias(c) for c in numbers)
     types = dict(zip([f.name for f in inner.fields], [f.dtype for f in inner.fields]))
     per_key = full.group_by("_group", *keys, maintain_order=True).agg(
         statistic(pl.col(c), agg).cast(types[c], strict=False).alias(c) for c in numbers)

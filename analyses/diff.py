@@ -18,6 +18,10 @@ time − A's (integer ns).
   their rows pair.
 - A trace without device activity (CPU-only, gloo): a step's time is its CPU window, split
   among the outermost CPU ops of the step's thread (kind `cpu`), the rest `host: other`.
+- critical: whether the item's device work lies on the critical path of A's step, B's, both
+  (`critical_path.py`; per rank, collective arrivals left out); for items whose FLOPs both sides
+  know (`flops.py`), the Δ of their device time split into more FLOPs and lower efficiency
+  (`work_or_efficiency`).
 - Steps: one (`step`), or — `steps="all"` — the median step of each side (by time; the
   lower median for an even count) is attributed, and each item's delta over every step both
   sides have gives its spread (`delta_min_ns`, `delta_max_ns`).
@@ -30,6 +34,8 @@ from dataclasses import dataclass
 import polars as pl
 
 from tracekit.analyses.comms import collective_kernels
+from tracekit.analyses.critical_path import on_path
+from tracekit.analyses.flops import kernel_work
 from tracekit.analyses.phases import RUNNER_PHASE, fsdp_phase, launch_context
 from tracekit.analyses.syncs import host_syncs
 from tracekit.analyses.timeline import outermost, timeline, unshared
@@ -39,6 +45,8 @@ from tracekit.core.names import kernel_identity
 
 VIEWS = {"kernel": ["kind", "name", "op", "phase"], "fsdp": ["kind", "phase", "fsdp"]}
 SUMS = ("a_ns", "b_ns", "delta_ns", "a_count", "b_count")
+PER_SIDE = ("a_cp_ns", "b_cp_ns", "a_flops", "b_flops", "a_busy_ns", "b_busy_ns")  # summed over ranks too
+PATH_COLUMNS = ("critical", "why", *PER_SIDE, "d_flops_ns", "d_efficiency_ns")
 
 # An item in one side only was added (B only) or removed (A only).
 CHANGE = (pl.when(pl.col("a_count") == 0).then(pl.lit("added"))
@@ -155,10 +163,11 @@ def host_items(trace: Trace) -> pl.DataFrame:
 
 def by_delta(items: pl.DataFrame, key: list[str]) -> pl.DataFrame:
     """Items with `change`, largest |delta| first (then by key), in the documented column order."""
-    extra = [c for c in items.columns if c not in (*key, *SUMS, "change")]
+    path = [c for c in PATH_COLUMNS if c in items.columns]
+    extra = [c for c in items.columns if c not in (*key, *SUMS, "change", *path)]
     return (items.with_columns(change=CHANGE)
             .sort(pl.col("delta_ns").abs(), *key, descending=[True] + [False] * len(key), nulls_last=True)
-            .select(*key, "change", *SUMS, *extra))
+            .select(*key, "change", *SUMS, *path, *extra))
 
 
 def top_with_other(items: pl.DataFrame, top: int, key: list[str]) -> pl.DataFrame:
@@ -193,12 +202,48 @@ def material(trace: Trace, by: str = "kernel") -> Material:
     items = all_items(trace)
     if by == "fsdp":
         items = items.with_columns(fsdp=fsdp_phase(pl.col("phase"), pl.col("fsdp")))
-    items = items.group_by("step", *key).agg(ns=pl.col("ns").sum(), count=pl.len().cast(pl.Int64))
+    items = items.join(path_and_work(trace), on="row", how="left")
+    items = items.group_by("step", *key).agg(
+        ns=pl.col("ns").sum(), count=pl.len().cast(pl.Int64), cp_ns=pl.col("cp_ns").sum(),
+        flops=pl.when(pl.col("flops").null_count() == 0).then(pl.col("flops").sum()),
+        busy_ns=pl.col("busy_ns").sum())
     syncs = host_syncs(trace).group_by("step", "api").agg(
         count=pl.len().cast(pl.Int64), blocked_ns=pl.col("blocked_ns").sum())
     colls = collective_kernels(trace).group_by("step", pl.col("coll_kind").alias("kind")).agg(
         count=pl.len().cast(pl.Int64), bytes=pl.col("bytes").sum(), exposed_ns=pl.col("exposed_ns").sum())
     return Material(trace.path, trace.rank, trace.world_size, step_times(trace), items, syncs, colls)
+
+
+def path_and_work(trace: Trace) -> pl.DataFrame:
+    """row (into trace.gpu), cp_ns (its time on its step's critical path, `critical_path.py`),
+    flops (`flops.py`; null: unknown or no formula) and busy_ns (its duration)."""
+    if not trace.has_gpu:
+        return pl.DataFrame(schema={"row": pl.UInt32, "cp_ns": pl.Int64, "flops": pl.Float64, "busy_ns": pl.Int64})
+    gpu = trace.gpu.with_row_index("row").select("row", busy_ns=pl.col("end") - pl.col("start"))
+    return (gpu.join(on_path(trace).select(pl.col("row").cast(pl.UInt32), "cp_ns"), on="row", how="left")
+            .join(kernel_work(trace).select("row", "flops"), on="row", how="left")
+            .with_columns(pl.col("cp_ns").fill_null(0)))
+
+
+def work_or_efficiency(items: pl.DataFrame) -> pl.DataFrame:
+    """Items with `critical` (on the critical path of `A`, `B`, `both`, or empty) and, where
+    both sides' FLOPs are known, the Δ of device time split in two that add up to it:
+    d_flops_ns = (F_B − F_A) / rate_A (B's extra work at A's rate) and d_efficiency_ns =
+    F_B / rate_B − F_B / rate_A (B's work at its own rate instead of A's), rate = FLOPs per
+    busy ns; `why` names the larger (`FLOPs` | `efficiency`). FLOPs not known: null."""
+    rate_a = pl.col("a_flops") / pl.col("a_busy_ns")
+    known = (pl.col("a_flops") > 0) & (pl.col("b_flops") > 0) & (pl.col("a_busy_ns") > 0) & (pl.col("b_busy_ns") > 0)
+    d_flops = pl.when(known).then((pl.col("b_flops") - pl.col("a_flops")) / rate_a)
+    d_eff = pl.when(known).then(pl.col("b_busy_ns") - pl.col("b_flops") / rate_a)
+    a_cp, b_cp = pl.col("a_cp_ns") > 0, pl.col("b_cp_ns") > 0
+    items = items.with_columns(pl.when(pl.col(c) > 0).then(pl.col(c)).alias(c) for c in ("a_flops", "b_flops"))
+    return items.with_columns(
+        critical=pl.when(a_cp & b_cp).then(pl.lit("both")).when(a_cp).then(pl.lit("A")).when(b_cp).then(pl.lit("B"))
+        .otherwise(pl.lit("")),
+        d_flops_ns=d_flops.round().cast(pl.Int64), d_efficiency_ns=d_eff.round().cast(pl.Int64),
+    ).with_columns(why=pl.when(pl.col("d_flops_ns").is_null()).then(pl.lit(None, pl.String))
+                   .when(pl.col("d_flops_ns").abs() >= pl.col("d_efficiency_ns").abs()).then(pl.lit("FLOPs"))
+                   .otherwise(pl.lit("efficiency")))
 
 
 def side_by_side(a: pl.DataFrame, a_step: int, b: pl.DataFrame, b_step: int, key: list[str]) -> pl.DataFrame:
@@ -217,7 +262,7 @@ def diff_pair(a: Material, b: Material, a_step: int, b_step: int, top: int, by: 
     steps (joined on the view's key)."""
     key = VIEWS[by]
     both = side_by_side(a.items, a_step, b.items, b_step, key)
-    items = by_delta(both.with_columns(delta_ns=pl.col("b_ns") - pl.col("a_ns")), key)
+    items = by_delta(work_or_efficiency(both.with_columns(delta_ns=pl.col("b_ns") - pl.col("a_ns"))), key)
     if spread is not None:
         items = items.join(spread, on=key, how="left", nulls_equal=True, maintain_order="left")
     return Diff(a.rank, a_step, b_step, a.times[a_step], b.times[b_step], top_with_other(items, top, key), items,
@@ -326,8 +371,11 @@ def aggregate(diffs: list[Diff], top: int, by: str, spread: pl.DataFrame | None)
     """All ranks together: step times and item times summed over ranks; `spread` over the
     steps every rank pair shares, of the summed deltas."""
     key = VIEWS[by]
-    items = pl.concat([d.all_items.select(*key, *SUMS) for d in diffs])
-    summed = by_delta(items.group_by(key).agg(pl.col(*SUMS).sum()), key)
+    items = pl.concat([d.all_items.select(*key, *SUMS, *PER_SIDE) for d in diffs])
+    summed = items.group_by(key).agg(pl.col(*SUMS, "a_cp_ns", "b_cp_ns", "a_busy_ns", "b_busy_ns").sum(),
+                                     *[pl.when(pl.col(c).null_count() == 0).then(pl.col(c).sum()).alias(c)
+                                       for c in ("a_flops", "b_flops")])
+    summed = by_delta(work_or_efficiency(summed), key)
     if spread is not None:
         summed = summed.join(spread, on=key, how="left", nulls_equal=True, maintain_order="left")
     a_steps, b_steps = {d.a_step for d in diffs}, {d.b_step for d in diffs}

@@ -7,6 +7,7 @@
   recompiles, throughput, the recorded step's figures, precision path and first loss.
 - `phase_table`: the same per phase (the runner's phase timers), beside the recorded steps'.
 - `step_split`, `timed_steps`: each variant's recorded step split beside its timed step.
+- `critical_split`: each variant's recorded step split along its critical path.
 - `variant_diffs`: each variant's exact diff against the baseline.
 """
 
@@ -20,6 +21,7 @@ import polars as pl
 from tracekit.analyses.diff import RunDiff, diff_runs, median_step, step_times
 from tracekit.analyses.noise import drift, effective_steps, median_ci, repeats_delta_ci
 from tracekit.analyses.breakdown import breakdown
+from tracekit.analyses.critical_path import collective_arrivals, critical_path
 from tracekit.analyses.summary import summary
 from tracekit.core.model import Run
 from tracekit.core.timing import training_steps
@@ -174,6 +176,26 @@ def step_split(runs: dict[str, Run]) -> pl.DataFrame:
     return (parts.group_by("variant", "part").agg(pl.col("ns").sum()).join(ranks, on="variant")
             .select("variant", "part", ms=(pl.col("ns") / pl.col("n") / 1e6).round(3))
             .sort(pl.col("variant").replace_strict(order, return_dtype=pl.Int64), "part"))
+
+
+def critical_split(runs: dict[str, Run]) -> pl.DataFrame:
+    """Per variant, its recorded step's critical path (each rank's median step, collective
+    arrivals across its ranks; `critical_path.py`) split into host, runtime, compute, comm,
+    copy and waiting, and span_ms: ms, mean over ranks."""
+    columns = ("span", "host", "runtime", "compute", "comm", "copy", "waiting")
+    rows = []
+    for variant, run in runs.items():
+        arrivals = collective_arrivals(run.traces)
+        for t, arrival in zip(run.traces, arrivals):
+            times = step_times(t)
+            if not times:
+                continue
+            row = critical_path(t, arrival).filter(pl.col("step") == median_step(times))
+            rows.append(row.select(pl.lit(variant).alias("variant"), *[pl.col(f"{c}_ns") for c in columns]))
+    if not rows:
+        return pl.DataFrame(schema={"variant": pl.String, **{f"{c}_ms": pl.Float64 for c in columns}})
+    return (pl.concat(rows).group_by("variant", maintain_order=True)
+            .agg(*[(pl.col(f"{c}_ns").mean() / 1e6).round(3).alias(f"{c}_ms") for c in columns]))
 
 
 def phase_table(manifest: dict, baseline: str | None = None) -> pl.DataFrame:

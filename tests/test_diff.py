@@ -92,7 +92,8 @@ def test_plot_and_fsdp_view(tmp_path):
     assert result.exit_code == 0, result.output
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     header = result.stdout.splitlines()[0]
-    assert header == "rank,kind,phase,fsdp,change,a_ns,b_ns,delta_ns,a_count,b_count"
+    assert header == ("rank,kind,phase,fsdp,change,a_ns,b_ns,delta_ns,a_count,b_count,critical,why,a_cp_ns,b_cp_ns,"
+                      "a_flops,b_flops,a_busy_ns,b_busy_ns,d_flops_ns,d_efficiency_ns")
     assert "post-backward reduce-scatter" in result.stdout and "FSDP::post_backward_reduce" not in result.stdout
 
 

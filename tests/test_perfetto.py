@@ -178,3 +178,23 @@ def test_timeline_lanes_are_grouped_per_device(tmp_path):
     assert [rows["name"].to_list() for label, rows, _ in drawn if "stream" in label] == [["k1"], ["k2"], ["k3"]]
     result = CliRunner().invoke(main, ["plot", "timeline", str(path), "-o", str(tmp_path / "t.png")])
     assert result.exit_code == 0, result.output
+
+
+def test_critical_path_track_covers_each_step(exported):
+    """One `tracekit: critical path` track per rank whose slices tile each step's span: from
+    the step's CPU start to the later of its CPU end and its last device activity's end."""
+    tracks, events = exported
+    for rank in (0, 1):
+        trace = tracekit.load(FSDP1 / f"rank{rank}.trace.json.gz")
+        ends = trace.gpu.group_by("step").agg(pl.col("end").max())
+        spans = trace.steps.join(ends, on="step", how="left").select(
+            pl.max_horizontal("cpu_end", "end") - pl.col("cpu_start")).to_series().sum()
+        process = next(u for u, t in tracks.items() if t.HasField("process") and t.process.process_name.startswith(
+            f"rank {rank} "))
+        (path_track,) = [u for u, t in tracks.items() if t.name == "tracekit: critical path" and t.parent_uuid == process]
+        slices = [e for e in events if e.track_event.track_uuid == path_track]
+        begins = [e.timestamp for e in slices if e.track_event.type == TrackEvent.TYPE_SLICE_BEGIN]
+        ends_ = [e.timestamp for e in slices if e.track_event.type == TrackEvent.TYPE_SLICE_END]
+        assert sum(ends_) - sum(begins) == spans
+        assert all(e.track_event.name.split(": ")[0] in ("host", "runtime", "compute", "comm", "copy", "waiting")
+                   for e in slices if e.track_event.type == TrackEvent.TYPE_SLICE_BEGIN)

@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 import synth
 from click.testing import CliRunner
 from conftest import DATA
@@ -18,7 +20,7 @@ def test_report_json_holds_rows_phases_diffs_and_warnings():
     result = CliRunner().invoke(main, ["report", "--baseline", "fsdp1", "--format", "json", str(RUN)])
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
-    assert set(doc) == {"variants", "phases", "diffs", "warnings"}
+    assert set(doc) == {"variants", "phases", "critical_path", "diffs", "warnings"}
     manifest = json.loads((RUN / "manifest.json").read_text())
     ran = [v for v, e in manifest["variants"].items() if e["status"] == "ok"]
     assert {r["variant"] for r in doc["variants"] if r["verdict"] == "base"} == {"fsdp1"}
@@ -28,6 +30,10 @@ def test_report_json_holds_rows_phases_diffs_and_warnings():
         assert sum(i["delta_ns"] for i in d["items"]) == d["step_delta_ns"]
         assert d["step_delta_ns"] == sum(r["step_delta_ns"] for r in d["ranks"])
     assert all(isinstance(w, str) for w in doc["warnings"])
+    assert [r["variant"] for r in doc["critical_path"]] == ran
+    for r in doc["critical_path"]:  # the path's parts add up to the step's span (each rounded to µs)
+        parts = sum(r[f"{c}_ms"] for c in ("host", "runtime", "compute", "comm", "copy", "waiting"))
+        assert parts == pytest.approx(r["span_ms"], abs=0.004)
 
 
 def test_report_plot_writes_a_png(tmp_path):

@@ -39,7 +39,12 @@ class Args(msgspec.Struct, frozen=True, gc=False):
     pg_desc: str | None = msgspec.field(default=None, name="Process Group Description")
     pg_ranks: str | list[int] | None = msgspec.field(default=None, name="Process Group Ranks")
     sync_kind: str | None = msgspec.field(default=None, name="cuda_sync_kind")
+    wait_on_stream: int | None = None  # cuda_sync: the stream whose event is waited on
+    wait_on_record: int | None = msgspec.field(default=None, name="wait_on_cuda_event_record_corr_id")
     rank: int | None = None  # TraceLens' TraceFuse writes each event's rank here
+    input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input Dims")  # cpu_op shapes, JSON kept
+    input_types: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input type")
+    concrete_inputs: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Concrete Inputs")
 
 
 NO_ARGS = Args()
@@ -78,7 +83,12 @@ class LooseArgs(msgspec.Struct, frozen=True, gc=False):
     pg_desc: Any = msgspec.field(default=None, name="Process Group Description")
     pg_ranks: Any = msgspec.field(default=None, name="Process Group Ranks")
     sync_kind: Any = msgspec.field(default=None, name="cuda_sync_kind")
+    wait_on_stream: Any = None
+    wait_on_record: Any = msgspec.field(default=None, name="wait_on_cuda_event_record_corr_id")
     rank: Any = None
+    input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input Dims")
+    input_types: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input type")
+    concrete_inputs: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Concrete Inputs")
 
 
 NO_LOOSE_ARGS = LooseArgs()

@@ -394,7 +394,8 @@ def _chunk_tables(chunk: bytes, facts: dict) -> dict[str, pl.DataFrame]:
         "calls": _with_args(complete, pick("calls"), {"correlation": ints}, old),
         "ops": _ops_table(complete, pick("ops"), old),
         "marks": _with_args(complete, pick("marks"), {
-            "correlation": ints, "device": ints, "sync_kind": strings, "stream": ints}, old),
+            "correlation": ints, "device": ints, "sync_kind": strings, "stream": ints,
+            "wait_on_stream": ints, "wait_on_record": ints}, old),
         "extent": table.select(first=pl.col("ts_ns").min(), last=(pl.col("ts_ns") + pl.col("dur_ns")).max(),
                                n=pl.len()),
     }
@@ -507,9 +508,18 @@ def _with_args(events: list, table: pl.DataFrame, columns: dict, old: bool) -> p
     return table.with_columns(**made)
 
 
+def raw_text(values: list) -> pl.Series:
+    """String column of raw JSON values (`msgspec.Raw`) as their text; absent → null."""
+    return pl.Series([bytes(v).decode() or None if v is not None else None for v in values], dtype=pl.String)
+
+
 def _ops_table(events: list, table: pl.DataFrame, old: bool) -> pl.DataFrame:
-    """CPU ops; the collective args are read only for `record_param_comms` ops."""
-    ops = _with_args(events, table, {}, old)
+    """CPU ops with their input shapes, dtypes and scalars as JSON text (`input_dims`,
+    `input_types`, `concrete_inputs`: Kineto's `Input Dims`, `Input type`, `Concrete Inputs`,
+    where shapes are recorded); the collective args are read only for `record_param_comms`
+    ops."""
+    ops = _with_args(events, table, {"input_dims": raw_text, "input_types": raw_text,
+                                     "concrete_inputs": raw_text}, old)
     records = ops.filter(pl.col("name") == "record_param_comms").select("idx")
     comm = _with_args(events, records, COMM_ARGS, old).drop("tid", "ext_id")
     return ops.join(comm, on="idx", how="left", maintain_order="left")

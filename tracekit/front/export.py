@@ -16,6 +16,9 @@ Per rank, one process with these tracks:
   `breakdown`. A step whose span overlaps an earlier one's (device work lagging) goes to a
   second set of these tracks (`· 2`), so that slices never nest;
   `tracekit: host syncs` (blocked time, GPU idle time, blame);
+- `tracekit: critical path`: each step's critical path (`analyses/critical_path.py`), one
+  slice per stretch of it, named `<category>: <what spent it>` (host op, runtime call,
+  kernel, or the kind of wait), args step, category, kind;
 - counters `tracekit: GPU activities running` and `tracekit: collectives in flight`, from the
   trace-scope timeline's counts.
 """
@@ -30,6 +33,7 @@ import polars as pl
 from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TrackDescriptor, TrackEvent, TracePacket
 from perfetto.trace_builder.proto_builder import StreamingTraceProtoBuilder
 
+from tracekit.analyses.critical_path import path_edges
 from tracekit.analyses.diff import VIEWS, RunDiff
 from tracekit.analyses.syncs import host_syncs
 from tracekit.analyses.timeline import figures, timeline
@@ -210,6 +214,11 @@ def write_trace(writer: PerfettoWriter, trace: Trace, label: str, shift: int) ->
         writer.slices(track("tracekit: host syncs"), syncs.select(
             "start", "end", pl.col("api").alias("name"), "blocked_ns", "gpu_idle_ns",
             pl.col("blame").list.join(" < ").alias("blame")), shift, ("blocked_ns", "gpu_idle_ns", "blame"))
+    path = path_edges(trace).filter(pl.col("end") > pl.col("start"))
+    if path.height:
+        writer.slices(track("tracekit: critical path"), path.select(
+            "start", "end", "step", "category", "kind",
+            name=pl.format("{}: {}", "category", pl.coalesce("name", "kind"))), shift, ("step", "category", "kind"))
     whole = timeline(trace, "trace").coarse
     if whole.height:
         for device in whole["device"].unique().sort().to_list():

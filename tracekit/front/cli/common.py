@@ -232,3 +232,28 @@ def per_step(paths, rank, options, analysis, steps, agg):
 
     return [(info, with_aggregate(selected(frame, steps, info.path), agg))
             for info, frame in of_ranks(analysed_runs(paths, options, analysis, rank=rank), rank, paths)]
+
+
+def read_peaks(ctx, param, value) -> dict | None:
+    """`--peaks FILE`: a JSON object {device: {dtype: dense TFLOP/s, …, "mem_tbps": TB/s}} laid
+    over tracekit's table (`analyses/peaks.py`); None without the option."""
+    if value is None:
+        return None
+    import json
+
+    from tracekit.analyses.peaks import merged
+
+    try:
+        table = json.loads(Path(value).read_text())
+    except (OSError, ValueError) as e:
+        raise UsageError(f"--peaks {value}: {e}") from None
+    if not isinstance(table, dict) or not all(
+            isinstance(v, dict) and all(isinstance(x, (int, float)) for x in v.values()) for v in table.values()):
+        raise UsageError(f"--peaks {value}: expected {{device: {{dtype: TFLOP/s, ..., \"mem_tbps\": TB/s}}}}")
+    return merged(table)
+
+
+def peaks_option(function):
+    return click.option("--peaks", type=click.Path(dir_okay=False), callback=read_peaks, default=None,
+                        help="JSON of device peaks {device: {dtype: dense TFLOP/s, mem_tbps: TB/s}} laid over "
+                             "tracekit's table (H100, H200, A100, B200, MI300X).")(function)

@@ -151,10 +151,10 @@ def report_command(out, baseline, plot_path, fmt, layout):
 def show_report(out, fmt: str, layout=None, baseline: str | None = None, plot_path=None) -> None:
     """The variants side by side with their noise and fidelity, warnings, then each one's
     exact diff against the baseline (top items, the mean rank); in JSON one object
-    `{variants, phases, diffs, warnings}` (docs/json.md)."""
+    `{variants, phases, critical_path, diffs, warnings}` (docs/json.md)."""
     from tracekit.analyses.lead import diff_lead
     from tracekit.analyses.fidelity import report_warnings, with_real
-    from tracekit.analyses.variants import base_variant, phase_table, variant_diffs, variant_table
+    from tracekit.analyses.variants import base_variant, critical_split, phase_table, variant_diffs, variant_table
     from tracekit.core.loading import load_profile, traceless_variants
     from tracekit.front.render import json_text, full_diff_doc, render_diff
     from tracekit.front.views import Layout
@@ -166,6 +166,7 @@ def show_report(out, fmt: str, layout=None, baseline: str | None = None, plot_pa
     except ValueError as e:
         raise UsageError(str(e)) from None
     table, phases = variant_table(manifest, runs, base), phase_table(manifest, base)
+    critical = critical_split(runs)
     warnings = report_warnings(table, manifest["config"].get("profile_mode", "full"))
     bare = traceless_variants(manifest, runs)
     if bare:
@@ -177,7 +178,7 @@ def show_report(out, fmt: str, layout=None, baseline: str | None = None, plot_pa
                      for w in result.warnings + with_real(result, manifest, a, manifest, b, sides=False)]
     leads = {pair: diff_lead(result, *pair) for pair, result in diffs.items()}
     if fmt == "json":
-        emit(json_text({"variants": table.to_dicts(), "phases": phases.to_dicts(),
+        emit(json_text({"variants": table.to_dicts(), "phases": phases.to_dicts(), "critical_path": critical.to_dicts(),
                          "diffs": [full_diff_doc(a, b, result, "sum", leads[a, b]) for (a, b), result in diffs.items()],
                          "warnings": warnings}, indent=1))
     else:
@@ -190,6 +191,9 @@ def show_report(out, fmt: str, layout=None, baseline: str | None = None, plot_pa
             click.echo("\nper phase, timed steps (pct: median phase ÷ median step, so they need not add to 100;\n"
                        "rec_d_ms: the Δ in the recorded steps):")
             emit(render_frame(phases, fmt, "report.phases", layout))
+        if fmt in ("table", "md") and critical.height:
+            click.echo("\nthe recorded step along its critical path (mean rank, ms; host … waiting add up to span):")
+            emit(render_frame(critical, fmt, "report.critical", layout))
         if fmt in ("table", "md"):
             for (a, b), result in diffs.items():
                 click.echo("")

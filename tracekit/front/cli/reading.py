@@ -1,4 +1,5 @@
-"""Verbs that read traces: per-step figures (summary, syncs, comms, overlap, breakdown, kernels) and lint."""
+"""Verbs that read traces: per-step figures (summary, syncs, comms, overlap, breakdown, kernels,
+critical-path) and lint."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import click
 
 from tracekit.core.errors import UsageError
 
-from .common import (analysed_runs, emit, format_option, load_options, main, of_ranks, paths_argument,
-                     per_step, rank_option, render, sample_trace_path, scope_option, table_layout, verb)
+from .common import (agg_option, analysed_runs, emit, format_option, load_options, main, of_ranks, paths_argument,
+                     peaks_option, per_step, rank_option, render, sample_trace_path, scope_option, steps_option,
+                     table_layout, verb)
 
 
 @verb
@@ -86,17 +88,50 @@ def breakdown(paths, steps, agg, rank, fmt, layout, options, scope):
               help="Group the device work by kernel name, launching CPU op, or category and collective kind.")
 @click.option("--top", type=click.IntRange(min=1), default=10, show_default=True,
               help="The groups with the largest total time shown per step and device.")
-def kernels(paths, steps, agg, rank, fmt, layout, options, scope, by, top):
+@peaks_option
+def kernels(paths, steps, agg, rank, fmt, layout, options, scope, by, top, peaks):
     """Per rank, step and device: the top kernels (or ops, or categories) by total device time,
-    with count, total, mean, % of GPU busy time, category and collective kind."""
+    with count, total, mean, % of GPU busy time, category, collective kind, and TFLOP/s and % of
+    the device's peak where the recorded shapes give the FLOPs."""
     from functools import partial
 
     from tracekit.analyses.kernels import kernels as analysis
     from tracekit.analyses.kernels import top as largest
 
     report = [(info, largest(frame, top)) for info, frame in
-              per_step(paths, rank, options, partial(analysis, by=by, scope=scope), steps, agg)]
+              per_step(paths, rank, options, partial(analysis, by=by, scope=scope, peaks=peaks), steps, agg)]
     emit(render(report, fmt, "kernels", layout))
+
+
+@main.command("critical-path")
+@paths_argument
+@steps_option
+@agg_option
+@rank_option
+@format_option
+@table_layout
+@load_options
+@click.option("--top", type=click.IntRange(min=1), default=10, show_default=True,
+              help="The items (ops, calls, kernels, waits) with the most time on the path shown per step.")
+def critical_path(paths, steps, agg, rank, fmt, layout, options, top):
+    """What sets each step's length: the longest chain of dependencies (host ops and calls,
+    launches, kernels, stream order, event waits, syncs and, across a run's ranks, the last rank
+    to reach each collective), its time split into host, runtime, compute, comm, copy and
+    waiting (they add up to the step's span), and the items that spent it."""
+    from functools import partial
+
+    from tracekit.analyses.critical_path import arrivals_of_run, collective_starts, critical_path_in_run
+    from tracekit.core.files import is_dir
+    from tracekit.core.runs import analyse
+
+    arrivals = {}
+    if any(is_dir(p) for p in paths):  # runs of several ranks: when each collective's last rank arrived
+        where = {k: options[k] for k in ("comm_kernels", "cycle", "cache", "workers", "scheduler")}
+        for run in analyse(paths, collective_starts, **where):
+            found = arrivals_of_run([r.value for r in run.results], [r.info.origin_us * 1000 for r in run.results])
+            arrivals.update({(r.info.path, r.info.rank): a for r, a in zip(run.results, found)})
+    analysis = partial(critical_path_in_run, arrivals=arrivals, top=top)
+    emit(render(per_step(paths, rank, options, analysis, steps, agg), fmt, "critical-path", layout))
 
 
 @main.command()

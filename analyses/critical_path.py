@@ -1,0 +1,463 @@
+"""`tracekit critical-path`: the chain of dependencies that sets each step's length.
+
+The graph (per step; docs/metrics.md "Critical path"). Nodes are the start and end of every
+event of the step — its CPU ops and runtime/driver calls (step by start), and the device
+activities it launched — plus a source S at the step's start and a sink T at its end
+(`span`: the step's CPU window, stretched to the end of its last device activity). Edges:
+- **host order**: on each thread, consecutive boundaries of its ops and calls (nested, so a
+  parent's start → its first child's start, a child's end → the next child's start or the
+  parent's end). The segment is work of the innermost open event (its self time): `host`
+  for an op, `runtime` for a runtime/driver call (launch overhead, allocation); `waiting`
+  inside a blocking sync call (`blocked`) and on a thread with nothing open. An
+  annotation's self time while another thread runs a CPU op is `waiting` (the thread waits
+  on it, e.g. the main thread during backward).
+- **thread order**: a thread's top-level event starts after the latest boundary of any
+  other thread before it (the trace records no hand-off; weight 0).
+- **launch**: the call's start → the activity's start (same correlation id); weight 0.
+- **device work**: an activity's start → its end: `compute`, `comm`, `copy` (memcpy,
+  memset). **stream order**: consecutive activities of a stream, end → start; weight 0.
+- **event wait**: the last activity launched on the recording stream before the
+  `cudaEventRecord` (CUPTI's `cuda_sync` record: `wait_on_stream`,
+  `wait_on_cuda_event_record_corr_id`) → the first activity launched on the waiting stream
+  after `cudaStreamWaitEvent`; weight 0.
+- **sync**: the awaited activity's end → a blocking call's end (`timeline.SYNC_APIS`):
+  event sync → the last activity on the recorded stream before the record; stream sync →
+  the last one launched on that stream before the call; device sync → the last one of every
+  stream; a synchronous copy → its own copy. Without a `cuda_sync` record: the activity
+  launched before the call whose end is the latest within the call (`inferred`). Weight 0.
+- **collective arrival** (multi-rank runs): a collective kernel waits until the last rank of
+  its group starts the same collective (the i-th of its process group, on the common clock);
+  start → arrival is `waiting` (for that rank), arrival → end is `comm`.
+- S → every node that no other edge leads to, every node that leads nowhere → T: weight 0
+  (an S or T edge to any other node could not make a heavier path).
+
+A capture without CPU ops (the `lean`/`device` recordings: runtime calls and the runner's
+phase annotations only) keeps the annotations' self time as host work of kind `ops not
+recorded`: the thread ran, but what it ran is not told. A device-only capture (no runtime call
+recorded) has a graph of device work alone, over each step's device span: what the host did
+is not told, and the gaps between the device's work are `waiting`.
+
+Every edge goes forward in time (one that would go back — clock skew — is dropped); all
+steps' graphs are built at once, with no edge between two steps. A work edge weighs its duration, any other 0. The critical path is the S → T path
+of greatest weight. Every S → T path spends exactly the span (durations telescope), so the
+heaviest path is the one with the least weight-0 time: a shortest path over `span − weight`
+(Dijkstra, `scipy.sparse.csgraph`; all such costs are ≥ 0). Its length `path_ns` plus its
+`waiting` time is the span, exactly; its time splits into host, runtime, compute, comm, copy
+and waiting.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import dijkstra
+
+from tracekit.analyses.comms import collective_kernels
+from tracekit.analyses.timeline import SYNC_APIS
+from tracekit.core.model import Trace
+
+CATEGORIES = ("host", "runtime", "compute", "comm", "copy", "waiting")
+GPU_CATEGORY = {"compute": "compute", "comm": "comm", "memcpy": "copy", "memset": "copy"}
+EDGE = {"category": pl.String, "kind": pl.String, "name": pl.String, "event": pl.Int64, "row": pl.Int64}
+ITEMS = pl.List(pl.Struct({"category": pl.String, "kind": pl.String, "name": pl.String, "ns": pl.Int64}))
+
+
+def longest_path(times: np.ndarray, u: np.ndarray, v: np.ndarray, weight: np.ndarray,
+                 source: int, sink: int) -> tuple[list[int], int]:
+    """(nodes of the heaviest source → sink path, its weight; [] and 0 when none). `times[n]`:
+    node n's time; every edge goes forward (`times[v] ≥ times[u]`) and weighs at most its Δt."""
+    (nodes, _, found), = heaviest_paths(times, u, v, weight, [source], [sink])
+    return nodes, found
+
+
+def heaviest_paths(times: np.ndarray, u: np.ndarray, v: np.ndarray, weight: np.ndarray,
+                   sources: list[int], sinks: list[int]) -> list[tuple[list[int], np.ndarray, int]]:
+    """For each (source, sink) pair of disconnected parts of one graph: the heaviest path's
+    nodes, its edges (indices into u, v) and its weight. Since every source → sink path spends
+    times[sink] − times[source], the heaviest is the shortest over cost Δt − weight (≥ 0): one
+    Dijkstra from a super source with a zero-cost edge to every source. Of parallel edges the
+    cheapest counts, the heavier of equal cost."""
+    n, m = len(times), len(u)
+    weight = np.asarray(weight, np.int64)
+    cost = np.concatenate([(times[v] - times[u]) - weight, np.zeros(len(sources), np.int64)])
+    u = np.concatenate([u, np.full(len(sources), n)]).astype(np.int64)
+    v = np.concatenate([v, np.asarray(sources, np.int64)]).astype(np.int64)
+    ids = np.concatenate([np.arange(m), np.full(len(sources), -1)])
+    keys = u * (n + 1) + v
+    rank = cost * 2 + np.concatenate([weight == 0, np.zeros(len(sources), bool)])  # equal cost: the heavier first
+    order = np.lexsort((rank, keys))
+    keys, u, v, cost, ids = keys[order], u[order], v[order], cost[order], ids[order]
+    first = np.ones(len(u), bool)
+    first[1:] = keys[1:] != keys[:-1]
+    keys, u, v, cost, ids = keys[first], u[first], v[first], cost[first], ids[first]
+    graph = csr_matrix((cost.astype(np.float64), (u, v)), shape=(n + 1, n + 1))
+    dist, pred = dijkstra(graph, indices=n, return_predecessors=True)
+    before = pred.tolist()
+    found = []
+    for source, sink in zip(sources, sinks):
+        if not np.isfinite(dist[sink]):
+            found.append(([], np.zeros(0, np.int64), 0))
+            continue
+        path = [sink]
+        while path[-1] != source:
+            path.append(before[path[-1]])
+        path.reverse()
+        nodes = np.asarray(path, np.int64)
+        edges = ids[np.searchsorted(keys, nodes[:-1] * (n + 1) + nodes[1:])]
+        found.append((path, edges, int(times[sink] - times[source] - round(dist[sink]))))
+    return found
+
+
+def host_events(trace: Trace) -> pl.DataFrame:
+    """The steps' CPU ops and runtime/driver calls: step, kind (`op`|`annotation`|`call`), name,
+    tid, start, end, correlation."""
+    ops = trace.ops.filter(pl.col("step").is_not_null()).select(
+        "step", kind=pl.when(pl.col("cat") == "cpu_op").then(pl.lit("op")).otherwise(pl.lit("annotation")),
+        name="name", tid="tid", start="start", end="end", correlation=pl.lit(None, pl.Int64))
+    calls = trace.calls.filter(pl.col("step").is_not_null()).select(
+        "step", kind=pl.lit("call"), name="name", tid="tid", start="start", end="end", correlation="correlation")
+    return pl.concat([ops, calls]).with_columns(pl.col("tid").fill_null(0))
+
+
+def device_events(trace: Trace) -> pl.DataFrame:
+    """The device activities the steps launched: step, row (into trace.gpu), name, category,
+    device, stream, start, end, correlation."""
+    return (trace.gpu.with_row_index("row").filter(pl.col("step").is_not_null())
+            .select("step", pl.col("row").cast(pl.Int64), "name", "category", pl.col("device").fill_null(0),
+                    pl.col("stream").fill_null(0), "start", "end", "correlation"))
+
+
+class Edges:
+    """Edges gathered as columns: u, v (node ids), work (weighs its Δt), category, kind,
+    name, event (host event index), row (device activity)."""
+
+    def __init__(self):
+        self.parts: list[pl.DataFrame] = []
+
+    def add(self, frame: pl.DataFrame, **constant):
+        frame = frame.with_columns(**{k: pl.lit(c) for k, c in constant.items()})
+        for column, dtype in EDGE.items():
+            if column not in frame.columns:
+                frame = frame.with_columns(pl.lit(None, dtype).alias(column))
+        self.parts.append(frame.select(pl.col("u").cast(pl.Int64), pl.col("v").cast(pl.Int64),
+                                       pl.col("work").cast(pl.Boolean), *[pl.col(c).cast(t) for c, t in EDGE.items()]))
+
+    def frame(self) -> pl.DataFrame:
+        return pl.concat(self.parts)
+
+
+def host_lanes(host: pl.DataFrame, edges: Edges, unrecorded: bool = False) -> pl.DataFrame:
+    """Adds host-order edges; returns the boundaries (node, step, tid, time, depth). `unrecorded`:
+    the trace holds no CPU ops, so an annotation's self time is host work of kind
+    `ops not recorded`."""
+    bounds = pl.concat([
+        host.with_row_index("event").select(
+            "event", "step", "tid", time="start", is_start=pl.lit(True), node=pl.col("event") * 2,
+            key=pl.when(pl.col("end") == pl.col("start")).then(1).otherwise(2), tie=-pl.col("end")),
+        host.with_row_index("event").select(
+            "event", "step", "tid", time="end", is_start=pl.lit(False), node=pl.col("event") * 2 + 1,
+            key=pl.when(pl.col("end") == pl.col("start")).then(1).otherwise(0), tie=-pl.col("start")),
+    ]).with_columns(pl.col("event").cast(pl.Int64), pl.col("node").cast(pl.Int64))
+    # at one time: ends (inner first), then zero-length events, then starts (outer first)
+    bounds = bounds.sort("step", "tid", "time", "key", "tie", "node").with_columns(
+        depth=pl.when(pl.col("is_start")).then(1).otherwise(-1).cum_sum().over("step", "tid"))
+    bounds = bounds.with_columns(
+        owner=pl.when(pl.col("is_start")).then(pl.col("event")).forward_fill().over("step", "tid", "depth"))
+    bounds = bounds.with_columns(owner=pl.when(pl.col("depth") > 0).then(pl.col("owner")))
+    owners = host.with_row_index("event").select(pl.col("event").cast(pl.Int64).alias("owner"),
+                                                 o_kind="kind", o_name="name", o_start="start", o_end="end")
+    seg = bounds.with_columns(v=pl.col("node").shift(-1).over("step", "tid"),
+                              t_next=pl.col("time").shift(-1).over("step", "tid")
+                              ).filter(pl.col("v").is_not_null()).join(owners, on="owner", how="left")
+    # annotations waiting on another thread's op (the main thread inside backward)
+    cpu = host.filter(pl.col("kind") == "op").select(c_step="step", c_tid="tid", c_start="start", c_end="end")
+    busy_elsewhere = (seg.filter(pl.col("o_kind") == "annotation")
+                      .join_where(cpu, pl.col("c_start") < pl.col("t_next"), pl.col("c_end") > pl.col("time"))
+                      .filter((pl.col("c_tid") != pl.col("tid")) & (pl.col("c_step") == pl.col("step")))
+                      .select("node").unique())
+    sync = pl.col("o_name").is_in(SYNC_APIS)
+    seg = seg.with_columns(elsewhere=pl.col("node").is_in(busy_elsewhere["node"].implode()))
+    edges.add(seg.select(
+        u="node", v="v", work=pl.col("owner").is_not_null() & ~sync & ~pl.col("elsewhere"),
+        category=pl.when(pl.col("owner").is_null() | sync | pl.col("elsewhere")).then(pl.lit("waiting"))
+        .when(pl.col("o_kind") == "call").then(pl.lit("runtime")).otherwise(pl.lit("host")),
+        kind=pl.when(pl.col("owner").is_null()).then(pl.lit("thread idle")).when(sync).then(pl.lit("blocked"))
+        .when(pl.col("elsewhere")).then(pl.lit("other thread"))
+        .when((pl.col("o_kind") == "annotation") & unrecorded).then(pl.lit("ops not recorded")).otherwise(pl.lit("self")),
+        name=pl.when(pl.col("owner").is_null()).then(pl.lit(None, pl.String)).otherwise(pl.col("o_name")),
+        event="owner"))
+    top = bounds.filter(pl.col("is_start") & (pl.col("depth") == 1))
+    for tid in bounds["tid"].unique().to_list():  # thread order: few threads
+        others = bounds.filter(pl.col("tid") != tid).select("step", o_time="time", u="node").sort("o_time")
+        mine = top.filter(pl.col("tid") == tid).sort("time")
+        if others.height and mine.height:
+            handoff = mine.join_asof(others, left_on="time", right_on="o_time", by="step", strategy="backward",
+                                     check_sortedness=False)
+            edges.add(handoff.filter(pl.col("u").is_not_null()).select("u", v="node", work=pl.lit(False)),
+                      category="waiting", kind="thread order")
+    return bounds
+
+
+def last_before(acts: pl.DataFrame, keys: pl.DataFrame, on: list[str], corr: str) -> pl.DataFrame:
+    """keys with `src`: the end node of the last activity of `on` (device, stream) launched
+    before correlation `corr` (`acts`: node_end, correlation, and the `on` columns)."""
+    right = acts.select(*on, "correlation", src="node_end").drop_nulls("correlation").sort("correlation")
+    left = keys.with_row_index("_k").sort(corr)
+    return left.join_asof(right, left_on=corr, right_on="correlation", by=on, strategy="backward", check_sortedness=False,
+                          allow_exact_matches=False).sort("_k").drop("_k")
+
+
+def first_after(acts: pl.DataFrame, keys: pl.DataFrame, on: list[str], corr: str) -> pl.DataFrame:
+    right = acts.select(*on, "correlation", dst="node_start").drop_nulls("correlation").sort("correlation")
+    left = keys.with_row_index("_k").sort(corr)
+    return left.join_asof(right, left_on=corr, right_on="correlation", by=on, strategy="forward", check_sortedness=False,
+                          allow_exact_matches=False).sort("_k").drop("_k")
+
+
+@dataclass
+class Graph:
+    """Every step's graph in one: `times[n]` (ns), `steps[n]` (the step of node n), edges (u, v,
+    ns = Δt ≥ 0, work, category, kind, name, event, row; no edge between two steps), and per
+    step its source and sink nodes (`ends`: step, source, sink)."""
+
+    times: np.ndarray
+    steps: np.ndarray
+    edges: pl.DataFrame
+    ends: pl.DataFrame
+    host: pl.DataFrame
+    gpu: pl.DataFrame
+
+
+def graph(trace: Trace, arrivals: pl.DataFrame | None = None) -> Graph:
+    host, gpu = host_events(trace), device_events(trace)
+    if trace.calls.height == 0 and trace.has_gpu:  # a device-only capture: the host's annotations tell nothing
+        host = host.clear()
+    unrecorded = not (trace.ops["cat"] == "cpu_op").any()  # a lean capture: calls, but no CPU ops
+    n_host = host.height
+    edges = Edges()
+    bounds = host_lanes(host, edges, unrecorded) if n_host else None
+    base = 2 * n_host
+    acts = gpu.with_row_index("i").with_columns(node_start=base + 2 * pl.col("i").cast(pl.Int64),
+                                                node_end=base + 2 * pl.col("i").cast(pl.Int64) + 1)
+    n_nodes = base + 2 * gpu.height
+    split = pl.DataFrame(schema={"row": pl.Int64, "arrival": pl.Int64, "late_rank": pl.Int64})
+    if arrivals is not None and gpu.height:
+        split = acts.join(arrivals, on="row").filter((pl.col("arrival") > pl.col("start")) &
+                                                     (pl.col("arrival") < pl.col("end"))).select("row", "arrival", "late_rank")
+    split = split.with_row_index("k").with_columns(node=n_nodes + pl.col("k").cast(pl.Int64))
+    n_nodes += split.height
+    acts = acts.join(split.select("row", "arrival", "late_rank", node_mid="node"), on="row", how="left")
+    category = pl.col("category").replace_strict(GPU_CATEGORY, default="compute")
+    whole = acts.filter(pl.col("node_mid").is_null())
+    edges.add(whole.select(u="node_start", v="node_end", work=pl.lit(True), category=category, kind=pl.lit("device"),
+                           name="name", row="row"))
+    halves = acts.filter(pl.col("node_mid").is_not_null())
+    edges.add(halves.select(u="node_start", v="node_mid", work=pl.lit(False), category=pl.lit("waiting"),
+                            kind=pl.lit("collective arrival"),
+                            name=pl.format("{} (rank {} late)", pl.col("name"), pl.col("late_rank")), row="row"))
+    edges.add(halves.select(u="node_mid", v="node_end", work=pl.lit(True), category=pl.lit("comm"),
+                            kind=pl.lit("device"), name="name", row="row"))
+    lanes = acts.sort("step", "device", "stream", "start", "end")
+    edges.add(lanes.select(u="node_end", v=pl.col("node_start").shift(-1).over("step", "device", "stream"),
+                           work=pl.lit(False)).filter(pl.col("v").is_not_null()), category="waiting", kind="stream order")
+    # per step: its window, a source and a sink node
+    windows = (trace.steps.join(host.group_by("step").agg(n_host=pl.len()), on="step", how="left")
+               .join(gpu.group_by("step").agg(g_start=pl.col("start").min(), g_end=pl.col("end").max()), on="step",
+                     how="left")
+               .filter(pl.col("n_host").is_not_null() | pl.col("g_start").is_not_null()).sort("step")
+               .with_row_index("k").select(
+                   "step", begin=pl.when(pl.col("n_host").is_not_null()).then(pl.col("cpu_start")).otherwise("g_start"),
+                   finish=pl.max_horizontal(pl.when(pl.col("n_host").is_not_null()).then(pl.col("cpu_end")), "g_end"),
+                   source=n_nodes + 2 * pl.col("k").cast(pl.Int64), sink=n_nodes + 2 * pl.col("k").cast(pl.Int64) + 1))
+    times = np.zeros(n_nodes + 2 * windows.height, np.int64)
+    steps = np.zeros(len(times), np.int64)
+    if n_host:
+        times[bounds["node"].to_numpy()] = bounds["time"].to_numpy()
+        steps[bounds["node"].to_numpy()] = bounds["step"].to_numpy()
+        calls = host.with_row_index("event").filter(pl.col("kind") == "call").select(
+            pl.col("event").cast(pl.Int64), "name", "correlation", "start", "end")
+        launch = calls.join(acts.select("correlation", "node_start"), on="correlation")
+        edges.add(launch.select(u=pl.col("event") * 2, v="node_start", work=pl.lit(False)),
+                  category="waiting", kind="launch")
+        sync_edges(trace, calls, acts, edges)
+    for column, value in (("node_start", "start"), ("node_end", "end")):
+        times[acts[column].to_numpy()] = acts[value].to_numpy()
+        steps[acts[column].to_numpy()] = acts["step"].to_numpy()
+    if split.height:
+        mid = split.join(acts.select("row", "step"), on="row")
+        times[mid["node"].to_numpy()], steps[mid["node"].to_numpy()] = mid["arrival"].to_numpy(), mid["step"].to_numpy()
+    for column, value in (("source", "begin"), ("sink", "finish")):
+        times[windows[column].to_numpy()] = windows[value].to_numpy()
+        steps[windows[column].to_numpy()] = windows["step"].to_numpy()
+    frame = edges.frame().filter(pl.col("u").is_not_null() & pl.col("v").is_not_null())
+    u, v = frame["u"].to_numpy(), frame["v"].to_numpy()
+    frame = frame.with_columns(ns=pl.Series(times[v] - times[u]), same=pl.Series(steps[u] == steps[v]))
+    frame = frame.filter((pl.col("ns") >= 0) & pl.col("same")).drop("same")
+    # S → a node nothing else leads to, a node that leads nowhere → T: any other S or T edge
+    # would weigh 0 beside a path through real edges weighing ≥ 0, so it could not be heavier
+    into = np.bincount(frame["v"].to_numpy(), minlength=n_nodes)[:n_nodes]
+    out = np.bincount(frame["u"].to_numpy(), minlength=n_nodes)[:n_nodes]
+    nodes = pl.DataFrame({"node": np.arange(n_nodes, dtype=np.int64), "step": steps[:n_nodes], "into": into, "out": out})
+    ends = nodes.join(windows.select("step", "source", "sink"), on="step")
+    edges = Edges()
+    edges.add(ends.filter(pl.col("into") == 0).select(u="source", v="node", work=pl.lit(False)), category="waiting",
+              kind="start")
+    edges.add(ends.filter(pl.col("out") == 0).select(u="node", v="sink", work=pl.lit(False)), category="waiting",
+              kind="end")
+    extra = edges.frame()
+    extra = extra.with_columns(ns=pl.Series(times[extra["v"].to_numpy()] - times[extra["u"].to_numpy()], dtype=pl.Int64))
+    frame = pl.concat([frame, extra.filter(pl.col("ns") >= 0)])
+    return Graph(times, steps, frame, windows.select("step", "source", "sink"), host, gpu)
+
+
+def sync_edges(trace: Trace, calls: pl.DataFrame, acts: pl.DataFrame, edges: Edges):
+    """Event-wait and sync edges (see the module's docstring)."""
+    marks = trace.marks.filter(pl.col("cat") == "cuda_sync").select(
+        "sync_kind", pl.col("device").fill_null(0), "stream", "correlation", "wait_on_stream", "wait_on_record")
+    waits = marks.filter(pl.col("sync_kind") == "Stream Wait Event")
+    waits = waits.filter(pl.col("wait_on_record") >= 0)
+    if waits.height:
+        found = last_before(acts, waits.select("device", stream="wait_on_stream", record="wait_on_record",
+                                               w_stream="stream", w_corr="correlation"), ["device", "stream"], "record")
+        found = first_after(acts, found.drop("stream").rename({"w_stream": "stream"}), ["device", "stream"], "w_corr")
+        edges.add(found.filter(pl.col("src").is_not_null() & pl.col("dst").is_not_null()).select(
+            u="src", v="dst", work=pl.lit(False)), category="waiting", kind="event wait")
+    blocking = calls.filter(pl.col("name").is_in(SYNC_APIS)).select(
+        end_node=pl.col("event") * 2 + 1, call_corr="correlation", c_start="start", c_end="end", api="name")
+    if not blocking.height or not acts.height:
+        return
+    own = blocking.join(acts.select(call_corr="correlation", src="node_end"), on="call_corr")
+    marked = blocking.join(marks.rename({"correlation": "call_corr"}), on="call_corr")
+    event = marked.filter((pl.col("sync_kind") == "Event Sync") & (pl.col("wait_on_record") >= 0))
+    event = last_before(acts, event.select("end_node", "device", stream="wait_on_stream", record="wait_on_record"),
+                        ["device", "stream"], "record")
+    stream = marked.filter((pl.col("sync_kind") == "Stream Sync") & (pl.col("stream") >= 0))
+    stream = last_before(acts, stream.select("end_node", "device", "stream", "call_corr"), ["device", "stream"],
+                         "call_corr")
+    lanes = acts.select("device", "stream").unique()
+    context = blocking.filter(pl.col("api").str.contains("DeviceSynchronize|CtxSynchronize")).join(lanes, how="cross")
+    context = last_before(acts, context.select("end_node", "device", "stream", "call_corr"), ["device", "stream"],
+                          "call_corr")
+    exact = pl.concat([f.select("end_node", "src") for f in (own, event, stream, context)])
+    unknown = blocking.join(exact.select("end_node").unique(), on="end_node", how="anti")
+    inferred = (unknown.join_where(acts.select("correlation", "end", src="node_end"),
+                                   pl.col("correlation") < pl.col("call_corr"), pl.col("end") <= pl.col("c_end"),
+                                   pl.col("end") >= pl.col("c_start"))
+                .sort("end").group_by("end_node").agg(pl.col("src").last()))
+    edges.add(exact.filter(pl.col("src").is_not_null()).select(u="src", v="end_node", work=pl.lit(False)),
+              category="waiting", kind="sync")
+    edges.add(inferred.select(u="src", v="end_node", work=pl.lit(False)), category="waiting", kind="sync (inferred)")
+
+
+def collective_starts(trace: Trace) -> pl.DataFrame:
+    """rank, pg, seq, row (into trace.gpu), start_abs (ns on the common clock: start + the
+    trace's origin) of every launched collective kernel: the material of `arrivals_of_run`."""
+    if not trace.has_gpu:
+        return pl.DataFrame(schema={"rank": pl.Int64, "pg": pl.String, "seq": pl.Int64, "row": pl.Int64,
+                                    "start_abs": pl.Int64})
+    rows = trace.gpu.with_row_index("row").filter(pl.col("category") == "comm").select(
+        pl.col("row").cast(pl.Int64), "start", pl.col("stream").fill_null(0), pl.col("device").fill_null(0))
+    kernels = collective_kernels(trace).filter(pl.col("seq").is_not_null()).select(
+        "pg", "seq", "start", pl.col("stream").fill_null(0), pl.col("device").fill_null(0))
+    return (kernels.join(rows, on=["start", "stream", "device"]).unique(["pg", "seq"], keep="first")
+            .select(rank=pl.lit(trace.rank, pl.Int64), pg="pg", seq=pl.col("seq").cast(pl.Int64), row="row",
+                    start_abs=pl.col("start") + trace.origin_us * 1000))
+
+
+def arrivals_of_run(starts: list[pl.DataFrame], origins_ns: list[int]) -> list[pl.DataFrame | None]:
+    """Per trace of a run: row (into its gpu table), arrival (ns, its own clock), late_rank —
+    when the last rank to arrive started the same collective (the (pg, seq)-th of each rank),
+    for the collectives this rank entered earlier. None for a run of one trace."""
+    if len(starts) < 2:
+        return [None] * len(starts)
+    together = pl.concat(starts)
+    last = together.sort("start_abs").group_by("pg", "seq").agg(
+        arrival_abs=pl.col("start_abs").last(), late_rank=pl.col("rank").last(), n=pl.len())
+    return [own.join(last.filter(pl.col("n") > 1), on=["pg", "seq"])
+            .filter(pl.col("late_rank") != pl.col("rank"))
+            .select("row", arrival=pl.col("arrival_abs") - origin, late_rank="late_rank")
+            for own, origin in zip(starts, origins_ns)]
+
+
+def collective_arrivals(traces: list[Trace]) -> list[pl.DataFrame | None]:
+    """`arrivals_of_run` of loaded traces."""
+    return arrivals_of_run([collective_starts(t) for t in traces], [t.origin_us * 1000 for t in traces])
+
+
+def dependency_graph(trace: Trace, step: int, arrivals: pl.DataFrame | None = None):
+    """(nodes, edges) of one step's graph. nodes: node, time, end (the event's end, else its
+    start), table (`host` | `gpu` | `arrival` | `source` | `sink`), name, correlation.
+    edges: u, v, ns (Δt), work, category, kind, name, event, row."""
+    g = graph(trace, arrivals)
+    n_host = g.host.height
+    nodes = pl.concat([
+        g.host.select("name", "correlation", table=pl.lit("host")).with_row_index("i").with_columns(
+            node=2 * pl.col("i").cast(pl.Int64)),
+        g.gpu.select("name", "correlation", table=pl.lit("gpu")).with_row_index("i").with_columns(
+            node=2 * n_host + 2 * pl.col("i").cast(pl.Int64)),
+    ]).drop("i")
+    nodes = pl.concat([nodes.with_columns(end=pl.lit(False)), nodes.with_columns(end=pl.lit(True), node=pl.col("node") + 1)])
+    every = pl.DataFrame({"node": np.arange(len(g.times), dtype=np.int64), "time": g.times, "step": g.steps})
+    ends = g.ends.filter(pl.col("step") == step)
+    nodes = every.filter(pl.col("step") == step).join(nodes, on="node", how="left").with_columns(
+        table=pl.when(pl.col("node").is_in(ends["source"].implode())).then(pl.lit("source"))
+        .when(pl.col("node").is_in(ends["sink"].implode())).then(pl.lit("sink"))
+        .otherwise(pl.col("table").fill_null("arrival"))).drop("step")
+    edges = g.edges.filter(pl.Series(g.steps[g.edges["u"].to_numpy()] == step))
+    return nodes, edges
+
+
+def path_edges(trace: Trace, arrivals: pl.DataFrame | None = None) -> pl.DataFrame:
+    """The critical path of every step as its edges in time order: step, start, end, ns,
+    category, kind, name, event (host event index), row (into trace.gpu)."""
+    schema = {"step": pl.Int64, "start": pl.Int64, "end": pl.Int64, "ns": pl.Int64, **EDGE}
+    g = graph(trace, arrivals)
+    if g.ends.height == 0:
+        return pl.DataFrame(schema=schema)
+    edges = g.edges
+    weight = np.where(edges["work"].to_numpy(), edges["ns"].to_numpy(), 0)
+    found = heaviest_paths(g.times, edges["u"].to_numpy(), edges["v"].to_numpy(), weight,
+                           g.ends["source"].to_list(), g.ends["sink"].to_list())
+    chosen = edges[np.concatenate([ids for _, ids, _ in found])]
+    return chosen.select(
+        step=pl.Series(g.steps[chosen["u"].to_numpy()]), start=pl.Series(g.times[chosen["u"].to_numpy()]),
+        end=pl.Series(g.times[chosen["v"].to_numpy()]), ns="ns",
+        category=pl.when(pl.col("work")).then(pl.col("category")).otherwise(pl.lit("waiting")),
+        kind="kind", name="name", event="event", row="row").cast(schema)
+
+
+def critical_path(trace: Trace, arrivals: pl.DataFrame | None = None, top: int | None = 10) -> pl.DataFrame:
+    """One row per step: span_ns, path_ns (the path's weight: its time not waiting), its time
+    by category — host_ns, runtime_ns, compute_ns, comm_ns, copy_ns, waiting_ns (they sum to
+    span_ns) — and items [{category, kind, name, ns}]: the path's time by what spent it (a
+    wait named `<kind>: <what>`), largest first (`top` kept). A step with no events: figures null."""
+    edges = path_edges(trace, arrivals)
+    split = (edges.group_by("step").agg(
+        span_ns=pl.col("ns").sum(), path_ns=pl.col("ns").filter(pl.col("category") != "waiting").sum(),
+        **{f"{c}_ns": pl.col("ns").filter(pl.col("category") == c).sum() for c in CATEGORIES}))
+    waiting = pl.col("category") == "waiting"
+    named = pl.when(waiting & pl.col("name").is_not_null()).then(pl.format("{}: {}", "kind", "name")) \
+        .when(waiting).then(pl.col("kind")).otherwise(pl.col("name"))
+    items = (edges.filter(pl.col("ns") > 0).with_columns(name=named).group_by("step", "category", "kind", "name")
+             .agg(ns=pl.col("ns").sum()).sort("step", "ns", "name", descending=[False, True, False], nulls_last=True)
+             .group_by("step", maintain_order=True).agg(items=pl.struct("category", "kind", "name", "ns")
+                                                        .head(top or 10**9)))
+    return (trace.steps.select("step").join(split.join(items, on="step", how="left"), on="step", how="left")
+            .with_columns(pl.col("items").cast(ITEMS)).sort("step"))
+
+
+def on_path(trace: Trace, arrivals: pl.DataFrame | None = None) -> pl.DataFrame:
+    """row (into trace.gpu), step, cp_ns: device activities whose work lies on their step's
+    critical path, and how much of it."""
+    edges = path_edges(trace, arrivals)
+    return (edges.filter(pl.col("row").is_not_null() & (pl.col("category") != "waiting"))
+            .group_by("row", "step").agg(cp_ns=pl.col("ns").sum()).sort("row"))
+
+
+def critical_path_in_run(trace: Trace, arrivals: dict, top: int | None = 10) -> pl.DataFrame:
+    """`critical_path` with the trace's collective arrivals from `arrivals` ((path, rank) →
+    frame, as `arrivals_of_run` gives them), where its run has several ranks."""
+    return critical_path(trace, arrivals.get((trace.path, trace.rank)), top)

@@ -1,0 +1,265 @@
+"""The critical path: synthetic steps whose paths are known by construction, a brute-force
+longest path on random DAGs, and the edges HTA's own tests assert on its critical-path
+traces (facebookresearch/HolisticTraceAnalysis, tests/test_critical_path_analysis.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import synth
+import tracekit
+from tracekit.analyses.critical_path import (collective_arrivals, critical_path, dependency_graph,
+                                             longest_path, path_edges)
+
+HTA = Path("/work/shared/external/hta-tests-data/critical_path")
+if not HTA.is_dir():
+    HTA = Path(__file__).parent / "data" / "external" / "hta-tests-data" / "critical_path"
+
+
+def parts(trace, arrivals=None) -> dict:
+    row = critical_path(trace, arrivals).row(0, named=True)
+    split = {c: row[f"{c}_ns"] for c in ("host", "runtime", "compute", "comm", "copy", "waiting")}
+    assert sum(split.values()) == row["span_ns"]  # the path's time adds up to the span
+    assert row["path_ns"] == row["span_ns"] - split["waiting"]
+    return {**split, "span": row["span_ns"]}
+
+
+def sync_mark(kind, ts, corr, stream=-1, wait_on_stream=-1, record=-1):
+    return {"ph": "X", "cat": "cuda_sync", "name": kind, "pid": 0, "tid": stream, "ts": ts, "dur": 0,
+            "args": {"cuda_sync_kind": kind, "wait_on_stream": wait_on_stream,
+                     "wait_on_cuda_event_record_corr_id": record, "stream": stream, "correlation": corr,
+                     "device": 0}}
+
+
+def loaded(tmp_path, events, name="t.json", rank=0):
+    return tracekit.load(synth.write(tmp_path, name, synth.doc(events, rank=rank)))
+
+
+def test_host_bound_chain_is_all_host(tmp_path):
+    """The host never waits: the path is the thread (98 µs of ops, 2 µs of launch calls);
+    the kernels hang off it."""
+    events = [synth.step(1, 0.0, 100.0), synth.op("aten::a", 0.0, 40.0), synth.op("aten::b", 40.0, 50.0),
+              *synth.launched("k1", 38.0, 45.0, 2.0, corr=1), *synth.launched("k2", 88.0, 92.0, 2.0, corr=2)]
+    assert parts(loaded(tmp_path, events)) == {"host": 98_000, "runtime": 2_000, "compute": 0, "comm": 0,
+                                               "copy": 0, "waiting": 0, "span": 100_000}
+
+
+def test_gpu_bound_chain_runs_through_the_kernels(tmp_path):
+    """Three 30 µs kernels queued back to back, the host blocked in cudaDeviceSynchronize:
+    host 0–1, launch latency 1–10, kernels 10–100, sync return 100–101, host 101–102."""
+    events = [synth.step(1, 0.0, 102.0), *synth.launched("k1", 1.0, 10.0, 30.0, corr=1),
+              *synth.launched("k2", 3.0, 40.0, 30.0, corr=2), *synth.launched("k3", 5.0, 70.0, 30.0, corr=3),
+              synth.call("cudaDeviceSynchronize", 7.0, 94.0, corr=4)]
+    assert parts(loaded(tmp_path, events)) == {"host": 2_000, "runtime": 0, "compute": 90_000, "comm": 0,
+                                               "copy": 0, "waiting": 10_000, "span": 102_000}
+
+
+def cross_stream(tmp_path):
+    """k1 (stream 7) → event → k2 (stream 8, made to wait for it); k4 is launched on stream 7
+    after the record and must not be the waited-on kernel."""
+    events = [synth.step(1, 0.0, 170.0), *synth.launched("k1", 1.0, 10.0, 100.0, corr=1),
+              synth.call("cudaEventRecord", 3.0, 1.0, corr=2), synth.call("cudaStreamWaitEvent", 5.0, 1.0, corr=3),
+              sync_mark("Stream Wait Event", 5.0, 3, stream=8, wait_on_stream=7, record=2),
+              *synth.launched("k2", 7.0, 110.0, 50.0, corr=4, stream=8),
+              *synth.launched("k4", 9.0, 111.0, 4.0, corr=5),
+              synth.call("cudaDeviceSynchronize", 12.0, 150.0, corr=6)]
+    return loaded(tmp_path, events)
+
+
+def named_edges(trace, step, kind):
+    nodes, edges = dependency_graph(trace, step)
+    names = nodes.select("node", "name", "end")
+    return (edges.filter(pl.col("kind") == kind)
+            .join(names.rename({"node": "u", "name": "from", "end": "from_end"}), on="u")
+            .join(names.rename({"node": "v", "name": "to", "end": "to_end"}), on="v"))
+
+
+def test_cross_stream_wait_links_the_recorded_kernel(tmp_path):
+    trace = cross_stream(tmp_path)
+    waits = named_edges(trace, 1, "event wait")
+    assert waits.select("from", "from_end", "to", "to_end").rows() == [("k1", True, "k2", False)]
+    # host 0–1, launch latency 1–10, k1 10–110, k2 110–160, sync return 160–162, host 162–170
+    assert parts(trace) == {"host": 9_000, "runtime": 0, "compute": 150_000, "comm": 0, "copy": 0,
+                            "waiting": 11_000, "span": 170_000}
+    assert "event wait" in path_edges(trace)["kind"].to_list()
+
+
+def test_event_sync_waits_for_the_recorded_kernel_not_a_later_one(tmp_path):
+    """cudaEventSynchronize on an event recorded after k1: the host resumes when k1 ends,
+    though k4 (launched after the record, on the same stream) ends inside the call too."""
+    events = [synth.step(1, 0.0, 150.0), *synth.launched("k1", 1.0, 10.0, 50.0, corr=1),
+              synth.call("cudaEventRecord", 3.0, 1.0, corr=2), *synth.launched("k4", 5.0, 60.0, 40.0, corr=3),
+              synth.call("cudaEventSynchronize", 7.0, 96.0, corr=5),
+              sync_mark("Event Sync", 7.0, 5, wait_on_stream=7, record=2),
+              synth.op("aten::after", 103.0, 44.0)]
+    trace = loaded(tmp_path, events)
+    syncs = named_edges(trace, 1, "sync")
+    assert syncs.select("from", "to").rows() == [("k1", "cudaEventSynchronize")]
+    # host 0–1, latency 1–10, k1 10–60, sync 60–103 waiting, aten::after 103–147, step 147–150
+    assert parts(trace) == {"host": 48_000, "runtime": 0, "compute": 50_000, "comm": 0, "copy": 0,
+                            "waiting": 52_000, "span": 150_000}
+
+
+def test_late_rank_makes_the_collective_wait(tmp_path):
+    """Rank 1 computes 5–60 µs before joining the all-reduce that rank 0 entered at 10 µs:
+    on rank 0 the kernel's first 50 µs are waiting for rank 1, its last 40 µs comm."""
+    blocked = synth.call("cudaDeviceSynchronize", 5.0, 190.0, corr=9)
+    rank0 = [synth.step(1, 0.0, 200.0), *synth.nccl("all_reduce", 1.0, 10.0, 90.0, corr=1), blocked]
+    rank1 = [synth.step(1, 0.0, 200.0), *synth.launched("work", 1.0, 5.0, 55.0, corr=1),
+             *synth.nccl("all_reduce", 3.0, 60.0, 40.0, corr=2), blocked]
+    (tmp_path / "run").mkdir()
+    synth.write(tmp_path / "run", "rank0.json", synth.doc(rank0, rank=0))
+    synth.write(tmp_path / "run", "rank1.json", synth.doc(rank1, rank=1))
+    run = tracekit.load(tmp_path / "run")
+    arrivals = collective_arrivals(run.traces)
+    alone = parts(run.traces[0])
+    assert alone["comm"] == 90_000
+    joined = parts(run.traces[0], arrivals[0])
+    assert joined["comm"] == 40_000
+    items = critical_path(run.traces[0], arrivals[0]).row(0, named=True)["items"]
+    late = [i for i in items if i["kind"] == "collective arrival"]
+    assert [(i["category"], i["ns"]) for i in late] == [("waiting", 50_000)]
+    assert late[0]["name"].endswith("(rank 1 late)")
+    assert arrivals[1].height == 0  # rank 1 arrived last: nothing of its kernel is waiting
+
+
+def brute_force(times, edges, source, sink) -> int | None:
+    """The heaviest source → sink path by enumerating every path (small DAGs)."""
+    best = None
+    out: dict[int, list] = {}
+    for u, v, w in edges:
+        out.setdefault(u, []).append((v, w))
+    stack = [(source, 0)]
+    while stack:
+        node, weight = stack.pop()
+        if node == sink:
+            best = weight if best is None else max(best, weight)
+        for v, w in out.get(node, []):
+            stack.append((v, weight + w))
+    return best
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_longest_path_matches_brute_force(data):
+    n = data.draw(st.integers(2, 8))
+    times = np.array(sorted(data.draw(st.lists(st.integers(0, 50), min_size=n, max_size=n))), np.int64)
+    pairs = data.draw(st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), max_size=20))
+    edges = []
+    for a, b in pairs:
+        u, v = min(a, b), max(a, b)
+        if u == v:
+            continue
+        w = data.draw(st.integers(0, int(times[v] - times[u])))  # no heavier than its Δt
+        edges.append((u, v, w))
+    expected = brute_force(times, edges, 0, n - 1)
+    u, v, w = (np.array(c, np.int64) for c in zip(*edges)) if edges else (np.zeros(0, np.int64),) * 3
+    nodes, weight = longest_path(times, u, v, w, 0, n - 1)
+    if expected is None:
+        assert nodes == []
+        return
+    assert weight == expected
+    best = {}
+    for a, b, c in edges:
+        best[(a, b)] = max(best.get((a, b), 0), c)
+    assert nodes[0] == 0 and nodes[-1] == n - 1
+    assert sum(best[(a, b)] for a, b in zip(nodes, nodes[1:])) == expected
+
+
+# HTA's tests, on the same traces (what each asserts, in our graph; docs/metrics.md says why
+# weights and node counts differ).
+def hta(name: str):
+    folder = HTA / name
+    if not folder.is_dir():
+        pytest.skip(f"HTA test data not here: {folder}")
+    return tracekit.load(next(folder.glob("*.json.gz")))
+
+
+def test_hta_event_sync_edges():
+    """test_critical_path_analysis_event_sync: the spin kernel's end → the end of
+    cudaEventSynchronize and of cudaDeviceSynchronize (SYNC_DEPENDENCY, weight 0)."""
+    trace = hta("cuda_event_sync")
+    syncs = named_edges(trace, 100, "sync").filter(pl.col("from").str.contains("spin_kernel"))
+    assert sorted(syncs["to"].to_list()) == ["cudaDeviceSynchronize", "cudaEventSynchronize"]
+    assert syncs["from_end"].all() and syncs["to_end"].all() and not syncs["work"].any()
+
+
+def test_hta_multi_stream_event_record_points_at_stream_20():
+    """test_critical_path_analysis_event_sync_multistream: the event recorded by correlation
+    1385 on stream 20 syncs back to kernel 1 (correlation 27, stream 20), not kernel 2
+    (stream 28); the edge runs from its end to the Memset on stream 24."""
+    trace = hta("cuda_event_sync_multi_stream")
+    nodes, edges = dependency_graph(trace, 0)
+    waits = (edges.filter(pl.col("kind") == "event wait")
+             .join(nodes.select(u="node", u_corr="correlation", u_name="name", u_end="end"), on="u")
+             .join(nodes.select(v="node", v_corr="correlation", v_name="name", v_end="end"), on="v"))
+    assert waits.select("u_corr", "u_name", "u_end", "v_corr", "v_name", "v_end").rows() == [
+        (27, "ampere_sgemm_128x64_nn", True, 1411, "Memset (Device)", False)]
+    assert not waits["work"].any()
+
+
+def test_hta_alexnet_gpu_gpu_sync_edge():
+    """test_critical_path_analysis (AlexNet part): a sync edge from fft2d_c2r_32x32
+    (correlation 5606, stream 20) to the elementwise kernel of correlation 5629 (stream 7);
+    and, as HTA checks on its simple_add trace, the epilogue kernel's end → the end of the
+    cudaDeviceSynchronize after it."""
+    trace = hta("alexnet")
+    nodes, edges = dependency_graph(trace, 0)
+    named = (edges.join(nodes.select(u="node", u_corr="correlation", u_name="name", u_end="end"), on="u")
+             .join(nodes.select(v="node", v_corr="correlation", v_name="name", v_end="end"), on="v"))
+    fft = named.filter((pl.col("u_corr") == 5606) & (pl.col("v_corr") == 5629))
+    assert fft.select("kind", "work", "u_end", "v_end").rows() == [("event wait", False, True, False)]
+    assert fft["u_name"][0].startswith("void fft2d_c2r_32x32<float, false, false, 0u, false, false>")
+    epilogue = named.filter((pl.col("u_corr") == 5889) & (pl.col("v_corr") == 5894))
+    assert epilogue.select("kind", "work", "u_end", "v_end").rows() == [("sync", False, True, True)]
+    assert epilogue["u_name"][0].startswith("void epilogue::impl::globalKernel")
+
+
+def test_diff_of_the_h200_fsdp_runs_marks_critical_items():
+    """Acceptance: `diff` of the committed H200 FSDP1/FSDP2 runs says, per item, on which side's
+    critical path it lies; an item marked for a side has device time on that side's path."""
+    import json
+
+    from click.testing import CliRunner
+
+    from tracekit.front.cli import main
+
+    run = Path(__file__).parent / "data" / "h200x2-blocks4"
+    result = CliRunner().invoke(main, ["diff", "--format", "json", "--top", "200", str(run / "fsdp1"), str(run / "fsdp2")])
+    assert result.exit_code == 0, result.output
+    items = json.loads(result.stdout)["items"]
+    marks = {i["critical"] for i in items}
+    assert marks <= {"", "A", "B", "both"} and marks & {"A", "B", "both"}
+    for i in items:
+        assert (i["a_cp_ns"] > 0) == (i["critical"] in ("A", "both"))
+        assert (i["b_cp_ns"] > 0) == (i["critical"] in ("B", "both"))
+        assert i["a_cp_ns"] <= i["a_busy_ns"] and i["b_cp_ns"] <= i["b_busy_ns"]
+
+
+def test_device_only_capture_tells_no_host_time(tmp_path):
+    """No runtime call recorded (kernels and an annotation only): the path runs through the
+    device work over the device span (20–100 µs: two kernels and the 30 µs gap between
+    them), no time taken for host work."""
+    events = [synth.step(1, 0.0, 200.0), synth.op("tracekit#forward", 5.0, 150.0, cat="user_annotation"),
+              synth.kernel("k1", 20.0, 30.0, None), synth.kernel("k2", 80.0, 20.0, None)]
+    for e in events[2:]:
+        del e["args"]["correlation"]
+    assert parts(loaded(tmp_path, events)) == {"host": 0, "runtime": 0, "compute": 50_000, "comm": 0, "copy": 0,
+                                               "waiting": 30_000, "span": 80_000}
+
+
+def test_lean_capture_names_unrecorded_host_time():
+    """A `lean` recording (runtime calls, phase annotations, no CPU ops): the annotations' self
+    time is host work of kind `ops not recorded`."""
+    trace = tracekit.load(Path(__file__).parent / "data" / "h200x2-lean" / "fsdp2" / "rank0.pt.trace.json.gz")
+    assert trace.calls.height > 0 and not (trace.ops["cat"] == "cpu_op").any()
+    row = critical_path(trace, top=None).row(0, named=True)
+    kinds = {i["kind"] for i in row["items"] if i["category"] == "host"}
+    assert kinds == {"ops not recorded"}
+    assert row["runtime_ns"] > 0
