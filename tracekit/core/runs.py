@@ -29,10 +29,12 @@ class TraceInfo:
     meta: dict
     facts: dict
     origin_us: int
+    step_numbers: list[int]
 
     @classmethod
     def of(cls, trace: Trace) -> TraceInfo:
-        return cls(trace.path, trace.rank, trace.world_size, trace.meta, trace.facts, trace.origin_us)
+        return cls(trace.path, trace.rank, trace.world_size, trace.meta, trace.facts, trace.origin_us,
+                   trace.step_numbers)
 
 
 @dataclass

@@ -14,7 +14,7 @@ import textwrap
 
 import polars as pl
 
-from .views import VIEWS, Layout, View, chosen, table_text, terminal_width
+from .views import VIEWS, Layout, View, chosen, table_text, terminal_width, with_figures
 
 
 def defined(value):
@@ -92,7 +92,9 @@ def render_frame(frame: pl.DataFrame, fmt: str, view: str | None = None, layout:
     if fmt == "csv":
         return frame.write_csv()
     if fmt == "table":
-        return table_text(chosen(frame, VIEWS.get(view, View()), layout))
+        shown = VIEWS.get(view, View())
+        table = with_figures(chosen(frame, shown, layout))
+        return table_text(table) if table.height else textwrap.fill(shown.empty, terminal_width())
     with pl.Config(tbl_formatting="MARKDOWN", tbl_rows=-1, tbl_cols=-1, tbl_width_chars=65_000,
                    fmt_str_lengths=65_000, tbl_hide_dataframe_shape=True, tbl_hide_column_data_types=True):
         return str(frame)

@@ -26,6 +26,7 @@ class View:
     aliases: dict = field(default_factory=dict)  # raw column → shown name (before the unit suffix)
     kernel_names: tuple[str, ...] = ()  # raw columns of kernel names, shown without `void`, namespaces, arguments
     varied: tuple[str, ...] = ("run", "step")  # default columns shown only when they take more than one value
+    empty: str = "no figures in these traces"  # the table's one line when no row has a figure
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,9 @@ class Layout:
 
 
 SPAN = "gpu_span_ns"
+KEYS = ("run", "rank", "step", "agg", "device", "path", "variant", "n_steps")  # what names a row, not a figure
+DEVICE_ONLY = ("no device activity (kernel, memcpy or memset records) in these steps: {} device work. "
+               "CPU-only (gloo) runs: host-side collectives in `tracekit comms`, CPU time in `summary`")
 WRAPPED = 16  # text columns wider than this wrap when the table is too wide; names (run, kind) do not
 VIEWS = {
     "summary": View(("run", "rank", "step", "agg", "device", "cpu_ms", "gpu_span_ms", "busy_pct",
@@ -44,24 +48,26 @@ VIEWS = {
                     {"busy_pct": ("gpu_busy_ns", SPAN), "idle_pct": ("idle_ns", SPAN),
                      "exposed_comm_pct": ("exposed_comm_ns", SPAN), "host_idle_pct": ("host_idle_ns", SPAN)}),
     "overlap": View(("run", "rank", "step", "agg", "device", "comm_ms", "compute_ms", "overlap_pct",
-                     "exposed_comm_ms", "comm_alone_ms")),
+                     "exposed_comm_ms", "comm_alone_ms"), empty=DEVICE_ONLY.format("overlap is a figure of")),
     "breakdown": View(("run", "rank", "step", "agg", "device", "span_ms", "category", "cause", "ms", "pct"),
                       {"pct": ("parts.ns", "span_ns")},
-                      {"parts.category": "category", "parts.cause": "cause", "parts.ns": "ns"}),
+                      {"parts.category": "category", "parts.cause": "cause", "parts.ns": "ns"},
+                      empty=DEVICE_ONLY.format("the breakdown splits")),
     "syncs": View(("run", "rank", "step", "agg", "api", "count", "blocked_ms", "gpu_idle_ms", "blame"),
                   aliases={"calls.api": "api", "calls.count": "count", "calls.blocked_ns": "blocked_ns",
-                           "calls.gpu_idle_ns": "gpu_idle_ns", "calls.blame": "blame", "calls.chains": "chains"}),
+                           "calls.gpu_idle_ns": "gpu_idle_ns", "calls.blame": "blame", "calls.chains": "chains"},
+                  empty="no host-blocking calls (cudaDeviceSynchronize, cudaStreamSynchronize, …) in these traces"),
     "comms": View(("run", "rank", "step", "agg", "pg", "kind", "count", "bytes", "kernel_ms", "exposed_ms",
                    "busbw_gbps", "wait_ms"),
                   aliases={f"collectives.{c}": c for c in
                            ("pg", "kind", "dtype", "device", "stream", "count", "bytes", "kernel_ns", "exposed_ns",
                             "algbw_gbps", "busbw_gbps", "transfer_ns", "wait_ns", "mismatched")},
-                  varied=("run", "step", "pg")),
-    "kernels": View(("run", "rank", "step", "agg", "count", "total_ms", "mean_ms", "busy_pct", "category",
+                  varied=("run", "step", "pg"), empty="no collectives (device kernels or host-side ops) in these traces"),
+    "kernels": View(("run", "rank", "step", "agg", "count", "total_ms", "mean_ms", "pct_of_busy", "category",
                      "coll_kind", "name", "op"),
                     aliases={f"kernels.{c}": c for c in
-                             ("name", "op", "category", "coll_kind", "count", "total_ns", "mean_ns", "busy_pct")},
-                    kernel_names=("kernels.name",)),
+                             ("name", "op", "category", "coll_kind", "count", "total_ns", "mean_ns", "pct_of_busy")},
+                    kernel_names=("kernels.name",), empty=DEVICE_ONLY.format("kernels lists")),
     "lint": View(("run", "rank", "severity", "kind", "count", "step", "detail")),
     "report": View(("variant", "rank", "status", "step_ms", "d_step_ms", "d_step_ms_ci", "verdict", "overhead"),
                    {"busy_pct": ("gpu_busy_ns", SPAN), "exposed_comm_pct": ("exposed_comm_ns", SPAN),
@@ -131,10 +137,14 @@ def catalogue(frame: pl.DataFrame, view: View) -> dict[str, pl.Expr]:
     """Every column the table can show, by shown name: the frame's own, its run (the trace's
     directory) and the view's shares."""
     out = {shown_name(c, view): in_units(c, t, view).alias(shown_name(c, view)) for c, t in frame.schema.items()}
-    if "path" in frame.columns:
+    if "path" in frame.columns:  # a trace file's folder; its own name where two files of one rank share one
         path = pl.col("path").str.replace(r"/+$", "")
-        out["run"] = (pl.when(path.str.contains(r"\.json(\.gz)?$")).then(path.str.extract(r"([^/]+)/[^/]+$", 1))
-                      .otherwise(path.str.extract(r"([^/]+)$", 1)).alias("run"))
+        file = path.str.contains(r"\.json(\.gz)?$")
+        folder = pl.when(file).then(path.str.extract(r"([^/]+)/[^/]+$", 1)).otherwise(path.str.extract(r"([^/]+)$", 1))
+        same = ["rank"] if "rank" in frame.columns else []
+        own = path.str.extract(r"([^/]+)$", 1).str.replace(r"(\.pt)?(\.trace)?\.json(\.gz)?$", "")
+        out["run"] = (pl.when(file & (pl.col("path").n_unique().over(folder.fill_null(""), *same) > 1)).then(own)
+                      .otherwise(folder).alias("run"))
     for name, (part, whole) in view.shares.items():
         if part in frame.columns and whole in frame.columns:
             out[name] = (pl.col(part) / pl.col(whole) * 100).round(1).alias(name)
@@ -157,6 +167,14 @@ def chosen(frame: pl.DataFrame, view: View, layout: Layout) -> pl.DataFrame:
     names = [c for c in view.default if c in shown and
              (c not in view.varied or frame.select(shown[c].n_unique()).item() > 1)]
     return frame.select(shown[c] for c in names)
+
+
+def with_figures(table: pl.DataFrame) -> pl.DataFrame:
+    """The table's rows that show at least one figure (a row of blank cells says nothing)."""
+    figures = [c for c in table.columns if c not in KEYS]
+    if not figures:
+        return table
+    return table.filter(~pl.all_horizontal([pl.col(c).is_null() | (pl.col(c).cast(pl.String) == "") for c in figures]))
 
 
 def terminal_width() -> int:

@@ -4,6 +4,7 @@ and the helpers that load, analyse and print."""
 from __future__ import annotations
 
 import functools
+import textwrap
 from importlib.resources import files
 from pathlib import Path
 
@@ -40,6 +41,18 @@ def sample_trace_path() -> str:
     return str(files("tracekit") / "data" / "fsdp1_rank0.trace.json.gz")
 
 
+def inputs(paths) -> list:
+    """`paths`, or the bundled sample trace with a note on stderr saying so (and how to read
+    the traces in the current folder, where there are any)."""
+    if paths:
+        return list(paths)
+    here = sorted(p.name for p in Path.cwd().glob("*.json*") if p.name.endswith((".json", ".json.gz")))
+    hint = f"; this folder holds {len(here)} JSON file(s): `tracekit <verb> .` reads them" if here else ""
+    say(f"no PATHS given: reading the bundled sample trace {Path(sample_trace_path()).name} "
+        f"(FSDP1, rank 0 of 2 × H200){hint}")
+    return [sample_trace_path()]
+
+
 def analysed_runs(paths, options: dict, analysis=None, here: bool = False, rank: int | None = None) -> list:
     """`analysis(trace)` for every trace under `paths` (default: the embedded sample trace),
     per run (`runs.analyse`: in worker processes or on a Dask cluster unless `here`), with the
@@ -52,11 +65,19 @@ def analysed_runs(paths, options: dict, analysis=None, here: bool = False, rank:
 
     load = {k: options[k] for k in ("comm_kernels", "cycle", "cache")}
     where = {"workers": 1} if here else {"workers": options["workers"], "scheduler": options["scheduler"]}
-    runs = analyse(paths or [sample_trace_path()], partial(checked, analysis=analysis), **load, **where)
+    runs = analyse(inputs(paths), partial(checked, analysis=analysis), **load, **where)
     per_trace, per_run = lint(runs)
     for note in notes([(t, f) for t, f in per_trace if rank is None or t.rank == rank], per_run):
-        click.echo(f"tracekit: {note}", err=True)
+        say(note)
     return runs
+
+
+def say(note: str) -> None:
+    """`tracekit: NOTE` on stderr, wrapped at the terminal's width."""
+    from tracekit.front.views import terminal_width
+
+    click.echo(textwrap.fill(f"tracekit: {note}", terminal_width(), subsequent_indent="  ",
+                             break_on_hyphens=False, break_long_words=False), err=True)
 
 
 def of_ranks(runs, rank: int | None, paths) -> list:

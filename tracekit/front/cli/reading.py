@@ -9,7 +9,7 @@ import click
 from tracekit.core.errors import UsageError
 
 from .common import (analysed_runs, emit, format_option, load_options, main, of_ranks, paths_argument,
-                     per_step, rank_option, render, sample_trace_path, scope_option, table_layout, verb)
+                     inputs, per_step, rank_option, render, scope_option, table_layout, verb)
 
 
 @verb
@@ -118,7 +118,7 @@ def lint(paths, rank, fmt, layout, options, strict):
     from tracekit.front.render import render_lint
     from tracekit.core.runs import analyse
 
-    per_trace, per_run = analysis(analyse(paths or [sample_trace_path()], partial(checked), **options))
+    per_trace, per_run = analysis(analyse(inputs(paths), partial(checked), **options))
     per_trace = [(t, f) for t, f in per_trace if rank is None or t.rank == rank]
     if not per_trace:
         raise UsageError(f"--rank {rank}: no trace of rank {rank} in {', '.join(map(str, paths))}")
