@@ -90,7 +90,8 @@ def sync_ledger(trace: Trace) -> pl.DataFrame:
                        device_syncs(trace)])
     chains = (syncs.group_by("step", "api", "innermost", "blame")
               .agg(count=pl.len().cast(pl.Int64), blocked_ns=known_sum("blocked_ns"))
-              .sort("count", "blocked_ns", descending=True, nulls_last=True))
+              .sort("count", "blocked_ns", pl.col("blame").list.join(" < "), descending=[True, True, False],
+                    nulls_last=True))
     groups = (syncs.group_by("step", "api", "innermost")
               .agg(count=pl.len().cast(pl.Int64), blocked_ns=known_sum("blocked_ns"),
                    gpu_idle_ns=known_sum("gpu_idle_ns"))

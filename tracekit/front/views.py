@@ -10,6 +10,7 @@ default, add names to its `View.default` (raw or shown names; absent ones are sk
 
 from __future__ import annotations
 
+import re
 import shutil
 import textwrap
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ class View:
     kernel_names: tuple[str, ...] = ()  # raw columns of kernel names, shown without `void`, namespaces, arguments
     varied: tuple[str, ...] = ("run", "step")  # default columns shown only when they take more than one value
     empty: str = "no figures in these traces"  # the table's one line when no row has a figure
+    implied: dict = field(default_factory=dict)  # default column → the column that says it already
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,7 @@ SPAN = "gpu_span_ns"
 KEYS = ("run", "rank", "step", "agg", "device", "path", "variant", "n_steps")  # what names a row, not a figure
 DEVICE_ONLY = ("no device activity (kernel, memcpy or memset records) in these steps: {} device work. "
                "CPU-only (gloo) runs: host-side collectives in `tracekit comms`, CPU time in `summary`")
+WORD = 24  # a text column is kept this wide, where its words are, before a column's name breaks
 WRAPPED = 16  # text columns wider than this wrap when the table is too wide; names (run, kind) do not
 VIEWS = {
     "summary": View(("run", "rank", "step", "agg", "device", "cpu_ms", "gpu_span_ms", "busy_pct",
@@ -67,7 +70,8 @@ VIEWS = {
                      "coll_kind", "name", "op"),
                     aliases={f"kernels.{c}": c for c in
                              ("name", "op", "category", "coll_kind", "count", "total_ns", "mean_ns", "pct_of_busy")},
-                    kernel_names=("kernels.name",), empty=DEVICE_ONLY.format("kernels lists")),
+                    kernel_names=("kernels.name",), empty=DEVICE_ONLY.format("kernels lists"),
+                    implied={"coll_kind": "name"}),  # a collective kernel's name holds its kind
     "lint": View(("run", "rank", "severity", "kind", "count", "step", "detail")),
     "report": View(("variant", "rank", "status", "step_ms", "d_step_ms", "d_step_ms_ci", "verdict", "overhead"),
                    {"busy_pct": ("gpu_busy_ns", SPAN), "exposed_comm_pct": ("exposed_comm_ns", SPAN),
@@ -107,10 +111,31 @@ def human_bytes(expr: pl.Expr) -> pl.Expr:
     return text.otherwise(pl.format("{} B", expr))
 
 
+# Launchers whose meaning is in their first template argument: shown as `launcher<argument>`.
+LAUNCHERS = (r"^((at::native::)?(vectorized_|unrolled_|index_)?elementwise_kernel|(at::native::)?reduce_kernel|"
+             r"(at::native::)?multi_tensor_apply_kernel|cutlass::Kernel\d*|cutlass::device_kernel)$")
+
+
+LONGEST = 44  # characters of a kernel's name in a table
+
+
 def short_kernel_name(name: pl.Expr) -> pl.Expr:
-    """`void at::native::(anonymous namespace)::f<T>(float*, long)` → `f<T>`."""
-    return (name.str.replace(r"^void ", "").str.replace_all(r"\(anonymous namespace\)::", "")
-            .str.replace_all(r"\bat::native::", "").str.replace(r"\([^()]*\)$", ""))
+    """A kernel's base name, as `nsys stats` shows it: no `void `, anonymous namespaces or
+    `at::native::`, no template or argument lists; a generic launcher keeps the head of its
+    first template argument (`cutlass::Kernel2<cutlass_80_wmma_tensorop_bf16_s161616gemm_…>`,
+    `vectorized_elementwise_kernel<…FillFunctor>` keeps its functor's name); past `LONGEST`
+    characters the middle is elided (the full name: `--wide`, json, csv, md)."""
+    clean = (name.str.replace(r"^void ", "").str.replace_all(r"\(anonymous namespace\)::", "")
+             .str.replace_all(r"\bat::native::", ""))
+    base = clean.str.extract(r"^([^<(]+)", 1).str.strip_chars()
+    functor = clean.str.extract(r"([A-Za-z0-9_]+(?:_kernel_cuda|Functor|_functor))", 1)
+    argument = clean.str.extract(r"^[^<(]+<\s*(?:\d+\s*,\s*)*([A-Za-z_][A-Za-z0-9_:]*)", 1)
+    shown = (pl.when(base.str.contains(LAUNCHERS) & functor.is_not_null()).then(base + "<" + functor + ">")
+             .when(base.str.contains(LAUNCHERS) & argument.is_not_null()).then(base + "<" + argument + ">")
+             .otherwise(base))
+    shown = pl.when(shown.is_null() | (shown == "")).then(name).otherwise(shown)
+    return pl.when(shown.str.len_chars() > LONGEST).then(  # generated names (Tensile's `Cijk_…`): the middle elided
+        shown.str.slice(0, 30) + "…" + shown.str.slice(-(LONGEST - 31))).otherwise(shown)
 
 
 def size_text(n: int) -> str:
@@ -118,11 +143,11 @@ def size_text(n: int) -> str:
     return pl.select(human_bytes(pl.lit(n, pl.Int64))).item()
 
 
-def in_units(raw: str, dtype, view: View) -> pl.Expr:
+def in_units(raw: str, dtype, view: View, wide: bool = False) -> pl.Expr:
     """The column as a person reads it: ns → ms (3 decimals), bytes → GiB/MiB/KiB, kernel
-    names short."""
+    names short (full with `wide`)."""
     col = pl.col(raw)
-    if raw in view.kernel_names:
+    if raw in view.kernel_names and not wide:
         return short_kernel_name(col)
     if not dtype.is_numeric():
         return col
@@ -133,10 +158,10 @@ def in_units(raw: str, dtype, view: View) -> pl.Expr:
     return col
 
 
-def catalogue(frame: pl.DataFrame, view: View) -> dict[str, pl.Expr]:
+def catalogue(frame: pl.DataFrame, view: View, wide: bool = False) -> dict[str, pl.Expr]:
     """Every column the table can show, by shown name: the frame's own, its run (the trace's
     directory) and the view's shares."""
-    out = {shown_name(c, view): in_units(c, t, view).alias(shown_name(c, view)) for c, t in frame.schema.items()}
+    out = {shown_name(c, view): in_units(c, t, view, wide).alias(shown_name(c, view)) for c, t in frame.schema.items()}
     if "path" in frame.columns:  # a trace file's folder; its own name where two files of one rank share one
         path = pl.col("path").str.replace(r"/+$", "")
         file = path.str.contains(r"\.json(\.gz)?$")
@@ -154,7 +179,7 @@ def catalogue(frame: pl.DataFrame, view: View) -> dict[str, pl.Expr]:
 def chosen(frame: pl.DataFrame, view: View, layout: Layout) -> pl.DataFrame:
     """The table's columns: `layout.columns`, every column with `wide`, else the view's
     default (of its `varied` columns, those that take more than one value)."""
-    shown = catalogue(frame, view)
+    shown = catalogue(frame, view, layout.wide)
     if layout.columns:
         names = {**{c: shown_name(c, view) for c in frame.columns},
                  **{view.aliases.get(c, c): shown_name(c, view) for c in frame.columns}, **{c: c for c in shown}}
@@ -164,8 +189,11 @@ def chosen(frame: pl.DataFrame, view: View, layout: Layout) -> pl.DataFrame:
         return frame.select(shown[names[c]] for c in layout.columns)
     if layout.wide or not view.default:
         return frame.select(shown[shown_name(c, view)] for c in frame.columns)
-    names = [c for c in view.default if c in shown and
+    names = [c for c in view.default if c in shown and view.implied.get(c) not in shown and
              (c not in view.varied or frame.select(shown[c].n_unique()).item() > 1)]
+    if "step" in names and "agg" in names:  # one column: the step, or the statistic's row (`mean`)
+        shown["step"] = pl.coalesce(pl.col("agg"), pl.col("step").cast(pl.String)).alias("step")
+        names.remove("agg")
     return frame.select(shown[c] for c in names)
 
 
@@ -205,32 +233,59 @@ def decimals(values: pl.Series) -> int | None:
     return max([min(2, len(repr(v).partition(".")[2])) for v in values if isinstance(v, float)] or [0])
 
 
+def header_pieces(name: str, size: int) -> list[str]:
+    """A column's name on as many lines as `size` needs, broken after its underscores."""
+    parts, lines = re.findall(r"[^_]+_?|_", name), [""]
+    for part in parts:
+        if lines[-1] and len(lines[-1]) + len(part) > size:
+            lines.append("")
+        lines[-1] += part
+    return lines
+
+
 def table_text(frame: pl.DataFrame, width: int | None = None) -> str:
     """The frame as an aligned plain table (numbers right, text left, a rule under the names),
-    two spaces between columns. When it is wider than `width` (default: the terminal's), the
-    text columns wrap to share what the other columns leave; nothing is cut."""
+    two spaces between columns. When it is wider than `width` (default: the terminal's), first
+    the names of columns narrower than their name break after an underscore (`busbw_` over
+    `gbps`), then the text columns wrap to share what the other columns leave, each kept as
+    wide as its longest word where there is room; nothing is cut."""
     width = width or terminal_width()
     columns = frame.columns
     texts = [[cell(v, decimals(frame[c])) for v in frame[c]] for c in columns]
-    numeric = [t.is_numeric() for t in frame.dtypes]
-    sizes = [max([len(c), *map(len, cells)]) for c, cells in zip(columns, texts)]
+    numeric = [t.is_numeric() or c == "step" for c, t in zip(columns, frame.dtypes)]
+    cells = [max(map(len, column), default=0) for column in texts]
+    sizes = [max(len(c), n) for c, n in zip(columns, cells)]
+    gaps = 2 * (len(columns) - 1)
     wrap = [i for i, t in enumerate(frame.dtypes) if t == pl.String and sizes[i] > WRAPPED]
-    fixed = sum(s for i, s in enumerate(sizes) if i not in wrap) + 2 * (len(columns) - 1)
-    room = width - fixed
+    words = {i: min(sizes[i], WORD, max((len(w) for t in texts[i] for w in t.split()), default=0)) for i in wrap}
+    least = {i: max(len(columns[i]), words[i]) for i in wrap}  # a text column's width with no word broken
+    for i in sorted(set(range(len(columns))) - set(wrap), key=lambda i: cells[i] - sizes[i]):  # most to gain first
+        over = sum(sizes[j] for j in range(len(columns)) if j not in wrap) + sum(least.values()) + gaps - width
+        if over <= 0:
+            break
+        shortest = max(cells[i], max(map(len, re.findall(r"[^_]+_?|_", columns[i]))))
+        sizes[i] = max(shortest, sizes[i] - over)
+    heads = [header_pieces(c, sizes[i]) if len(c) > sizes[i] else [c] for i, c in enumerate(columns)]
+    room = width - sum(s for i, s in enumerate(sizes) if i not in wrap) - gaps
     if wrap and sum(sizes[i] for i in wrap) > room >= sum(len(columns[i]) for i in wrap):
-        for i in sorted(wrap, key=lambda i: sizes[i]):  # the narrow ones keep their width
-            share = room // len([j for j in wrap if sizes[j] >= sizes[i]])
-            sizes[i] = max(len(columns[i]), min(sizes[i], share))
+        if sum(least.values()) > room:
+            least = {i: len(columns[i]) for i in wrap}  # words must break too
+        order = sorted(wrap, key=lambda i: sizes[i])  # the narrow ones keep their width
+        for k, i in enumerate(order):
+            rest = order[k + 1:]
+            sizes[i] = max(least[i], min(sizes[i], room // (len(rest) + 1), room - sum(least[j] for j in rest)))
             room -= sizes[i]
 
-    def lines(row: list[str]) -> list[str]:
-        pieces = [textwrap.wrap(t, sizes[i], break_on_hyphens=False) or [""] if i in wrap else [t]
-                  for i, t in enumerate(row)]
+    def lines(pieces: list[list[str]]) -> list[str]:
         return ["  ".join((p[k] if k < len(p) else "").rjust(sizes[i]) if numeric[i] else
                           (p[k] if k < len(p) else "").ljust(sizes[i]) for i, p in enumerate(pieces)).rstrip()
                 for k in range(max(map(len, pieces)))]
 
-    out = lines(columns) + ["  ".join("─" * s for s in sizes)]
+    def row_lines(row: list[str]) -> list[str]:
+        return lines([textwrap.wrap(t, sizes[i], break_on_hyphens=False) or [""] if i in wrap else [t]
+                      for i, t in enumerate(row)])
+
+    out = lines(heads) + ["  ".join("─" * s for s in sizes)]
     for row in zip(*texts):
-        out += lines(list(row))
+        out += row_lines(list(row))
     return "\n".join(out)
