@@ -4,6 +4,7 @@ without an External id, Kineto's own sync records, `busy_pct`, diffs of one thin
 
 import gzip
 import json
+import re
 
 import numpy as np
 import polars as pl
@@ -194,7 +195,7 @@ def test_kernel_names_in_tables_are_base_names_full_in_json_and_wide():
     assert len(rows) == len(lines) - 2 == len(full)  # one line per kernel, none wrapped
     assert "elementwise_kernel<BinaryFunctor>" in lines[3] or any("elementwise_kernel<BinaryFunctor>" in r for r in rows)
     assert all("(" not in r and "void " not in r for r in rows)
-    wide = cli("kernels", "--wide", path).stdout
+    wide = cli("kernels", "--wide", path, columns=5000).stdout
     assert all(name in wide for name in full)
 
 
@@ -202,3 +203,37 @@ def test_a_collective_kernel_name_is_not_split():
     """The runner's FSDP2 trace: the NCCL kernel's name stays whole on its line."""
     lines = cli("kernels", DATA / "h200x2-small" / "fsdp2" / "rank0.trace.json.gz").stdout.splitlines()
     assert any("ncclDevKernel_ReduceScatter_Sum_f32_RING_LL" in line for line in lines)
+
+
+def test_warnings_are_short_wrapped_in_ms_and_name_files_not_paths(tmp_path):
+    """HTA's MTIA trace warns of device work outside every step and of overlapping work on a
+    stream: each note wraps at the terminal's width, names the file (not its path) and gives
+    times in ms, the figures lint's `ns` column holds in ns. A single-GPU trace without a rank
+    is not warned about on every verb (lint says it, as info)."""
+    result = cli("summary", MTIA, columns=80)
+    lines = result.stderr.splitlines()
+    assert lines and all(len(line) <= 80 for line in lines)
+    assert str(MTIA.parent) not in result.stderr and "ns)" not in result.stderr
+    (trace,) = json.loads(cli("lint", "--format", "json", MTIA).stdout)["traces"]
+    timed = [f for f in trace["findings"] if f["severity"] != "info" and f["ns"]]
+    assert timed and all(f"{f['ns'] / 1e6:,.3f} ms" in f["detail"] for f in timed)
+    plain = synth.write(tmp_path, "plain.json", {"traceEvents": [synth.step(1, 0.0, 10.0)]})
+    assert "rank_guessed" not in cli("summary", plain).stderr
+    assert "rank_guessed" in cli("lint", plain).stdout
+
+
+def test_step_numbers_and_decimals_read_as_one_column(tmp_path):
+    """Step 1,009 prints as 1009; a float column keeps one number of decimals on every row
+    (busy 50.0 % and 87.0 %); Markdown never prints a number in scientific notation; the
+    cache's bound is given in both units it is spoken of."""
+    events = [synth.step(1009, 0.0, 100.0), *synth.launched("k", 1.0, 10.0, 10.0, corr=1),
+              *synth.launched("k", 2.0, 40.0, 10.0, corr=2), synth.step(1010, 100.0, 100.0),
+              *synth.launched("k", 101.0, 110.0, 10.0, corr=3), *synth.launched("k", 102.0, 123.0, 10.0, corr=4)]
+    path = synth.write(tmp_path, "rank0.json", synth.doc(events))
+    lines = cli("summary", path).stdout.splitlines()
+    busy = lines[0].split().index("busy_pct")
+    assert [line.split()[1] for line in lines[2:]] == ["1009", "1010"]
+    assert [line.split()[busy] for line in lines[2:]] == ["50.0", "87.0"]
+    md = cli("summary", "--format", "md", "--agg", "mean", RESNET.parent).stdout
+    assert "| mean |" in md and not re.search(r"\de[+-]?\d", md)
+    assert "GB (TRACEKIT_CACHE_MAX_GB, in GB of 10⁹ bytes)" in cli("cache", "info").stdout

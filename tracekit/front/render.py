@@ -95,7 +95,7 @@ def render_frame(frame: pl.DataFrame, fmt: str, view: str | None = None, layout:
         shown = VIEWS.get(view, View())
         table = with_figures(chosen(frame, shown, layout))
         return table_text(table) if table.height else textwrap.fill(shown.empty, terminal_width())
-    with pl.Config(tbl_formatting="MARKDOWN", tbl_rows=-1, tbl_cols=-1, tbl_width_chars=65_000,
+    with pl.Config(tbl_formatting="MARKDOWN", tbl_rows=-1, tbl_cols=-1, tbl_width_chars=65_000, fmt_float="full",
                    fmt_str_lengths=65_000, tbl_hide_dataframe_shape=True, tbl_hide_column_data_types=True):
         return str(frame)
 

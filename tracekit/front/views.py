@@ -10,6 +10,7 @@ default, add names to its `View.default` (raw or shown names; absent ones are sk
 
 from __future__ import annotations
 
+import math
 import re
 import shutil
 import textwrap
@@ -71,7 +72,7 @@ VIEWS = {
                     aliases={f"kernels.{c}": c for c in
                              ("name", "op", "category", "coll_kind", "count", "total_ns", "mean_ns", "pct_of_busy")},
                     kernel_names=("kernels.name",), empty=DEVICE_ONLY.format("kernels lists"),
-                    implied={"coll_kind": "name"}),  # a collective kernel's name holds its kind
+                    implied={"coll_kind": "name", "category": "name"}),  # a kernel's name says what it is
     "lint": View(("run", "rank", "severity", "kind", "count", "step", "detail")),
     "report": View(("variant", "rank", "status", "step_ms", "d_step_ms", "d_step_ms_ci", "verdict", "overhead"),
                    {"busy_pct": ("gpu_busy_ns", SPAN), "exposed_comm_pct": ("exposed_comm_ns", SPAN),
@@ -116,7 +117,7 @@ LAUNCHERS = (r"^((at::native::)?(vectorized_|unrolled_|index_)?elementwise_kerne
              r"(at::native::)?multi_tensor_apply_kernel|cutlass::Kernel\d*|cutlass::device_kernel)$")
 
 
-LONGEST = 44  # characters of a kernel's name in a table
+LONGEST = 48  # characters of a kernel's name in a table
 
 
 def short_kernel_name(name: pl.Expr) -> pl.Expr:
@@ -135,7 +136,7 @@ def short_kernel_name(name: pl.Expr) -> pl.Expr:
              .otherwise(base))
     shown = pl.when(shown.is_null() | (shown == "")).then(name).otherwise(shown)
     return pl.when(shown.str.len_chars() > LONGEST).then(  # generated names (Tensile's `Cijk_…`): the middle elided
-        shown.str.slice(0, 30) + "…" + shown.str.slice(-(LONGEST - 31))).otherwise(shown)
+        shown.str.slice(0, 32) + "…" + shown.str.slice(-(LONGEST - 33))).otherwise(shown)
 
 
 def size_text(n: int) -> str:
@@ -209,28 +210,32 @@ def terminal_width() -> int:
     return shutil.get_terminal_size((100, 24)).columns
 
 
-def cell(value, decimals: int | None) -> str:
-    """A value as the table prints it: blank for null, thousands separators, fixed decimals
-    (4 significant digits where `decimals` is None)."""
+IDENTIFIERS = ("step", "rank", "device", "stream", "pg")  # numbers that name something: no separators
+
+
+def cell(value, decimals: int, separators: bool = True) -> str:
+    """A value as the table prints it: blank for null, thousands separators (not in
+    identifiers), a column's fixed decimals."""
     if value is None:
         return ""
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, int):
-        return f"{value:,}"
+        return f"{value:,}" if separators else str(value)
     if isinstance(value, float):
-        return f"{value:,.4g}" if decimals is None else f"{value:,.{decimals}f}"
+        return f"{value:,.{decimals}f}" if math.isfinite(value) else str(value)
     return str(value)
 
 
-def decimals(values: pl.Series) -> int | None:
-    """The decimals a float column shows: 3 for ms, what its values need (at most 2) for
-    percentages and rates, else None (4 significant digits)."""
+def decimals(values: pl.Series) -> int:
+    """The decimals of a float column, the same on every row: 3 for ms; what the values need
+    (1 or 2) for percentages and rates; else what the values need, at most 3."""
     if values.name == "ms" or values.name.endswith("_ms"):
         return 3
-    if not values.name.endswith(("pct", "gbps")):
-        return None
-    return max([min(2, len(repr(v).partition(".")[2])) for v in values if isinstance(v, float)] or [0])
+    most = 2 if values.name.endswith(("pct", "gbps")) else 3
+    needed = [len(f"{v:.{most}f}".rstrip("0").partition(".")[2]) for v in values
+              if isinstance(v, float) and math.isfinite(v)]
+    return max(needed, default=0) if most == 3 else max([1, *needed])
 
 
 def header_pieces(name: str, size: int) -> list[str]:
@@ -251,7 +256,7 @@ def table_text(frame: pl.DataFrame, width: int | None = None) -> str:
     wide as its longest word where there is room; nothing is cut."""
     width = width or terminal_width()
     columns = frame.columns
-    texts = [[cell(v, decimals(frame[c])) for v in frame[c]] for c in columns]
+    texts = [[cell(v, decimals(frame[c]), c not in IDENTIFIERS) for v in frame[c]] for c in columns]
     numeric = [t.is_numeric() or c == "step" for c, t in zip(columns, frame.dtypes)]
     cells = [max(map(len, column), default=0) for column in texts]
     sizes = [max(len(c), n) for c, n in zip(columns, cells)]
@@ -259,12 +264,14 @@ def table_text(frame: pl.DataFrame, width: int | None = None) -> str:
     wrap = [i for i, t in enumerate(frame.dtypes) if t == pl.String and sizes[i] > WRAPPED]
     words = {i: min(sizes[i], WORD, max((len(w) for t in texts[i] for w in t.split()), default=0)) for i in wrap}
     least = {i: max(len(columns[i]), words[i]) for i in wrap}  # a text column's width with no word broken
-    for i in sorted(set(range(len(columns))) - set(wrap), key=lambda i: cells[i] - sizes[i]):  # most to gain first
-        over = sum(sizes[j] for j in range(len(columns)) if j not in wrap) + sum(least.values()) + gaps - width
-        if over <= 0:
-            break
-        shortest = max(cells[i], max(map(len, re.findall(r"[^_]+_?|_", columns[i]))))
-        sizes[i] = max(shortest, sizes[i] - over)
+    fixed = [i for i in range(len(columns)) if i not in wrap]
+    shortest = {i: max(cells[i], max(map(len, re.findall(r"[^_]+_?|_", columns[i])))) for i in fixed}
+    if sum(shortest.values()) + sum(least.values()) + gaps <= width:  # names break only where it makes it fit
+        for i in sorted(fixed, key=lambda i: cells[i] - sizes[i]):  # most to gain first
+            over = sum(sizes[j] for j in fixed) + sum(least.values()) + gaps - width
+            if over <= 0:
+                break
+            sizes[i] = max(shortest[i], sizes[i] - over)
     heads = [header_pieces(c, sizes[i]) if len(c) > sizes[i] else [c] for i, c in enumerate(columns)]
     room = width - sum(s for i, s in enumerate(sizes) if i not in wrap) - gaps
     if wrap and sum(sizes[i] for i in wrap) > room >= sum(len(columns[i]) for i in wrap):

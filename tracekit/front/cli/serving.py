@@ -70,7 +70,8 @@ def cache_info(fmt):
         emit(json_text(found))
         return
     emit(f"folder: {found['folder']}\nentries: {found['entries']}\nsize: {size_text(found['bytes'])}\n"
-         f"bound: {size_text(found['max_bytes'])} (TRACEKIT_CACHE_MAX_GB={found['max_bytes'] / 1e9:g})")
+         f"bound: {size_text(found['max_bytes'])} = {found['max_bytes'] / 1e9:g} GB (TRACEKIT_CACHE_MAX_GB, "
+         "in GB of 10⁹ bytes)")
 
 
 @cache.command("clear")
