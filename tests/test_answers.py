@@ -237,3 +237,30 @@ def test_step_numbers_and_decimals_read_as_one_column(tmp_path):
     md = cli("summary", "--format", "md", "--agg", "mean", RESNET.parent).stdout
     assert "| mean |" in md and not re.search(r"\de[+-]?\d", md)
     assert "GB (TRACEKIT_CACHE_MAX_GB, in GB of 10⁹ bytes)" in cli("cache", "info").stdout
+
+
+def test_breakdown_top_keeps_the_largest_parts_and_the_sum():
+    """The TensorBoard ResNet-50 trace: 73 lines of parts by default before; `--top 3` keeps
+    the three largest parts per step and one `other` part, and the parts still add up to
+    span_ns; the table shows 10 by default, json every part."""
+    every = json.loads(cli("breakdown", "--format", "json", RESNET).stdout)["traces"][0]["steps"]
+    cut = json.loads(cli("breakdown", "--format", "json", "--top", "3", RESNET).stdout)["traces"][0]["steps"]
+    for whole, step in zip(every, cut):
+        largest = sorted((p["ns"] for p in whole["parts"]), reverse=True)
+        assert [p["ns"] for p in step["parts"][:3]] == largest[:3]
+        assert step["parts"][3] == {"category": "other", "cause": f"{len(largest) - 3} more parts", "ns": sum(largest[3:])}
+        assert sum(p["ns"] for p in step["parts"]) == whole["span_ns"]
+    rows = cli("breakdown", RESNET).stdout.splitlines()[2:]
+    assert len([r for r in rows if r.split()[0].isdigit()]) == 11 * len(every)
+
+
+def test_argument_mistakes_say_what_would_work(tmp_path):
+    """`diff A B OUT` hints at the order; `--rank 7` lists the ranks there are; `--cycle 5` of
+    a single file is refused rather than ignored."""
+    run = DATA / "h200x2-blocks4"
+    swapped = CliRunner().invoke(main, ["diff", "fsdp1", "fsdp2", str(run)])
+    assert swapped.exit_code == 2 and f"tracekit diff {run} fsdp1 fsdp2" in swapped.stderr
+    absent = cli("summary", "--rank", "7", DATA / "h200x2-small" / "ddp")
+    assert absent.exit_code == 2 and "(ranks here: 0, 1)" in absent.stderr
+    cycle = cli("summary", "--cycle", "5", DATA / "h200x2-small" / "ddp" / "rank0.trace.json.gz")
+    assert cycle.exit_code == 2 and "--cycle 5: a trace file holds one profiling cycle" in cycle.stderr

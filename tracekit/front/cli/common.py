@@ -84,7 +84,9 @@ def of_ranks(runs, rank: int | None, paths) -> list:
     """[(TraceInfo, analysis result)] of the runs' traces, or of `rank`'s only."""
     found = [(r.info, r.value.value) for run in runs for r in run.results if rank is None or r.info.rank == rank]
     if not found:
-        raise TraceError(", ".join(map(str, paths)), f"no trace of rank {rank}")
+        there = sorted({r.info.rank for run in runs for r in run.results})
+        raise TraceError(", ".join(map(str, paths)) or "the sample trace",
+                         f"no trace of rank {rank} (ranks here: {', '.join(map(str, there))})")
     return found
 
 

@@ -68,6 +68,9 @@ def diff_sides(paths: tuple) -> tuple[str, str]:
         existing(None, None, paths)
         return paths
     out, *variants = paths
+    if not Path(out).exists() and Path(variants[-1]).is_dir():
+        raise UsageError(f"{out}: no such file or directory; the profile output comes first: "
+                         f"tracekit diff {variants[-1]} {out} {variants[0]}")
     existing(None, None, out)
     found = sorted(p.name for p in Path(out).iterdir() if p.is_dir() and p.name != "names") \
         if Path(out).is_dir() else []

@@ -70,14 +70,21 @@ def overlap(paths, steps, agg, rank, fmt, layout, options, scope):
 
 @verb
 @scope_option
-def breakdown(paths, steps, agg, rank, fmt, layout, options, scope):
+@click.option("--top", type=click.IntRange(min=1), default=None,
+              help="The largest parts shown per step and device, the rest as one `other` part "
+                   "(default: 10 in the table, every part in json/csv/md).")
+def breakdown(paths, steps, agg, rank, fmt, layout, options, scope, top):
     """Each step's GPU span on each device split exactly into compute, exposed comm, exposed
     memcpy/memset and idle by host cause (parts add up to span_ns)."""
     from functools import partial
 
     from tracekit.analyses.breakdown import breakdown as analysis
+    from tracekit.analyses.breakdown import largest
 
-    emit(render(per_step(paths, rank, options, partial(analysis, scope=scope), steps, agg), fmt, "breakdown", layout))
+    top = top or (10 if fmt == "table" else None)
+    report = [(info, largest(frame, top)) for info, frame in
+              per_step(paths, rank, options, partial(analysis, scope=scope), steps, agg)]
+    emit(render(report, fmt, "breakdown", layout))
 
 
 @verb
