@@ -1,4 +1,5 @@
-"""The distribution: a built wheel holds the three packages and the sample; analysing needs no torch."""
+"""The distribution: a built wheel holds every package (core, front, runners, analyses) and the sample; analysing
+needs no torch."""
 
 import shutil
 import subprocess
@@ -21,7 +22,7 @@ def test_wheel_holds_tracekit_runners_analyses_and_the_sample(tmp_path):
                     str(tmp_path), str(source)], check=True, capture_output=True)
     (wheel,) = tmp_path.glob("torch_tracekit-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    for module in ("tracekit/front/cli.py", "tracekit/runners/worker.py", "tracekit/analyses/diff.py",
+    for module in ("tracekit/front/cli/__init__.py", "tracekit/core/loading.py", "tracekit/runners/worker.py", "tracekit/analyses/diff.py",
                    "tracekit/data/fsdp1_rank0.trace.json.gz"):
         assert module in names, module
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
