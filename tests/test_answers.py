@@ -264,3 +264,15 @@ def test_argument_mistakes_say_what_would_work(tmp_path):
     assert absent.exit_code == 2 and "(ranks here: 0, 1)" in absent.stderr
     cycle = cli("summary", "--cycle", "5", DATA / "h200x2-small" / "ddp" / "rank0.trace.json.gz")
     assert cycle.exit_code == 2 and "--cycle 5: a trace file holds one profiling cycle" in cycle.stderr
+
+
+def test_comms_shows_what_tells_look_alike_rows_apart():
+    """HTA's NCCL trace: two broadcasts per step, Float and Long. Without the dtype the two rows
+    read the same kind; the column appears because rows of one rank, step and kind differ in
+    it (and not on traces where nothing differs: the 2 × H200 DDP run)."""
+    path = DATA / "external" / "hta-tests-data" / "nccl_parser_config" / "nccl_data.json.gz"
+    lines = cli("comms", path).stdout.splitlines()
+    assert lines[0].split()[:5] == ["rank", "step", "kind", "dtype", "count"]
+    rows = {tuple(line.split()[:4]) for line in lines[2:]}
+    assert len(rows) == len(lines) - 2  # every row tells itself apart
+    assert "dtype" not in cli("comms", DATA / "h200x2-small" / "ddp").stdout.splitlines()[0]

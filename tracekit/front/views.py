@@ -30,6 +30,8 @@ class View:
     varied: tuple[str, ...] = ("run", "step")  # default columns shown only when they take more than one value
     empty: str = "no figures in these traces"  # the table's one line when no row has a figure
     implied: dict = field(default_factory=dict)  # default column → the column that says it already
+    telling: dict = field(default_factory=dict)  # default column → the rows' keys: shown only where two
+    # rows that share those keys differ in it (the process group, dtype, device of look-alike rows)
 
 
 @dataclass(frozen=True)
@@ -61,12 +63,13 @@ VIEWS = {
                   aliases={"calls.api": "api", "calls.count": "count", "calls.blocked_ns": "blocked_ns",
                            "calls.gpu_idle_ns": "gpu_idle_ns", "calls.blame": "blame", "calls.chains": "chains"},
                   empty="no host-blocking calls (cudaDeviceSynchronize, cudaStreamSynchronize, …) in these traces"),
-    "comms": View(("run", "rank", "step", "agg", "pg", "kind", "count", "bytes", "kernel_ms", "exposed_ms",
-                   "busbw_gbps", "wait_ms"),
+    "comms": View(("run", "rank", "step", "agg", "pg", "kind", "dtype", "device", "count", "bytes", "kernel_ms",
+                   "exposed_ms", "busbw_gbps", "wait_ms"),
                   aliases={f"collectives.{c}": c for c in
                            ("pg", "kind", "dtype", "device", "stream", "count", "bytes", "kernel_ns", "exposed_ns",
                             "algbw_gbps", "busbw_gbps", "transfer_ns", "wait_ns", "mismatched")},
-                  varied=("run", "step", "pg"), empty="no collectives (device kernels or host-side ops) in these traces"),
+                  varied=("run", "step"), empty="no collectives (device kernels or host-side ops) in these traces",
+                  telling={c: ("path", "rank", "step", "agg", "kind") for c in ("pg", "dtype", "device")}),
     "kernels": View(("run", "rank", "step", "agg", "count", "total_ms", "mean_ms", "pct_of_busy", "category",
                      "coll_kind", "name", "op"),
                     aliases={f"kernels.{c}": c for c in
@@ -192,6 +195,7 @@ def chosen(frame: pl.DataFrame, view: View, layout: Layout) -> pl.DataFrame:
         return frame.select(shown[shown_name(c, view)] for c in frame.columns)
     names = [c for c in view.default if c in shown and view.implied.get(c) not in shown and
              (c not in view.varied or frame.select(shown[c].n_unique()).item() > 1)]
+    names = [c for c in names if c not in view.telling or telling(frame, shown[c], view.telling[c], view)]
     if "step" in names and "agg" in names:  # one column: the step, or the statistic's row (`mean`)
         shown["step"] = pl.coalesce(pl.col("agg"), pl.col("step").cast(pl.String)).alias("step")
         names.remove("agg")
@@ -204,6 +208,13 @@ def with_figures(table: pl.DataFrame) -> pl.DataFrame:
     if not figures:
         return table
     return table.filter(~pl.all_horizontal([pl.col(c).is_null() | (pl.col(c).cast(pl.String) == "") for c in figures]))
+
+
+def telling(frame: pl.DataFrame, column: pl.Expr, keys: tuple[str, ...], view: View) -> bool:
+    """Whether rows that share `keys` (shown names; those the frame has) differ in `column`."""
+    raw = {view.aliases.get(c, c): c for c in frame.columns}
+    by = [pl.col(raw[k]) for k in keys if k in raw] or [pl.lit(0)]
+    return frame.select(column.n_unique().over(by).max()).item() > 1
 
 
 def terminal_width() -> int:
