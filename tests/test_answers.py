@@ -276,3 +276,22 @@ def test_comms_shows_what_tells_look_alike_rows_apart():
     rows = {tuple(line.split()[:4]) for line in lines[2:]}
     assert len(rows) == len(lines) - 2  # every row tells itself apart
     assert "dtype" not in cli("comms", DATA / "h200x2-small" / "ddp").stdout.splitlines()[0]
+
+
+def test_timeline_picture_puts_every_rank_on_one_scale(tmp_path, monkeypatch):
+    """DDP on 2 × H200: rank 0's step spans 59.3 ms of GPU time, rank 1's 60.4 ms; both panels
+    share one x-axis, as long as the longer; `--steps` is accepted as every verb spells it."""
+    import tracekit.front.plot as plot
+
+    drawn = {}
+
+    def keep(fig, path):
+        drawn["limits"] = [ax.get_xlim() for ax in fig.axes]
+        return path
+
+    monkeypatch.setattr(plot, "save", keep)
+    result = cli("plot", "timeline", "--steps", "1", "-o", tmp_path / "t.png", DATA / "h200x2-small" / "ddp")
+    assert result.exit_code == 0, result.output
+    spans = [max(t.gpu.filter(t.gpu["step"] == 1)["end"]) - min(t.gpu.filter(t.gpu["step"] == 1)["start"])
+             for t in tracekit.load(DATA / "h200x2-small" / "ddp").traces]
+    assert drawn["limits"] == [(0, max(spans) / 1e6)] * 2

@@ -91,7 +91,8 @@ def plot():
 @click.argument("paths", nargs=-1, callback=existing)
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), callback=new_file,
               help="FILE.png or FILE.html")
-@click.option("--step", type=int, default=None, help="The step to draw (default: each rank's last).")
+@click.option("--step", "--steps", "step", type=int, default=None,
+              help="The step to draw (default: each rank's last).")
 @rank_option
 @load_options
 def timeline(paths, output, step, rank, options):
