@@ -295,3 +295,17 @@ def test_timeline_picture_puts_every_rank_on_one_scale(tmp_path, monkeypatch):
     spans = [max(t.gpu.filter(t.gpu["step"] == 1)["end"]) - min(t.gpu.filter(t.gpu["step"] == 1)["start"])
              for t in tracekit.load(DATA / "h200x2-small" / "ddp").traces]
     assert drawn["limits"] == [(0, max(spans) / 1e6)] * 2
+
+
+def test_two_files_of_one_folder_named_apart_on_the_command_line(tmp_path):
+    """`summary A B` of two single-GPU traces in one folder (TraceLens' H100 BERT and Qwen): two
+    rank-0 rows, each named by its file."""
+    for name in ("gaunernst_bert-small-uncased__1016001.json.gz", "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"):
+        (tmp_path / name).write_bytes((WILD / "tracelens" / "h100" / name).read_bytes())
+    result = cli("summary", tmp_path / "gaunernst_bert-small-uncased__1016001.json.gz",
+                 tmp_path / "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz", columns=200)
+    runs = [line.split()[0] for line in result.stdout.splitlines()[2:]]
+    assert set(runs) == {"gaunernst_bert-small-uncased__1016001", "Qwen_Qwen1.5-0.5B-Chat__1016005"}
+    folder = cli("summary", tmp_path, columns=200)
+    assert "warning: same_rank: 2 traces claim rank 0" in folder.stderr
+    assert {line.split()[0] for line in folder.stdout.splitlines()[2:]} == set(runs)
