@@ -15,7 +15,7 @@ import numpy as np
 import polars as pl
 
 from tracekit.analyses.diff import RunDiff, phase_attribution
-from tracekit.analyses.noise import DRIFT_WARN
+from tracekit.analyses.noise import DRIFT_WARN, FEW_REPEATS, drift_words
 from tracekit.analyses.timed import PHASE_ORDER, compare, recorded_phases, repeat_series
 
 
@@ -60,40 +60,66 @@ def profiler_slowed(r: dict) -> bool:
 
 
 def report_warnings(table: pl.DataFrame, profile_mode: str = "full") -> list[str]:
-    """What makes a comparison of these variants shaky: drift, profiler overhead (under
-    `profile_mode`), host-bound steps (they measure Python, not kernels)."""
+    """What makes a comparison of these variants shaky, each with the figures it is about:
+    two repeats (`FEW_REPEATS`); drift; a recorded step off the timed one — the profiler's cost (`profiler_slowed`), a
+    recording faster than the unprofiled steps around it, the machine's speed moving between
+    the timed loop and the recording (`machine_shift`), or, without control steps, the
+    recorded step itself off the timed one (`recorded_to_timed`); host-bound steps (they
+    measure Python, not kernels)."""
     if "rank" not in table.columns:
         return []
-    out = []
+    out = [FEW_REPEATS] if "repeats" in table.columns and (table["repeats"] == 2).any() else []
     for (variant,), rows in table.filter(pl.col("status") == "ok").group_by("variant", maintain_order=True):
-        drift = rows["drift_pct"][0]
-        if abs(drift) > DRIFT_WARN:
-            out.append(f"{variant}: step time drifted {drift:+.1f} % over the timed steps (warm-up not over?)")
-        slowed = rows.filter(pl.col("profiler_slowed").fill_null(False))
+        drift = rows["drift"][0]
+        if not 1 / DRIFT_WARN <= drift <= DRIFT_WARN:
+            out.append(f"{variant}: the timed steps ran {drift_words(drift)} (median of the last third ÷ the "
+                       f"first third: {drift:.2f}); warm-up not over, or the machine's speed changed")
+        recorded = rows.filter(pl.col("profiled_step_ms").is_not_null())
+        slowed = recorded.filter(pl.col("profiler_slowed").fill_null(False))
         if slowed.height:
-            if profile_mode not in ("device", "lean"):
-                hint = "--profile-mode device (the default) records least"
-            elif slowed["gpu_busy_ns"].is_null().all():
-                hint = "a CPU run: the profiler's own cost and this machine's noise"
-            else:
-                busy = (slowed["gpu_busy_ns"] / slowed["gpu_span_ns"]).min()
-                hint = (f"the GPU was busy {100 * busy:.0f} % of the recorded step or more; CUPTI's cost per CUDA "
-                        "call, which every capture mode pays, is step time where the host sets the pace")
-            on = ", ".join(f"{r['profiler_overhead']:.2f}× (rank {r['rank']})" for r in slowed.iter_rows(named=True))
-            out.append(f"{variant}: the profiler slowed the recorded steps {on} (against unprofiled steps run right "
-                       f"around them): the trace shows a slower step than the one timed ({hint})")
-        moved = [(r["rank"], machine_shift(r["recorded_to_timed"], r["profiler_overhead"]))
-                 for r in rows.filter(pl.col("recorded_to_timed").is_not_null()).iter_rows(named=True)]
-        moved = [(rank, m) for rank, m in moved if abs(m - 1) > SHIFT_WARN]
-        if moved:
-            on = ", ".join(f"{m:.2f}× (rank {rank})" for rank, m in moved)
+            out.append(f"{variant}: the profiler slowed the recorded steps {around(slowed)} ({slowing_hint(slowed, profile_mode)})")
+        sped = recorded.filter(pl.col("profiler_overhead") < 1 / OVERHEAD_WARN)
+        if sped.height:
+            out.append(f"{variant}: the recorded steps ran faster than the unprofiled steps around them, "
+                       f"{around(sped)}: noise or the machine's speed moving, not the profiler")
+        moved = recorded.filter(pl.col("profiler_overhead").is_not_null()).with_columns(
+            control=pl.col("profiled_step_ms") / pl.col("profiler_overhead"))
+        moved = moved.filter((pl.col("control") / pl.col("rank_step_ms") - 1).abs() > SHIFT_WARN)
+        if moved.height:
+            on = ", ".join(f"{r['control'] / r['rank_step_ms']:.2f}× (rank {r['rank']}: {r['control']:.1f} ms against "
+                           f"{r['rank_step_ms']:.1f} ms)" for r in moved.iter_rows(named=True))
             out.append(f"{variant}: the unprofiled steps around the recording took {on} the timed ones: this "
                        "machine's speed changed between the timed loop and the recording")
+        bare = recorded.filter(pl.col("profiler_overhead").is_null()
+                               & ((pl.col("recorded_to_timed") - 1).abs() > SHIFT_WARN))
+        if bare.height:
+            on = ", ".join(f"{r['recorded_to_timed']:.2f}× (rank {r['rank']}: {r['profiled_step_ms']:.1f} ms recorded "
+                           f"against {r['rank_step_ms']:.1f} ms timed)" for r in bare.iter_rows(named=True))
+            out.append(f"{variant}: the recorded step took {on} the timed one: the trace's figures are of another "
+                       "step than the one timed (no unprofiled steps ran around the recording to say why)")
         bound = rows.filter(pl.col("host_bound").fill_null(False))["rank"].to_list()
         if bound:
             out.append(f"{variant}: host-bound on rank(s) {bound}: the GPU idles for the host most of the "
                        "recorded step; a comparison measures Python and launch overhead, not kernels")
     return out
+
+
+def around(rows: pl.DataFrame) -> str:
+    """Each rank's recorded ÷ control step with both figures: "1.30× (rank 0: 13.0 ms against 10.0 ms)"."""
+    return ", ".join(f"{r['profiler_overhead']:.2f}× (rank {r['rank']}: {r['profiled_step_ms']:.1f} ms recorded "
+                     f"against {r['profiled_step_ms'] / r['profiler_overhead']:.1f} ms unprofiled right around them)"
+                     for r in rows.iter_rows(named=True))
+
+
+def slowing_hint(slowed: pl.DataFrame, profile_mode: str) -> str:
+    """Why the profiler may have cost that much, and what records less."""
+    if profile_mode not in ("device", "lean"):
+        return "--profile-mode device (the default) records least"
+    if slowed["gpu_busy_ns"].is_null().all():
+        return "a CPU run: the profiler's own cost and this machine's noise"
+    busy = (slowed["gpu_busy_ns"] / slowed["gpu_span_ns"]).min()
+    return (f"the GPU was busy {100 * busy:.0f} % of the recorded step or more; CUPTI's cost per CUDA call, which "
+            "every capture mode pays, is step time where the host sets the pace")
 
 
 def real_delta(a: dict, a_variant: str, b: dict, b_variant: str) -> dict | None:

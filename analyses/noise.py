@@ -4,41 +4,52 @@ Timed steps are neither independent nor stationary: one step's time predicts the
 (lag-1 autocorrelation up to +0.7 measured on an H200) and runs drift. An iid bootstrap then
 gives intervals far too narrow. Here:
 
-- A run's step: the timed steps pooled over ranks — step i takes as long as its slowest rank.
+- A run's step: step i takes as long as its slowest rank (`tracekit.core.timing`).
 - `inflation(*series)`: the variance inflation of a mean over autocorrelated steps,
-  (1 + ρ) / (1 − ρ) for AR(1) noise, ρ the lag-1 autocorrelation pooled over the series and
-  corrected for its small-sample bias (ρ̂ + (1 + 3ρ̂) / n, Marriott and Pope), floored at 0.
-  `effective_steps` = n ÷ inflation: how many independent steps the run is worth.
+  (1 + ρ) / (1 − ρ) for AR(1) noise. ρ is a cautious estimate: the lag-1 autocorrelation
+  pooled over the series, corrected for its small-sample bias (ρ̂ + (1 + 3ρ̂) / n, Marriott
+  and Pope), plus one standard error √((1 − ρ²) / (n · series)) (Bartlett), floored at 0 and
+  capped at 0.95. Twenty steps say little about ρ; a run whose ρ came out too low would
+  otherwise get an interval too narrow. `effective_steps` = n ÷ inflation.
 - `median_ci`: the median ± t(0.975, df) × √(π/2 · s² / n · inflation): the normal-theory
   interval of a median (efficiency 2/π of the mean's) with the AR(1) correction; df = the
   effective steps − 1.
 - `delta_ci`: B's median − A's, with the same interval for the difference (variances added,
   ρ pooled over both sides, Welch–Satterthwaite df).
-- `verdict`: `too few steps` below `MIN_STEPS` timed steps (per repeat); `too few
-  independent steps` when one run's steps are worth fewer than `MIN_EFFECTIVE` independent
-  ones; `inconclusive` when the interval holds 0; else `faster` / `slower` — "in this run"
-  for one run's steps, "in R repeats" across repeats.
+- `verdict`: `too few steps` below `MIN_STEPS` timed steps (per repeat); `inconclusive` when
+  the interval holds 0; else `faster` / `slower` — "in this run" for one run's steps, "in R
+  repeats" across repeats. No gate on the effective steps: a gate on an estimated ρ lets
+  through exactly the runs whose ρ was underestimated (the simulation in `test_variants.py`).
 - `repeats_delta_ci`: across R repeats of the matrix, the per-repeat Δs' mean with a t
-  interval (R − 1 df): the run-to-run spread. `verdict` then speaks of the repeats.
-- `drift_pct`: the least-squares slope of step time over the steps, × (n − 1), as a percent
-  of the median: how much the run sped up or slowed down from its first timed step to its
-  last. `DRIFT_WARN` is the warning threshold.
+  interval (R − 1 df): the run-to-run spread. With R = 2 that is 1 df, t = 12.7: two
+  repeats rarely decide anything (`FEW_REPEATS`); three or more do.
+- `drift`: the median of the last third of the steps ÷ the median of the first third (1: no
+  drift; 0.5: twice as fast by the end). `DRIFT_WARN` is the warning threshold.
+
+t quantiles come from `scipy.special.stdtrit` (importing `scipy.stats` costs a second).
 """
 
 from __future__ import annotations
 
 import numpy as np
-from scipy import stats
+from scipy.special import stdtrit
 
-DRIFT_WARN = 10.0  # percent
+from tracekit.core.timing import slowest
+
+DRIFT_WARN = 1.10  # last third ÷ first third beyond 1.10 (or under 1 / 1.10): warned
 MIN_STEPS = 10  # fewer timed steps: figures, no verdict
-MIN_EFFECTIVE = 5.0  # fewer effective (independent) steps: inconclusive
+FEW_REPEATS = ("2 repeats give the across-repeats interval 1 degree of freedom (t = 12.7): it rarely "
+               "excludes 0; 3 or more repeats decide")
+
+
+def t975(df: float) -> float:
+    """The 0.975 quantile of Student's t with `df` degrees of freedom (at least 1)."""
+    return float(stdtrit(max(1.0, df), 0.975))
 
 
 def pooled(per_rank_steps: list[list[float]]) -> np.ndarray:
-    """Per timed step, its time on the slowest rank."""
-    n = min(len(s) for s in per_rank_steps)
-    return np.max(np.array([s[:n] for s in per_rank_steps]), axis=0)
+    """Per timed step, its time on the slowest rank (`tracekit.core.timing.slowest`)."""
+    return np.asarray(slowest(per_rank_steps), float)
 
 
 def lag1(x: np.ndarray) -> float:
@@ -49,11 +60,12 @@ def lag1(x: np.ndarray) -> float:
 
 
 def inflation(*series: np.ndarray) -> float:
-    """(1 + ρ) / (1 − ρ), ρ the bias-corrected lag-1 autocorrelation pooled over `series`
-    (floored at 0, capped at 0.95)."""
+    """(1 + ρ) / (1 − ρ), ρ the cautious lag-1 autocorrelation of `series` (module docstring)."""
     n = min(len(s) for s in series)
     rho = float(np.mean([lag1(s) for s in series]))
-    rho = min(0.95, max(0.0, rho + (1 + 3 * rho) / n))
+    rho += (1 + 3 * rho) / n
+    rho += np.sqrt(max(0.0, 1 - min(1.0, rho) ** 2) / (n * len(series)))
+    rho = min(0.95, max(0.0, rho))
     return (1 + rho) / (1 - rho)
 
 
@@ -73,7 +85,7 @@ def median_ci(x: np.ndarray) -> tuple[float, float, float]:
     if len(x) < 2:
         return median, median, median
     infl = inflation(x)
-    h = stats.t.ppf(0.975, max(1.0, len(x) / infl - 1)) * np.sqrt(_spread(x, infl))
+    h = t975(len(x) / infl - 1) * np.sqrt(_spread(x, infl))
     return median, median - h, median + h
 
 
@@ -87,7 +99,7 @@ def delta_ci(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float, float]:
     va, vb = _spread(a, infl), _spread(b, infl)
     na, nb = len(a) / infl, len(b) / infl
     df = (va + vb) ** 2 / ((va ** 2 / max(na - 1, 1)) + (vb ** 2 / max(nb - 1, 1))) if va + vb > 0 else 1.0
-    h = stats.t.ppf(0.975, max(1.0, df)) * np.sqrt(va + vb)
+    h = t975(df) * np.sqrt(va + vb)
     return d, d - h, d + h, min(na, nb)
 
 
@@ -97,32 +109,40 @@ def repeats_delta_ci(deltas: list[float]) -> tuple[float, float, float]:
     mean = float(np.mean(x))
     if len(x) < 2:
         return mean, mean, mean
-    h = stats.t.ppf(0.975, len(x) - 1) * float(np.std(x, ddof=1)) / np.sqrt(len(x))
+    h = t975(len(x) - 1) * float(np.std(x, ddof=1)) / np.sqrt(len(x))
     return mean, mean - h, mean + h
 
 
 def unpaired_repeats_ci(a_medians: list[float], b_medians: list[float]) -> tuple[float, float, float]:
     """(mean B − mean A, lo, hi) of per-repeat medians from two launches with different numbers
-    of repeats (nothing to pair): Welch's t interval (scipy)."""
+    of repeats (nothing to pair): Welch's t interval."""
     a, b = np.asarray(a_medians, float), np.asarray(b_medians, float)
-    ci = stats.ttest_ind(b, a, equal_var=False).confidence_interval(0.95)
-    return float(b.mean() - a.mean()), float(ci.low), float(ci.high)
+    va, vb = float(np.var(a, ddof=1)) / len(a), float(np.var(b, ddof=1)) / len(b)
+    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1)) if va + vb > 0 else 1.0
+    d, h = float(b.mean() - a.mean()), t975(df) * np.sqrt(va + vb)
+    return d, d - h, d + h
 
 
-def verdict(lo: float, hi: float, n_steps: int, effective: float, repeats: int = 1) -> str:
+def verdict(lo: float, hi: float, n_steps: int, repeats: int = 1) -> str:
     """What the interval says (module docstring)."""
     if n_steps < MIN_STEPS:
         return "too few steps"
-    if repeats < 2 and effective < MIN_EFFECTIVE:
-        return "too few independent steps"
     if lo <= 0 <= hi:
         return "inconclusive"
     word = "faster" if hi < 0 else "slower"
     return f"{word} in {repeats} repeats" if repeats > 1 else f"{word} in this run"
 
 
-def drift_pct(x: np.ndarray) -> float:
-    if len(x) < 2:
-        return 0.0
-    slope = np.polyfit(np.arange(len(x)), x, 1)[0]
-    return float(slope * (len(x) - 1) / np.median(x) * 100)
+def drift(x: np.ndarray) -> float:
+    """The median of the last third of `x` ÷ the median of its first third (1.0 for fewer
+    than 3 steps)."""
+    x = np.asarray(x, float)
+    third = len(x) // 3
+    if third < 1:
+        return 1.0
+    return float(np.median(x[-third:]) / np.median(x[:third]))
+
+
+def drift_words(ratio: float) -> str:
+    """A drift ratio as a person says it: "2.40× faster by the end", "1.15× slower by the end"."""
+    return f"{1 / ratio:.2f}× faster by the end" if ratio < 1 else f"{ratio:.2f}× slower by the end"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tracekit.core.timing import training_steps
 from tracekit.analyses.noise import delta_ci, pooled, repeats_delta_ci, unpaired_repeats_ci, verdict
 
 
@@ -19,16 +20,6 @@ def kept(r: dict, values: list[float]) -> list[float]:
     """`values` (one per timed step) of the steps that did not save a checkpoint."""
     saved = set(r.get("saved_steps", []))
     return [v for i, v in enumerate(values) if i not in saved]
-
-
-def training_steps(r: dict) -> list[float]:
-    """A rank's timed steps (ms) that did not save a checkpoint: what training alone costs
-    (`r` a rank's measurements, or one repeat's record of them)."""
-    steps = r["step_ms"]["all"] if isinstance(r["step_ms"], dict) else r["step_ms"]
-    ckpt = r.get("checkpoint")
-    if ckpt and "saved_steps" not in r:
-        return ckpt["step_ms_without_save"]
-    return kept(r, steps)
 
 
 def pooled_steps(entry: dict) -> np.ndarray:
@@ -72,16 +63,14 @@ def compare(a: list[dict[str, np.ndarray]], b: list[dict[str, np.ndarray]], key:
     n_steps, repeats = min(len(x) for x in a + b), min(len(a), len(b))
     if len(a) == len(b) >= 2:  # paired by repeat
         d, lo, hi = repeats_delta_ci([float(np.median(y) - np.median(x)) for x, y in zip(a, b)])
-        effective = float(repeats)
     elif repeats >= 2:  # two launches with different numbers of repeats: nothing pairs
         d, lo, hi = unpaired_repeats_ci([float(np.median(x)) for x in a], [float(np.median(y)) for y in b])
-        effective = float(repeats)
     else:  # one run on a side: the steps, each side's repeats pooled
-        (d, lo, hi, effective), repeats = delta_ci(a_all, b_all), 1
+        (d, lo, hi, _), repeats = delta_ci(a_all, b_all), 1
     d, lo, hi = float(d), float(lo), float(hi)
     return {"a_ms": round(float(np.median(a_all)), 3), "b_ms": round(float(np.median(b_all)), 3),
             "d_ms": round(d, 3), "d_ms_ci": [round(lo, 3), round(hi, 3)], "repeats": repeats,
-            "verdict": verdict(lo, hi, n_steps, effective, repeats)}
+            "verdict": verdict(lo, hi, n_steps, repeats)}
 
 
 def recorded_phases(entry: dict) -> dict[str, float]:

@@ -18,12 +18,12 @@ import numpy as np
 import polars as pl
 
 from tracekit.analyses.diff import RunDiff, diff_runs, median_step, step_times
-from tracekit.analyses.noise import drift_pct, effective_steps, median_ci, repeats_delta_ci
+from tracekit.analyses.noise import drift, effective_steps, median_ci, repeats_delta_ci
 from tracekit.analyses.breakdown import breakdown
 from tracekit.analyses.summary import summary
 from tracekit.core.model import Run
-from tracekit.analyses.timed import (PHASE_ORDER, compare, phase_clock, recorded_phases, repeat_series,
-                                     training_steps)
+from tracekit.core.timing import training_steps
+from tracekit.analyses.timed import PHASE_ORDER, compare, phase_clock, recorded_phases, repeat_series
 from tracekit.analyses.fidelity import profiler_overhead, profiler_slowed, recorded_to_timed
 
 
@@ -36,6 +36,13 @@ def recorded_step(run: Run) -> dict[int, dict]:
         chosen = median_step(times) if times else table["step"].max()
         rows[t.rank] = table.filter(pl.col("step") == chosen).row(0, named=True)
     return rows
+
+
+def traced_step_ms(row: dict) -> float | None:
+    """The recorded step's time read from its trace (ms: the device span of the median step,
+    `recorded_step`), for manifests that predate `profiled_step_ms`; None without device work."""
+    span = row.get("gpu_span_ns")
+    return round(span / 1e6, 3) if span else None
 
 
 def recompile_ms(r: dict) -> float:
@@ -80,7 +87,8 @@ def variant_table(manifest: dict, runs: dict[str, Run], baseline: str | None = N
     base = repeat_series(manifest["variants"][base_name]) if base_name else None
     for variant, entry in manifest["variants"].items():
         if entry.get("status") != "ok":
-            rows.append({"variant": variant, "status": entry.get("status"), "message": entry.get("message")})
+            rows.append({"variant": variant, "status": entry.get("status"), "verdict": entry.get("status"),
+                         "message": entry.get("message")})
             continue
         series = repeat_series(entry)
         steps = np.concatenate([s["step"] for s in series])
@@ -92,6 +100,8 @@ def variant_table(manifest: dict, runs: dict[str, Run], baseline: str | None = N
         for r in entry["ranks"]:
             s = recorded.get(r["rank"], {})
             profiled = r.get("profiled_step_ms") or []
+            rank_ms = statistics.median(training_steps(r))
+            traced = traced_step_ms(s) if not profiled else None
             state = (r.get("model_state_bytes") or {}).get("total")
             peak = r["peak_allocated_bytes"]
             rows.append({
@@ -102,11 +112,13 @@ def variant_table(manifest: dict, runs: dict[str, Run], baseline: str | None = N
                 "verdict": delta["verdict"] if variant != base_name else "base",
                 "repeats": len(series), "n_steps": len(series[-1]["step"]),
                 "effective_steps": round(effective_steps(series[-1]["step"]), 1),
-                "drift_pct": round(drift_pct(series[-1]["step"]), 1),
-                "rank_step_ms": round(statistics.median(training_steps(r)), 3),
+                "drift": round(drift(series[-1]["step"]), 3),
+                "rank_step_ms": round(rank_ms, 3),
                 "profile_mode": r.get("profile_mode", manifest["config"].get("profile_mode")) if profiled else None,
-                "profiled_step_ms": round(statistics.median(profiled), 3) if profiled else None,
-                "profiler_overhead": profiler_overhead(r), "recorded_to_timed": recorded_to_timed(r),
+                "profiled_step_ms": round(statistics.median(profiled), 3) if profiled else traced,
+                "profiler_overhead": profiler_overhead(r),
+                "recorded_to_timed": recorded_to_timed(r) if profiled else
+                (round(traced / rank_ms, 3) if traced is not None else None),
                 "profiler_slowed": profiler_slowed(r) if profiled else None,
                 "tokens_per_s": entry.get("tokens_per_s"),
                 "peak_allocated_bytes": peak, "model_state_bytes": state,

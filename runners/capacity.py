@@ -11,6 +11,7 @@ every probe (each under a store prefix of its own) and knows every outcome; rank
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 from .launch import make_config, prepare_out, profile
@@ -30,6 +31,9 @@ def capacity(options: dict, presets: list[str], batches: list[int]) -> dict:
             if not variants:
                 break
             name = f"{preset}-b{batch}"
+            if os.environ.get("RANK", "0") == "0":
+                print(f"tracekit capacity: probe {name}: preset {preset}, batch {batch} per rank: {', '.join(variants)}",
+                      file=sys.stderr, flush=True)
             cfg = make_config({**options, **PROBE, "out": str(out / name), "preset": preset, "variants": variants,
                                "global_batch": None, "overrides": {**options["overrides"], "batch": batch}})
             prepare_out(out / name, overwrite=True)

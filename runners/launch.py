@@ -7,10 +7,13 @@ starts `nproc` workers on this node through torch's elastic launch API.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
+import re
 import socket
 import sys
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -26,54 +29,59 @@ class ProfileError(TracekitError):
 
 def make_config(options: dict) -> dict:
     """The run's configuration from the command's options, every one checked before any
-    worker starts (a bad one raises ProfileError: one line), the model factory included: it
-    is built once on the meta device (no memory) and checked against the contract
-    (`runners/workload.py`). `global_batch` sets the batch per rank (strong scaling) and must
-    divide by the world size."""
-    import torch
-
+    worker starts (a bad one raises ProfileError: one line) — those that need no torch before
+    torch is imported (seconds) — the model factory included: it is built once on the meta
+    device (no memory) and checked against the contract (`runners/workload.py`).
+    `global_batch` sets the batch per rank (strong scaling) and must divide by the world size."""
     from .checkpoint import MODES
-    from .inputs import parse_inputs
-    from .model import model_config
-    from .parallelize import check_variants
+    from .variants import check_variants
 
     o = {"model": "builtin", **options}
-    device = o["device"] or ("cuda" if torch.cuda.is_available() else "cpu")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise ProfileError("no CUDA device here; use --device cpu")
-    if o["nproc"] is not None and o["nproc"] < 1:
-        raise ProfileError(f"--nproc {o['nproc']}: at least 1 worker")
-    world = int(os.environ["WORLD_SIZE"]) if "WORLD_SIZE" in os.environ else \
-        o["nproc"] or (torch.cuda.device_count() if device == "cuda" else 2)
     own = o["model"] != "builtin" and not o["model"].startswith("hf:")
     fixed = ["blocks", "hidden", "heads"] + (["seq", "batch"] if own else [])
     given = [k for k in fixed if o["overrides"].get(k) is not None] + \
         (["global-batch"] if own and o["global_batch"] is not None else []) + \
         (["inputs"] if own and o["inputs"] != "fixed" else [])
-    if given:
-        raise ProfileError(f"--{', --'.join(given)}: the model of --model {o['model']} has its own shapes")
-    if o["global_batch"] is not None:
-        if o["overrides"].get("batch") is not None:
-            raise ProfileError("--batch (per rank) and --global-batch (in total) exclude each other")
-        if o["global_batch"] < 1 or o["global_batch"] % world:
-            raise ProfileError(f"--global-batch {o['global_batch']} does not divide by the world size {world}")
-        o["overrides"] = {**o["overrides"], "batch": o["global_batch"] // world}
-    try:
-        check_variants(o["variants"])
-        config = model_config(o["preset"], **o["overrides"])
-        parse_inputs(o["inputs"], config.seq)
-    except ValueError as e:
-        raise ProfileError(str(e)) from None
-    rules = [(o["warmup"] >= 1 and o["steps"] >= 1, "--warmup and --steps must be at least 1"),
+    rules = [(o["nproc"] is None or o["nproc"] >= 1, f"--nproc {o['nproc']}: at least 1 worker"),
+             (not given, f"--{', --'.join(given)}: the model of --model {o['model']} has its own shapes"),
+             (o["global_batch"] is None or o["overrides"].get("batch") is None,
+              "--batch (per rank) and --global-batch (in total) exclude each other"),
+             (o["warmup"] >= 1 and o["steps"] >= 1, "--warmup and --steps must be at least 1"),
              (o["profile_steps"] >= 0, "--profile-steps must be 0 or more"),
              (o["repeats"] >= 1, "--repeats must be at least 1"),
              (o["checkpoint"] in (None, *MODES), f"--checkpoint: {' or '.join(MODES)}"),
              (o["checkpoint_every"] >= 1, "--checkpoint-every must be at least 1"),
              (o["memory_fraction"] is None or 0 < o["memory_fraction"] <= 1, "--memory-fraction lies in (0, 1]"),
-             (o["memory_fraction"] is None or device == "cuda", "--memory-fraction needs --device cuda")]
+             (o["memory_fraction"] is None or o["device"] != "cpu", "--memory-fraction needs --device cuda")]
     for ok, message in rules:
         if not ok:
             raise ProfileError(message)
+    try:
+        check_variants(o["variants"])
+    except ValueError as e:
+        raise ProfileError(str(e)) from None
+
+    import torch
+
+    from .inputs import parse_inputs
+    from .model import model_config
+
+    device = o["device"] or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ProfileError("no CUDA device here; use --device cpu")
+    if o["memory_fraction"] is not None and device != "cuda":
+        raise ProfileError("--memory-fraction needs --device cuda")
+    world = int(os.environ["WORLD_SIZE"]) if "WORLD_SIZE" in os.environ else \
+        o["nproc"] or (torch.cuda.device_count() if device == "cuda" else 2)
+    if o["global_batch"] is not None:
+        if o["global_batch"] < 1 or o["global_batch"] % world:
+            raise ProfileError(f"--global-batch {o['global_batch']} does not divide by the world size {world}")
+        o["overrides"] = {**o["overrides"], "batch": o["global_batch"] // world}
+    try:
+        config = model_config(o["preset"], **o["overrides"])
+        parse_inputs(o["inputs"], config.seq)
+    except ValueError as e:
+        raise ProfileError(str(e)) from None
     cfg = {**o, "device": device, "nproc": world, "global_batch": None if own else config.batch * world,
            "precision": o["precision"] or ("bf16" if device == "cuda" else "fp32")}
     return {**cfg, "model_info": model_info(cfg)}
@@ -139,9 +147,13 @@ def profile(cfg: dict) -> dict:
     """Run every variant; returns the manifest (on every rank under torchrun; rank 0 writes it).
 
     Started here, the workers run the plan until one dies hard (a signal, `os._exit`, the
-    out-of-memory killer): its run is recorded as `error` naming the rank and the cause, and
-    fresh workers go on with the rest of the plan."""
-    from .manifest import read_manifest, write_manifest
+    out-of-memory killer). Each rank keeps its place in the plan (`worker.Place`), so the death
+    is charged to the run the dead rank was in: that run is recorded as `error` naming the rank,
+    the cause and where Python was (its fault dump), and fresh workers go on with the rest. A
+    death between runs (a teardown, the start of a worker, the interpreter's exit) charges
+    nothing: fresh workers go on from the first run not agreed — twice at the same place, and
+    that run is charged."""
+    from .manifest import write_manifest
     from .worker import record_outcome, runs, worker_main
 
     os.environ.update(MULTICAST_OFF)
@@ -158,42 +170,90 @@ def profile(cfg: dict) -> dict:
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     cfg = {**cfg, "run_id": uuid.uuid4().hex[:12]}
-    results, start = {}, 0
-    while start < len(plan):
-        launch = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=cfg["nproc"], run_id=cfg["run_id"],
-                              rdzv_backend="c10d", rdzv_endpoint=f"127.0.0.1:{free_port()}", max_restarts=0,
-                              monitor_interval=0.5)
-        try:
-            with quiet_elastic():
-                results = elastic_launch(launch, worker_main)(cfg, start, results)[0]
-            start = len(plan)
-        except ChildFailedError as e:
-            saved = read_manifest(cfg)
-            if saved and saved["progress"]["done"] > start:
-                results, start = saved["variants"], saved["progress"]["done"]
-            repeat, position, variant = plan[start]
-            entry = hard_failure(e)
-            record_outcome(results, cfg, repeat, position, variant, entry)
-            print(f"tracekit profile: {variant}: {entry['status']} ({entry['message']}); going on with fresh workers"
-                  if start + 1 < len(plan) else f"tracekit profile: {variant}: {entry['status']} ({entry['message']})",
-                  file=sys.stderr, flush=True)
-            start += 1
-            write_manifest(cfg, results, start, len(plan))
+    results, start, between = {}, 0, None
+    with tempfile.TemporaryDirectory(prefix="tracekit-workers-") as state:
+        while start < len(plan):
+            launch = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=cfg["nproc"], run_id=cfg["run_id"],
+                                  rdzv_backend="c10d", rdzv_endpoint=f"127.0.0.1:{free_port()}", max_restarts=0,
+                                  monitor_interval=0.5)
+            try:
+                with quiet_elastic():
+                    results = elastic_launch(launch, worker_main)(cfg, start, results, state)[0]
+                start = len(plan)
+            except ChildFailedError as e:
+                rank, entry = hard_failure(e, Path(state))
+                places = worker_places(Path(state), cfg["nproc"])
+                agreed = max(places.values(), key=lambda p: p["done"] or 0, default=None)
+                if agreed and (agreed["done"] or 0) > start:
+                    results, start = agreed["results"], agreed["done"]
+                doing = places.get(rank, {}).get("doing")
+                if doing is not None and doing < start:  # it died after its peers agreed on that run
+                    doing = None
+                if doing is None and start == len(plan):
+                    say(f"rank {rank} died after the last variant ({entry['message']}); every variant had finished")
+                    break
+                if doing is None and between != start:  # between runs: nothing to charge, fresh workers go on
+                    between = start
+                    say(f"rank {rank} died between variants ({entry['message']}); going on with fresh workers")
+                else:
+                    repeat, position, variant = plan[start]
+                    if doing is None:
+                        entry["message"] += " (twice before this variant began)"
+                    record_outcome(results, cfg, repeat, position, variant, entry)
+                    say(f"{variant}: {entry['status']} ({entry['message']})"
+                        + ("; going on with fresh workers" if start + 1 < len(plan) else ""))
+                    start += 1
+                write_manifest(cfg, results, start, len(plan))
     return write_manifest(cfg, results, len(plan), len(plan))
 
 
-def hard_failure(error) -> dict:
-    """A variant entry for workers that died (torch's ChildFailedError): the first to die
-    names the rank and the cause — its exit code or the signal (SIGKILL is what the kernel's
-    out-of-memory killer sends)."""
+def say(line: str) -> None:
+    print(f"tracekit profile: {line}", file=sys.stderr, flush=True)
+
+
+def worker_places(state: Path, world: int) -> dict[int, dict]:
+    """rank → where that worker was in the plan (`worker.Place`), for the ranks that said."""
+    places = {}
+    for rank in range(world):
+        with contextlib.suppress(OSError, ValueError):
+            places[rank] = json.loads((state / f"rank{rank}.json").read_text())
+    return places
+
+
+def hard_failure(error, state: Path) -> tuple[int, dict]:
+    """(the rank, a variant entry) for workers that died (torch's ChildFailedError): the first
+    to die names the rank and the cause — its exit code or the signal (SIGKILL is what the
+    kernel's out-of-memory killer sends) — and where Python was when it died (the innermost
+    frame of its fault dump; the whole dump in `fault`)."""
+    from .worker import STUCK_EXIT
+
     rank, first = error.get_first_failure()
     if first.exitcode < 0:
         cause = f"killed by {first.signal_name()}" + (" (the out-of-memory killer sends it)"
                                                       if first.signal_name() == "SIGKILL" else "")
+    elif first.exitcode == STUCK_EXIT:
+        cause = "ended: its process group did not end in time"
     else:
         cause = f"exited with code {first.exitcode}"
-    return {"status": "error", "message": f"rank {rank}: the worker {cause}", "failed_ranks": sorted(error.failures),
-            "messages": {str(r): f"exit code {f.exitcode}" for r, f in error.failures.items()}}
+    dump = ""
+    with contextlib.suppress(OSError):
+        dump = (state / f"rank{rank}.faults").read_text()
+    where = fault_frame(dump)
+    entry = {"status": "error", "message": f"rank {rank}: the worker {cause}" + (f", in {where}" if where else ""),
+             "failed_ranks": sorted(error.failures),
+             "messages": {str(r): f"exit code {f.exitcode}" for r, f in error.failures.items()}}
+    return rank, {**entry, "fault": dump} if dump else entry
+
+
+def fault_frame(dump: str) -> str | None:
+    """The innermost frame of the crashing thread in a faulthandler dump: "func (file:line)"."""
+    lines = dump.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith(("Current thread", "Thread"))]
+    current = [i for i in starts if lines[i].startswith("Current thread")] or starts
+    if not current or current[0] + 1 >= len(lines):
+        return None
+    found = re.match(r'\s*File "(.*)", line (\d+) in (.*)', lines[current[0] + 1])
+    return f"{found[3]} ({found[1]}:{found[2]})" if found else None
 
 
 @contextlib.contextmanager

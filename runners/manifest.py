@@ -9,6 +9,8 @@ import platform
 import statistics
 from pathlib import Path
 
+from tracekit.core.timing import step_time
+
 MANIFEST = "manifest.json"
 
 
@@ -36,24 +38,26 @@ def write_json_atomically(path: Path, document: dict) -> None:
 def tokens_per_s(ranks: list[dict]) -> float | None:
     """Real tokens (targets the loss counts: no padding) trained per second, all ranks
     together, over the timed steps that did not save a checkpoint: Σ over ranks of the mean
-    real tokens per such step ÷ the slowest rank's median such step. None when the model's
+    real tokens per such step ÷ the step time (`tracekit.core.timing`). None when the model's
     batches do not say how many real tokens they hold."""
-    tokens, slowest = 0.0, 0.0
+    tokens = 0.0
     for r in ranks:
         kept = [i for i in range(len(r["step_ms"]["all"])) if i not in set(r.get("saved_steps", []))]
         if any(r["real_tokens"][i] is None for i in kept):
             return None
         tokens += statistics.mean(r["real_tokens"][i] for i in kept)
-        slowest = max(slowest, statistics.median(r["step_ms"]["all"][i] for i in kept))
-    return round(tokens / (slowest / 1000), 1)
+    return round(tokens / (step_time([ranks]) / 1000), 1)
 
 
 def manifest(cfg: dict, results: dict, done: int, planned: int) -> dict:
     """The manifest of a run that has finished `done` of its `planned` variant runs (a
     variant once per repeat): `config`, `model` (what `--model` built), `versions`,
-    `progress` {done, of}, `variants` (with `tokens_per_s` for those that are ok)."""
+    `progress` {done, of}, `variants` (with `step_ms`, the step time over every repeat
+    (docs/metrics.md, "Step time"), and `tokens_per_s` for those that are ok)."""
     for entry in results.values():
         if entry.get("status") == "ok":
+            ran = [record["ranks"] for record in entry.get("repeats", []) if record["status"] == "ok"]
+            entry["step_ms"] = round(step_time(ran or [entry["ranks"]]), 3)
             entry["tokens_per_s"] = tokens_per_s(entry["ranks"])
     return {"config": {k: v for k, v in cfg.items() if k != "model_info"},
             "model": cfg["model_info"], "versions": versions(), "progress": {"done": done, "of": planned},
@@ -64,12 +68,3 @@ def write_manifest(cfg: dict, results: dict, done: int, planned: int) -> dict:
     document = manifest(cfg, results, done, planned)
     write_json_atomically(Path(cfg["out"]) / MANIFEST, document)
     return document
-
-
-def read_manifest(cfg: dict) -> dict | None:
-    """The manifest this run wrote so far (None if it wrote none)."""
-    try:
-        document = json.loads((Path(cfg["out"]) / MANIFEST).read_text())
-    except (OSError, ValueError):
-        return None
-    return document if document.get("config", {}).get("run_id") == cfg["run_id"] else None

@@ -18,21 +18,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-VARIANTS = {
-    "ddp": {"wrap": "ddp"},
-    "fsdp1": {"wrap": "fsdp1", "limit_all_gathers": True},
-    "fsdp1-nolimit": {"wrap": "fsdp1", "limit_all_gathers": False},
-    "fsdp2": {"wrap": "fsdp2"},
-    "fsdp2-root": {"wrap": "fsdp2", "per_block": False},
-    "fsdp2-noreshard": {"wrap": "fsdp2", "reshard_after_forward": False},
-    "fsdp2-compile": {"wrap": "fsdp2", "compile": True},
-    "fsdp2-fp8": {"wrap": "fsdp2", "float8": True},
-    # torchao's float8 casts are separate eager kernels unless compiled: this is how it is meant to run.
-    "fsdp2-compile-fp8": {"wrap": "fsdp2", "float8": True, "compile": True},
-    # The same data parallelism through Lightning (optional extra `lightning`), to see what it costs.
-    "lightning-ddp": {"wrap": "ddp", "lightning": True},
-    "lightning-fsdp2": {"wrap": "fsdp2", "lightning": True},
-}
+from .variants import VARIANTS, check_variants
 
 
 @dataclass
@@ -42,19 +28,6 @@ class Parallel:
     model: nn.Module
     backward: Callable = torch.Tensor.backward
     setup_optimizer: Callable = lambda optimizer: optimizer  # noqa: E731
-
-
-def check_variants(names: list[str]) -> list[str]:
-    """`names`, if each is a known variant and none repeats (else ValueError: one line)."""
-    unknown = [n for n in names if n not in VARIANTS]
-    if unknown:
-        raise ValueError(f"unknown variant(s) {', '.join(unknown)}; choose from {', '.join(VARIANTS)}")
-    twice = sorted({n for n in names if names.count(n) > 1})
-    if twice:
-        raise ValueError(f"variant(s) named twice: {', '.join(twice)} (use --repeats to run a variant again)")
-    if not names:
-        raise ValueError("no variants given")
-    return names
 
 
 def why_skipped(variant: str, device: torch.device) -> str | None:

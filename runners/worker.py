@@ -11,14 +11,22 @@ drained only before the first and after the last.
 Each variant gets a process group of its own, made from the launcher's store under the
 variant's prefix and destroyed after it, with a timeout (`collective_timeout_s`). The ranks
 agree on a variant's outcome through that store, not through a collective: a rank that
-raises or runs out of memory reports so at once, its peers' pending collectives end at the
-timeout and they report too, and every rank goes on with the next variant on a fresh group.
+raises or runs out of memory reports so at once and ends its group (on gloo its peers'
+pending collectives then fail at once; on NCCL they end at the timeout), its peers report
+too, and every rank goes on with the next variant on a fresh group.
+
+Started by the launcher, each rank also keeps, in the launcher's state folder, where it is in
+the plan (`rank<r>.json`: the runs agreed so far with their results, and the run it is in)
+and Python's fault dump (`rank<r>.faults`): a worker that dies hard is charged to the run it
+was in, not to one that finished or never began (`launch.py`). A group whose teardown does
+not end within `teardown_s` ends the worker (`STUCK_EXIT`): fresh workers go on.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime
+import faulthandler
 import functools
 import gc
 import json
@@ -32,12 +40,15 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from tracekit.core.timing import step_time
+
 from .checkpoint import Checkpointer
 from .counters import RuntimeCounts
 from .clock import PHASES, PhaseClock, columns
-from .manifest import write_manifest
-from .parallelize import VARIANTS, after_optimizer_step, parallelize, precision_path, why_skipped
+from .manifest import write_json_atomically, write_manifest
+from .parallelize import after_optimizer_step, parallelize, precision_path, why_skipped
 from .recording import marks_written, profiler, write_marks
+from .variants import VARIANTS
 from .factories import build_workload, load_factory
 from .workload import Workload
 
@@ -46,7 +57,8 @@ NAMES_TRACE_NAME = "names/rank{rank}.pt.trace.json.gz"  # the `full` step that n
 # Test hooks: "<rank>:<variant>" makes that rank raise in the variant's timed steps;
 # "<variant>@<preset>:<batch>" makes the variant run out of memory at that preset from that batch on.
 FAILURE_HOOK, OOM_HOOK = "TRACEKIT_FAIL", "TRACEKIT_OOM"
-TEARDOWN_S = 30  # the longest wait for a failed variant's process group to end
+TEARDOWN_S = 30  # the longest wait for a variant's process group to end (or the collective timeout, if shorter)
+STUCK_EXIT = 75  # a worker's exit status when its process group did not end: fresh workers go on
 
 
 def log(rank: int, message: str) -> None:
@@ -135,8 +147,11 @@ def param_checksum(model: torch.nn.Module, wrapped: torch.nn.Module, wrap: str) 
     return {"sum": total, "sum_sq": total_sq, "numel": numel, "samples": [[n, float(v)] for n, v in samples]}
 
 
-def run_variant(variant: str, cfg: dict, rank: int, device: torch.device, out: Path, record: bool) -> dict:
-    """Measure one variant on this rank (and record it when `record`); returns its measurements."""
+def run_variant(variant: str, cfg: dict, rank: int, device: torch.device, out: Path, record: bool,
+                say=None) -> dict:
+    """Measure one variant on this rank (and record it when `record`); returns its measurements.
+    `say(line)` gives a sign of life (`Progress`)."""
+    progress = Progress(say)
     mixed = cfg["precision"] == "bf16"
     wrap = VARIANTS[variant]["wrap"]
     release_memory(device)  # what earlier variants left must not count in this one's figures
@@ -184,7 +199,7 @@ def run_variant(variant: str, cfg: dict, rank: int, device: torch.device, out: P
             optimizer.zero_grad(set_to_none=True)
         return loss, norm
 
-    def run_steps(works) -> tuple[list[float], list[dict], float]:
+    def run_steps(works, label: str) -> tuple[list[float], list[dict], float]:
         """Run `work(clock)` for each of `works` back to back, as training does: the device is
         drained before the first and after the last, never between. Returns each step's time
         (ms: its span on the device clock, first phase mark to last; the host clock off CUDA),
@@ -194,8 +209,9 @@ def run_variant(variant: str, cfg: dict, rank: int, device: torch.device, out: P
         with without_gc_pauses():
             synchronize(device)
             t = time.perf_counter()
-            for work, clock in zip(works, clocks):
+            for i, (work, clock) in enumerate(zip(works, clocks)):
                 work(clock)
+                progress.at(label, i + 1, len(works))
             synchronize(device)
             wall = (time.perf_counter() - t) * 1000
         readings = [c.ms() for c in clocks]
@@ -223,7 +239,7 @@ def run_variant(variant: str, cfg: dict, rank: int, device: torch.device, out: P
         frames = compiled_frames()
         step(clock)
         warmup_recompiled.append(compiled_frames() > frames)
-    warmup_ms, warmup_readings, _ = run_steps([warmup_step] * (cfg["warmup"] - 1))
+    warmup_ms, warmup_readings, _ = run_steps([warmup_step] * (cfg["warmup"] - 1), "warm-up step")
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     checkpoint = Checkpointer(cfg["checkpoint"], cfg["checkpoint_every"], out / variant / "ckpt") \
@@ -244,7 +260,7 @@ def run_variant(variant: str, cfg: dict, rank: int, device: torch.device, out: P
             saved.append(save)
             recompiled.append(compiled_frames() > frames)
         return work
-    times, readings, wall = run_steps([timed_step(i) for i in range(cfg["steps"])])
+    times, readings, wall = run_steps([timed_step(i) for i in range(cfg["steps"])], "timed step")
     timed_from = len(seq_lens) - cfg["steps"]
     checksum = param_checksum(workload.model, model, wrap)
     peak_allocated, peak_reserved = memory(device, "max_memory_allocated"), memory(device, "max_memory_reserved")
@@ -275,9 +291,30 @@ def run_variant(variant: str, cfg: dict, rank: int, device: torch.device, out: P
             if rank == 0:
                 checkpoint.remove()
     if record and cfg["profile_steps"]:
+        progress.now(f"recording {cfg['profile_steps']} step(s)")
         result.update(recorded_figures(step, bookmark(), cfg, device, out, variant, rank))
         result["recorded_to_timed"] = round(statistics.median(result["profiled_step_ms"]) / statistics.median(times), 3)
     return result
+
+
+PROGRESS_S = 5.0  # a progress line once this long has passed without one
+
+
+class Progress:
+    """Signs of life in a variant's long loops: `at(label, i, n)` says "label i/n" when
+    `PROGRESS_S` seconds have passed since the last line (or the variant began), so a short
+    run stays quiet and a long one says where it is."""
+
+    def __init__(self, say, clock=time.monotonic):
+        self.say, self.clock, self.last = say, clock, clock()
+
+    def at(self, label: str, i: int, n: int) -> None:
+        self.now(f"{label} {i}/{n}")
+
+    def now(self, line: str) -> None:
+        if self.say and self.clock() - self.last >= PROGRESS_S:
+            self.say(line)
+            self.last = self.clock()
 
 
 def recorded_figures(step, back, cfg: dict, device: torch.device, out: Path, variant: str, rank: int) -> dict:
@@ -381,10 +418,17 @@ def rendezvous_store(rank: int, world: int):
 
 
 def end_group(failed: bool, wait_s: float) -> bool:
-    """Destroy the variant's process group; after a failure, abort it first (NCCL: a
-    communicator stuck in a timed-out collective is aborted, not waited for) and wait at most
-    `wait_s` for the teardown. Returns whether it ended in time."""
+    """Destroy the variant's process group, waiting at most `wait_s` for the teardown; after a
+    failure, abort it first (NCCL: a communicator stuck in a timed-out collective is aborted,
+    not waited for). The variant's modules, which hold the group, are collected first, so the
+    group ends here, not at whatever later moment the cycle collector runs (with a gloo
+    group, its connections closing then, in the middle of the next variant). Returns whether
+    it ended in time (True when there was no group)."""
     import threading
+
+    gc.collect()
+    if not dist.is_initialized():
+        return True
 
     def teardown():
         with contextlib.suppress(Exception):
@@ -393,7 +437,7 @@ def end_group(failed: bool, wait_s: float) -> bool:
             dist.destroy_process_group()
     thread = threading.Thread(target=teardown, daemon=True)
     thread.start()
-    thread.join(wait_s if failed else None)
+    thread.join(wait_s)
     return not thread.is_alive()
 
 
@@ -409,12 +453,14 @@ def record_outcome(results: dict, cfg: dict, repeat: int, position: int, variant
     results[variant] = {**entry, "repeats": repeats} if repeat == cfg["repeats"] - 1 else {"repeats": repeats}
 
 
-def worker_main(cfg: dict, start: int = 0, results: dict | None = None) -> dict:
+def worker_main(cfg: dict, start: int = 0, results: dict | None = None, state: str | None = None) -> dict:
     """Entry point of one rank (spawned by `tracekit profile`, or under torchrun/srun): the
     plan's runs from `start` on, added to `results` (what earlier workers of this run
-    measured); rank 0 writes the manifest after each."""
+    measured); rank 0 writes the manifest after each. `state`: the launcher's folder where
+    this rank keeps its place in the plan and its fault dump (module docstring)."""
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
+    place = Place(Path(state), rank) if state else None
     if cfg["device"] == "cuda":
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
@@ -427,7 +473,8 @@ def worker_main(cfg: dict, start: int = 0, results: dict | None = None) -> dict:
         backend = "gloo"
     os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "2")  # a timed-out collective raises, not kills
     store = rendezvous_store(rank, world)
-    out, timeout, prefix = Path(cfg["out"]), cfg["collective_timeout_s"], f"tracekit/{cfg['run_id']}"
+    out, prefix = Path(cfg["out"]), f"tracekit/{cfg['run_id']}"
+    teardown_s = min(TEARDOWN_S, cfg["collective_timeout_s"])
     results = dict(results or {})
     plan = runs(cfg)
     for index in range(start, len(plan)):
@@ -439,37 +486,73 @@ def worker_main(cfg: dict, start: int = 0, results: dict | None = None) -> dict:
         if reason:
             log(rank, f"{where}: skipped ({reason})")
             results[variant] = {"status": "skipped", "message": reason}
+            if place:
+                place.done(index + 1, results)
         else:
             log(rank, f"{where}: building, {cfg['warmup']} warm-up + {cfg['steps']} timed steps"
                       + (f", then {cfg['profile_steps']} recorded step(s)" if last else ""))
+            if place:
+                place.doing(index)
             entry = run_agreed(variant, cfg, rank, world, device, out, last, store, f"{prefix}/{repeat}/{variant}",
-                               backend)
+                               backend, lambda line: log(rank, f"{where}: {line}"))
             record_outcome(results, cfg, repeat, position, variant, entry)
-            detail = f"slowest rank's median step {max(r['step_ms']['median'] for r in entry['ranks']):.1f} ms" \
+            if place:
+                place.done(index + 1, results)  # before the teardown: what a death from here on cannot undo
+            ended = end_group(entry["status"] != "ok", teardown_s)
+            detail = f"step time {step_time([entry['ranks']]):.1f} ms" \
                 if entry["status"] == "ok" else entry["message"]
             log(rank, f"{where}: {entry['status']} ({detail})")
+            if not ended:
+                if rank == 0:
+                    write_manifest(cfg, results, index + 1, len(plan))
+                if place:  # the launcher starts fresh workers from the next run
+                    print(f"tracekit profile: rank {rank}: {variant}'s process group did not end within "
+                          f"{teardown_s:g} s", file=sys.stderr, flush=True)
+                    os._exit(STUCK_EXIT)
+                log(rank, f"{variant}: its process group did not end within {teardown_s:g} s; left behind")
         if rank == 0:
             write_manifest(cfg, results, index + 1, len(plan))
     return results
 
 
+class Place:
+    """Where one rank is in the run's plan, kept in the launcher's state folder: `rank<r>.json`
+    {"done": runs agreed, "doing": the run it is in or None, "results": what the agreed runs
+    measured}, and Python's fault dump of a hard death, `rank<r>.faults` (every thread's stack)."""
+
+    def __init__(self, folder: Path, rank: int):
+        self.path = folder / f"rank{rank}.json"
+        self.faults = open(folder / f"rank{rank}.faults", "w")  # kept open: faulthandler writes into it on a crash
+        faulthandler.enable(self.faults, all_threads=True)
+        self.state = {"done": None, "doing": None, "results": None}
+        write_json_atomically(self.path, self.state)  # not the place of the worker before it
+
+    def doing(self, index: int) -> None:
+        self.state["doing"] = index
+        write_json_atomically(self.path, self.state)
+
+    def done(self, count: int, results: dict) -> None:
+        self.state = {"done": count, "doing": None, "results": results}
+        write_json_atomically(self.path, self.state)
+
+
 def run_agreed(variant: str, cfg: dict, rank: int, world: int, device: torch.device, out: Path, record: bool,
-               store, prefix: str, backend: str) -> dict:
+               store, prefix: str, backend: str, say=None) -> dict:
     """One variant on a process group of its own (under `prefix` of the store); its outcome
-    agreed by every rank through the store."""
+    agreed by every rank through the store. A rank that fails ends its group before it waits
+    for the others (module docstring); the caller ends the group of a run that did not fail."""
     timeout = cfg["collective_timeout_s"]
-    init_group(store, prefix, backend, rank, world, device, timeout)
     try:
-        mine = {"status": "ok", "message": "", "ranks": [run_variant(variant, cfg, rank, device, out, record)]}
+        init_group(store, prefix, backend, rank, world, device, timeout)
+        mine = {"status": "ok", "message": "", "ranks": [run_variant(variant, cfg, rank, device, out, record, say)]}
     except torch.OutOfMemoryError as e:
         mine = {"status": "oom", "message": str(e).splitlines()[0], "at": time.time()}
     except Exception as e:  # recorded; the other variants still run
         mine = {"status": "error", "message": f"{type(e).__name__}: {e}".splitlines()[0],
                 "traceback": traceback.format_exc(), "at": time.time()}
-    entry = merge_ranks(agreed(store, f"{prefix}/status", rank, world, mine, 2 * timeout))
-    if not end_group(entry["status"] != "ok", TEARDOWN_S):
-        log(rank, f"{variant}: its process group did not end within {TEARDOWN_S} s; left behind")
-    return entry
+    if mine["status"] != "ok":
+        end_group(True, min(TEARDOWN_S, timeout))
+    return merge_ranks(agreed(store, f"{prefix}/status", rank, world, mine, 2 * timeout))
 
 
 def repeat_orders(variants: list[str], repeats: int) -> list[list[str]]:

@@ -102,3 +102,18 @@ def test_diff_of_variants_a_run_does_not_have():
 def test_report_baseline_and_plot_mistakes(tmp_path):
     one_line(cli("report", "--baseline", "fsdp9", RUN), "--baseline fsdp9", "ran: ddp, fsdp1")
     one_line(cli("report", "--plot", tmp_path / "no" / "r.png", RUN), "the folder", "does not exist")
+
+
+@pytest.mark.parametrize("entry, words", [
+    ({"status": "skipped", "message": "needs CUDA"}, ["fsdp2-fp8 was skipped (needs CUDA): no trace to compare"]),
+    ({"status": "oom", "message": "CUDA out of memory"}, ["fsdp2-fp8 failed (oom: CUDA out of memory)"]),
+])
+def test_diff_of_a_variant_without_a_trace_says_why(tmp_path, entry, words):
+    """A variant the manifest lists as skipped or failed is not one that "ran but has no trace"."""
+    out = tmp_path / "p2"
+    (out / "fsdp2").mkdir(parents=True)
+    manifest = {"config": {}, "variants": {"fsdp2": {"status": "ok", "ranks": []}, "fsdp2-fp8": entry}}
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    result = cli("diff", out, "fsdp2", "fsdp2-fp8")
+    one_line(result, *words)
+    assert "ran but has no trace" not in result.stderr

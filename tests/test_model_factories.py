@@ -42,6 +42,37 @@ def dies_in_second_variant():
     return workload
 
 
+def misbehaving():
+    """The example's workload; on rank 1, what `TK_MISBEHAVE` (comma-separated, one per call of
+    this factory on rank 1 in the whole run, counted in `TK_MARKS` across fresh workers) says:
+    `raise` (the factory fails on this rank only), `abort-after-teardown` (SIGABRT right after
+    this variant's process group is destroyed), `abort-at-exit` (SIGABRT as the interpreter
+    exits), `stuck-teardown` (destroying the group never returns), `abort` (SIGABRT now), `ok`."""
+    import atexit
+    import threading
+
+    import torch.distributed as dist
+
+    if os.environ.get("RANK") != "1":
+        return example_workload()
+    marks = Path(os.environ["TK_MARKS"])
+    call = len(list(marks.iterdir()))
+    (marks / str(call)).touch()
+    what = os.environ["TK_MISBEHAVE"].split(",")[call]
+    if what == "raise":
+        raise RuntimeError("the factory broke on rank 1")
+    if what == "abort":
+        os.abort()
+    if what == "abort-at-exit":
+        atexit.register(os.abort)
+    destroy = dist.destroy_process_group
+    if what == "abort-after-teardown":
+        dist.destroy_process_group = lambda *a: (destroy(*a), os.abort())
+    if what == "stuck-teardown":
+        dist.destroy_process_group = lambda *a: threading.Event().wait()
+    return example_workload()
+
+
 def with_sgd():
     """The example's workload, trained with plain SGD (lr 0.05) instead of the default optimizer."""
     workload = example_workload()
@@ -178,6 +209,56 @@ def test_a_worker_that_dies_hard_loses_only_its_variant(tmp_path):
         assert all((out / variant / f"rank{rank}.pt.trace.json.gz").exists() for rank in (0, 1))
 
 
+def misbehaving_run(tmp_path, what: str, *args):
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    out = tmp_path / "run"
+    result = subprocess.run([sys.executable, "-m", "tracekit", "profile", "--device", "cpu", "--nproc", "2",
+                             "--model", f"{Path(__file__)}:misbehaving", "--variants", ",".join(VARIANTS),
+                             "--warmup", "1", "--steps", "2", "--no-report", "--out", str(out), *args],
+                            capture_output=True, text=True, timeout=300,  # not 600 s of a collective's timeout
+                            env={**os.environ, "TK_MARKS": str(marks), "TK_MISBEHAVE": what})
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    return result, json.loads((out / "manifest.json").read_text()), out
+
+
+def test_deaths_are_charged_to_what_the_rank_was_doing(tmp_path):
+    """Rank 1's factory raises in ddp (its peer is waiting inside DDP's constructor: the variant
+    ends at once, with the factory's error); rank 1 aborts right after fsdp1's teardown (fsdp1
+    finished: it stays ok, nothing is charged, fresh workers go on) and again at the interpreter's
+    exit after fsdp2, the last variant (the run had succeeded: exit 0, the manifest complete)."""
+    result, manifest, out = misbehaving_run(tmp_path, "raise,abort-after-teardown,abort-at-exit")
+    assert result.returncode == 0, result.stderr[-3000:]
+    statuses = {v: e["status"] for v, e in manifest["variants"].items()}
+    assert statuses == {"ddp": "error", "fsdp1": "ok", "fsdp2": "ok"} and manifest["progress"] == {"done": 3, "of": 3}
+    failed = manifest["variants"]["ddp"]
+    assert failed["message"].startswith("rank 1: WorkloadError: ") and failed["failed_ranks"] == [0, 1]
+    assert "Connection closed by peer" in failed["messages"]["0"]  # rank 0's collective ended then, not at the timeout
+    assert failed["message"].endswith("the factory raised RuntimeError: the factory broke on rank 1")
+    for variant in ("fsdp1", "fsdp2"):
+        assert all((out / variant / f"rank{rank}.pt.trace.json.gz").exists() for rank in (0, 1))
+    lines = [line for line in result.stderr.splitlines() if "died" in line]
+    assert len(lines) == 2 and "between variants (rank 1: the worker killed by SIGABRT, in " in lines[0]
+    assert "going on with fresh workers" in lines[0] and "died after the last variant" in lines[1]
+
+
+def test_a_stuck_teardown_and_an_abort_are_named(tmp_path):
+    """Rank 1's teardown of ddp never returns: after the bound (the collective timeout, 5 s)
+    the worker ends and fresh workers go on, ddp kept; then rank 1 aborts while building fsdp1:
+    fsdp1 is the error, its message naming the signal and where Python was (the fault dump)."""
+    result, manifest, out = misbehaving_run(tmp_path, "stuck-teardown,abort,ok", "--collective-timeout", "5")
+    assert result.returncode == 0, result.stderr[-3000:]
+    statuses = {v: e["status"] for v, e in manifest["variants"].items()}
+    assert statuses == {"ddp": "ok", "fsdp1": "error", "fsdp2": "ok"}
+    assert "rank 1: ddp's process group did not end within 5 s" in result.stderr
+    assert "rank 1 died between variants (rank 1: the worker ended: its process group did not end in time)" \
+        in result.stderr
+    failed = manifest["variants"]["fsdp1"]
+    assert failed["message"].startswith("rank 1: the worker killed by SIGABRT, in misbehaving (")
+    assert f"{Path(__file__).name}:" in failed["message"] and "Fatal Python error: Aborted" in failed["fault"]
+    assert all((out / "ddp" / f"rank{rank}.pt.trace.json.gz").exists() for rank in (0, 1))
+
+
 @pytest.mark.parametrize("model, problem", [
     ("no_such_module_tk:make", "--model no_such_module_tk:make: cannot import no_such_module_tk "
                                "(ModuleNotFoundError: No module named 'no_such_module_tk')"),
@@ -224,8 +305,20 @@ def test_a_failed_group_is_aborted_and_not_waited_for_past_the_bound(monkeypatch
     from tracekit.runners import worker
 
     calls, never = [], threading.Event()
+    monkeypatch.setattr(dist, "is_initialized", lambda *a: True)
     monkeypatch.setattr(dist, "get_backend", lambda *a: "nccl")
     monkeypatch.setattr(dist.distributed_c10d, "_abort_process_group", lambda *a: calls.append("abort"))
     monkeypatch.setattr(dist, "destroy_process_group", lambda *a: (calls.append("destroy"), never.wait()))
     assert worker.end_group(True, 0.2) is False and calls == ["abort", "destroy"]
     never.set()
+
+
+@pytest.mark.parametrize("args", [["--nproc", "0"], ["--variants", "ddp,fsdp3"], ["--steps", "0"],
+                                  ["--batch", "2", "--global-batch", "4"], ["--repeats", "0"]])
+def test_bad_arguments_are_refused_before_torch_is_imported(tmp_path, args):
+    """Importing torch takes seconds: a mistake in profile's arguments is one line without it."""
+    probe = ("import sys\nfrom tracekit.front.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit as e:\n"
+             "    print(e.code, 'torch' in sys.modules)\n")
+    result = subprocess.run([sys.executable, "-c", probe, "profile", "--device", "cpu", *args, "--out",
+                             str(tmp_path / "x")], capture_output=True, text=True, timeout=120)
+    assert result.stdout.split() == ["2", "False"] and result.stderr.startswith("tracekit: "), result.stderr

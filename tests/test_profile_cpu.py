@@ -26,6 +26,7 @@ def out(tmp_path_factory):
                           ",".join(VARIANTS), "--warmup", 2, "--steps", 6, "--profile-steps", 3, "--out", out,
                           "--format", "csv")
     assert result.returncode == 0, result.stderr[-3000:]
+    (out.parent / "profile.stderr").write_text(result.stderr)
     rows = result.stdout.splitlines()  # the report as csv: nested columns as JSON text
     assert rows[0].startswith("variant,rank,status") and len(rows) == 1 + 2 * len(VARIANTS)
     return out
@@ -63,6 +64,20 @@ def test_every_variant_ran_on_both_ranks(out):
             assert r["profiler_overhead"] == round(np.median(r["profiled_step_ms"]) / np.median(r["control_step_ms"]), 3)
             assert r["recorded_to_timed"] == round(np.median(r["profiled_step_ms"]) / np.median(r["step_ms"]["all"]), 3)
             assert len(r["step_ms"]["all"]) == 6
+
+
+def test_one_step_time_in_the_progress_lines_the_manifest_and_the_report(out):
+    """docs/metrics.md, "Step time": the median over the timed steps of each step's time on its
+    slowest rank — computed here from the per-rank steps, and the figure profile's line, the
+    manifest and the report each give (not the slowest rank's median, nor a rank's)."""
+    manifest = json.loads((out / "manifest.json").read_text())
+    stderr = (out.parent / "profile.stderr").read_text()
+    rows = {r["variant"]: r for r in json.loads(tracekit_cli("report", "--format", "json", out).stdout)["variants"]}
+    for variant in VARIANTS:
+        entry = manifest["variants"][variant]
+        expected = float(np.median(np.max([r["step_ms"]["all"] for r in entry["ranks"]], axis=0)))
+        assert entry["step_ms"] == rows[variant]["step_ms"] == round(expected, 3)
+        assert f"] {variant}: ok (step time {expected:.1f} ms)" in stderr
 
 
 def test_trace_collectives_equal_what_the_runtime_counted(out):
@@ -146,7 +161,10 @@ def test_repeats_alternate_the_order_and_the_interval_is_across_them(tmp_path_fa
                for v, e in manifest["variants"].items()}
     deltas = np.subtract(medians["fsdp2"], medians["ddp"])
     half = stats.t.ppf(0.975, 1) * np.std(deltas, ddof=1) / np.sqrt(2)
-    rows = json.loads(tracekit_cli("report", "--format", "json", run).stdout)["variants"]
+    doc = json.loads(tracekit_cli("report", "--format", "json", run).stdout)
+    rows = doc["variants"]
+    assert any(w.startswith("2 repeats give the across-repeats interval 1 degree of freedom (t = 12.7)")
+               for w in doc["warnings"])
     row = next(r for r in rows if r["variant"] == "fsdp2")
     assert row["repeats"] == 2 and row["d_step_ms"] == pytest.approx(deltas.mean(), abs=1e-3)
     assert row["d_step_ms_ci"] == pytest.approx([deltas.mean() - half, deltas.mean() + half], abs=1e-3)
@@ -217,6 +235,10 @@ def test_capacity_records_out_of_memory_as_evidence(tmp_path):
     assert rows["fsdp1"]["stopped_by"] == "oom at tiny batch 2" and rows["fsdp1"]["probes"] == 2
     probes = json.loads((out / "capacity.json").read_text())["probes"]
     assert len(probes) == 5 and (out / "tiny-b4" / "manifest.json").exists()
+    said = [line for line in result.stderr.splitlines() if line.startswith("tracekit capacity: probe ")]
+    assert said == ["tracekit capacity: probe tiny-b1: preset tiny, batch 1 per rank: ddp, fsdp1",
+                    "tracekit capacity: probe tiny-b2: preset tiny, batch 2 per rank: ddp, fsdp1",
+                    "tracekit capacity: probe tiny-b4: preset tiny, batch 4 per rank: ddp"]
 
 
 def test_lightning_variants_train_the_same_model(tmp_path_factory):
@@ -285,6 +307,31 @@ def test_a_failing_variant_is_recorded_and_the_others_still_run(tmp_path, monkey
     assert results["fsdp2"]["status"] == "oom" and "out of memory" in results["fsdp2"]["message"]
     assert results["ddp"]["status"] == "ok" and (tmp_path / "ddp" / "rank0.pt.trace.json.gz").exists()
     assert json.loads((tmp_path / "manifest.json").read_text())["variants"] == results  # written after each
+
+
+def test_long_loops_say_where_they_are(tmp_path, monkeypatch, capsys):
+    """A progress line once `PROGRESS_S` has passed without one (here 0 s: after every step):
+    the warm-up and timed steps counted, then the recording; one real worker (world size 1)."""
+    import socket
+
+    from tracekit.runners import worker
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for key, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+                       "MASTER_PORT": str(port)}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr(worker, "PROGRESS_S", 0.0)
+    cfg = {"out": str(tmp_path), "variants": ["ddp"], "preset": "tiny", "overrides": {}, "device": "cpu", "nproc": 1,
+           "precision": "fp32", "seed": 0, "warmup": 2, "steps": 3, "with_stack": False, "profile_steps": 1,
+           "profile_mode": "device", "repeats": 1, "inputs": "fixed", "checkpoint": None, "checkpoint_every": 5,
+           "keep_checkpoints": False, "memory_fraction": None, "collective_timeout_s": 60, "global_batch": None,
+           "model": "builtin", "model_info": {}, "run_id": "progress"}
+    assert worker.worker_main(cfg)["ddp"]["status"] == "ok"
+    lines = [line.removeprefix("tracekit profile: [1/1] ddp: ") for line in capsys.readouterr().err.splitlines()]
+    assert lines[1:6] == ["warm-up step 1/1", "timed step 1/3", "timed step 2/3", "timed step 3/3",
+                          "recording 1 step(s)"]
 
 
 def torchrun(*args, env=None):

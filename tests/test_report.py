@@ -54,3 +54,28 @@ def test_step_split_by_hand(tmp_path):
     got = {(v, p): ms for v, p, ms in step_split(runs).iter_rows()}
     assert got == {("a", "compute"): 0.1, ("a", "exposed comm"): 0.05,
                    ("b", "compute"): 0.11, ("b", "exposed comm"): 0.03}
+
+
+def test_a_folder_with_trace_less_variants_reports_every_variant():
+    """tests/data/h200x1-device keeps fsdp2's trace only, its manifest lists fsdp1 and
+    fsdp2-compile as ok too: every variant's timed step time is shown (the step time of
+    docs/metrics.md, computed here from the manifest's per-rank steps over the 3 repeats), a
+    warning names the variants without a trace, and the table shows peak memory and recompiles."""
+    import numpy as np
+
+    out = DATA / "h200x1-device"
+    result = CliRunner().invoke(main, ["report", "--format", "json", str(out)])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert {r["variant"] for r in doc["variants"]} == {"fsdp1", "fsdp2", "fsdp2-compile"}
+    for r in doc["variants"]:
+        repeats = manifest["variants"][r["variant"]]["repeats"]
+        steps = np.concatenate([np.max([x["step_ms"] for x in rep["ranks"]], axis=0) for rep in repeats])
+        assert r["step_ms"] == round(float(np.median(steps)), 3)
+    assert "no trace here for fsdp1, fsdp2-compile (recorded with --profile-steps 0, or not kept): their timed " \
+           "figures only" in doc["warnings"]
+    table = CliRunner().invoke(main, ["report", str(out)])
+    header = table.stdout.splitlines()[0].split()
+    assert table.exit_code == 0 and {"peak_mem", "recompiles"} <= set(header)
+    assert max(len(line) for line in table.stdout.splitlines()) <= 100

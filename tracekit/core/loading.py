@@ -531,10 +531,18 @@ def profile_variant(path) -> tuple[dict | None, str | None]:
     return manifest, (path.parent if path.is_file() else path).name
 
 
+def traceless_variants(manifest: dict, runs: dict) -> list[str]:
+    """The variants that ran (ok) whose traces are not in `runs`: recorded with
+    `--profile-steps 0`, or their folders not kept."""
+    return [v for v, e in manifest["variants"].items() if e.get("status") == "ok" and v not in runs]
+
+
 def load_profile(out, names: bool = False) -> tuple[dict, dict[str, Run]]:
     """A `tracekit profile` output: (manifest, {variant: Run}) for the variants that ran and
-    recorded traces — the attributed recording (OUT/<variant>), or with `names` the `full`
-    step that names a `lean` recording (OUT/<variant>/names; variants without one left out)."""
+    whose traces are here — the attributed recording (OUT/<variant>), or with `names` the `full`
+    step that names a `lean` recording (OUT/<variant>/names; variants without one left out). A
+    variant whose folder is absent (a copy that kept the manifest only) is left out: its timed
+    figures are in the manifest (`traceless_variants` names them)."""
     out = Path(out)
     manifest = read_manifest(out / "manifest.json")
     runs = {}
@@ -545,7 +553,7 @@ def load_profile(out, names: bool = False) -> tuple[dict, dict[str, Run]]:
         if names and not all(len(r.get("recorded", [])) > 1 for r in entry["ranks"]):
             continue
         if not folder.is_dir():
-            raise TraceError(folder, "missing: the manifest lists it as ok")
+            continue
         runs[variant] = load_run(folder)
         missing = {r["rank"] for r in entry["ranks"]} - {t.rank for t in runs[variant].traces}
         if missing:

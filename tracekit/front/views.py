@@ -77,7 +77,7 @@ VIEWS = {
                     kernel_names=("kernels.name",), empty=DEVICE_ONLY.format("kernels lists"),
                     implied={"coll_kind": "name", "category": "name"}),  # a kernel's name says what it is
     "lint": View(("run", "rank", "severity", "kind", "count", "step", "detail")),
-    "report": View(("variant", "rank", "status", "step_ms", "d_step_ms", "d_step_ms_ci", "verdict", "overhead"),
+    "report": View(("variant", "rank", "step_ms", "d_step_ms", "d_step_ms_ci", "verdict", "peak_mem", "recompiles"),
                    {"busy_pct": ("gpu_busy_ns", SPAN), "exposed_comm_pct": ("exposed_comm_ns", SPAN),
                     "idle_pct": ("idle_ns", SPAN)},
                    {"peak_allocated_bytes": "peak_mem", "profiler_overhead": "overhead",

@@ -77,18 +77,25 @@ def diff_sides(paths: tuple) -> tuple[str, str]:
     listed = manifest_variants(Path(out))
     for variant in variants:
         if variant in listed and variant not in found:
-            raise UsageError(f"{out}: {variant} ran but has no trace (recorded with --profile-steps 0, or it failed)")
+            entry = listed[variant] if isinstance(listed[variant], dict) else {}
+            status, message = entry.get("status"), entry.get("message") or ""
+            if status == "skipped":
+                raise UsageError(f"{out}: {variant} was skipped ({message}): no trace to compare")
+            if status != "ok":
+                raise UsageError(f"{out}: {variant} failed ({status}: {message}): no trace to compare")
+            raise UsageError(f"{out}: {variant} ran but has no trace here (recorded with --profile-steps 0, "
+                             "or not kept)")
         if variant not in found:
             raise UsageError(f"{out}: no variant {variant} (found: {', '.join(found) or 'none'})")
     return str(Path(out) / variants[0]), str(Path(out) / variants[1])
 
 
-def manifest_variants(out: Path) -> list[str]:
-    """The variants a profile output's manifest lists (none without a readable manifest)."""
+def manifest_variants(out: Path) -> dict:
+    """The variants a profile output's manifest lists, name → entry (none without a readable manifest)."""
     try:
-        return list(json.loads((out / "manifest.json").read_text())["variants"])
+        return dict(json.loads((out / "manifest.json").read_text())["variants"])
     except (OSError, ValueError, KeyError, TypeError):
-        return []
+        return {}
 
 
 def side_names(a: str, b: str) -> tuple[str, str]:
@@ -155,7 +162,7 @@ def show_report(out, fmt: str, layout=None, baseline: str | None = None, plot_pa
     from tracekit.analyses.lead import diff_lead
     from tracekit.analyses.fidelity import report_warnings, with_real
     from tracekit.analyses.variants import base_variant, phase_table, variant_diffs, variant_table
-    from tracekit.core.loading import load_profile
+    from tracekit.core.loading import load_profile, traceless_variants
     from tracekit.front.render import json_text, full_diff_doc, render_diff
     from tracekit.front.views import Layout
 
@@ -167,6 +174,10 @@ def show_report(out, fmt: str, layout=None, baseline: str | None = None, plot_pa
         raise UsageError(str(e)) from None
     table, phases = variant_table(manifest, runs, base), phase_table(manifest, base)
     warnings = report_warnings(table, manifest["config"].get("profile_mode", "full"))
+    bare = traceless_variants(manifest, runs)
+    if bare:
+        warnings.append(f"no trace here for {', '.join(bare)} (recorded with --profile-steps 0, or not kept): "
+                        "their timed figures only")
     diffs = variant_diffs(runs, top=8, base=base)
     for (a, b), result in diffs.items():
         warnings += [f"{b} − {a}: {w}"
