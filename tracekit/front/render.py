@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import textwrap
+from dataclasses import replace
 
 import polars as pl
 
@@ -94,7 +95,13 @@ def render_frame(frame: pl.DataFrame, fmt: str, view: str | None = None, layout:
     if fmt == "table":
         shown = VIEWS.get(view, View())
         table = with_figures(chosen(frame, shown, layout))
-        return table_text(table) if table.height else textwrap.fill(shown.empty, terminal_width())
+        if not table.height:
+            return textwrap.fill(shown.empty, terminal_width())
+        text = table_text(table)
+        if shown.telling and max(map(len, text.splitlines())) > terminal_width():  # they fit, or --wide shows them
+            text = table_text(with_figures(chosen(frame, replace(shown, telling={}, default=tuple(
+                c for c in shown.default if c not in shown.telling)), layout)))
+        return text
     with pl.Config(tbl_formatting="MARKDOWN", tbl_rows=-1, tbl_cols=-1, tbl_width_chars=65_000, fmt_float="full",
                    fmt_str_lengths=65_000, tbl_hide_dataframe_shape=True, tbl_hide_column_data_types=True):
         return str(frame)
