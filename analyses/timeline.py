@@ -30,8 +30,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import numpy as np
-import polars as pl
+import polars as pl  # numpy is imported by the functions that build a timeline: a command that reads
+# the timeline from the trace cache does not import it (`benchmarks/README.md`, the warm command)
 
 from tracekit.core.model import Trace
 
@@ -106,6 +106,8 @@ def activities(trace: Trace, scope: str) -> pl.DataFrame:
 
 def build(trace: Trace, scope: str) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(coarse segments, shares) of the scope."""
+    import numpy as np
+
     acts = activity_arrays(activities(trace, scope))
     pieces, shares = [], []
     for (device, step), own in acts.groups(own_steps=scope == "step"):
@@ -142,6 +144,8 @@ class Activities:
     def groups(self, own_steps: bool):
         """((device, step or None), indices of its activities) per device and step, or per
         device alone (`own_steps` False: the trace scope)."""
+        import numpy as np
+
         step = self.step if own_steps else np.full(len(self.row), -1)
         idx = np.flatnonzero(step >= 0) if own_steps else np.arange(len(self.row))
         if len(idx) == 0:
@@ -154,6 +158,8 @@ class Activities:
 
     def others(self, device: int, step: int, own: np.ndarray) -> np.ndarray:
         """Indices of the device's activities of other steps (or none) overlapping own's span."""
+        import numpy as np
+
         lo, hi = self.start[own].min(), self.end[own].max()
         on_device = self.by_device[device]
         starts = self.start[on_device]
@@ -162,6 +168,8 @@ class Activities:
 
 
 def activity_arrays(gpu: pl.DataFrame) -> Activities:
+    import numpy as np
+
     device, start, end = gpu["device"].to_numpy(), gpu["start"].to_numpy(), gpu["end"].to_numpy()
     by_device, longest = {}, {}
     for d in np.unique(device):
@@ -177,6 +185,8 @@ def activity_arrays(gpu: pl.DataFrame) -> Activities:
 
 def active(bounds: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """Number of intervals covering each elementary segment [bounds[i], bounds[i+1])."""
+    import numpy as np
+
     delta = np.zeros(len(bounds) + 1, dtype=np.int64)
     np.add.at(delta, np.searchsorted(bounds, starts), 1)
     np.add.at(delta, np.searchsorted(bounds, ends), -1)
@@ -185,6 +195,8 @@ def active(bounds: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarr
 
 def largest_remainder(shares: np.ndarray, total: int) -> np.ndarray:
     """Integers with the sum `total`, each the floor of its share or one more."""
+    import numpy as np
+
     base = np.floor(shares).astype(np.int64)
     short = int(total - base.sum())
     if short > 0:
@@ -195,6 +207,8 @@ def largest_remainder(shares: np.ndarray, total: int) -> np.ndarray:
 def sweep(acts: Activities, own: np.ndarray, others: np.ndarray | None) -> tuple[dict, np.ndarray]:
     """One (device, step) span: its elementary segments (bounds, counts per category, `other`
     running, category code, comm kind) and each own activity's share (integer ns)."""
+    import numpy as np
+
     s, e, cat = acts.start[own], acts.end[own], acts.category[own]
     lo, hi = s.min(), e.max()
     parts = [s, e]
@@ -233,6 +247,8 @@ def sweep(acts: Activities, own: np.ndarray, others: np.ndarray | None) -> tuple
 
 def coarse(pieces: list) -> pl.DataFrame:
     """All groups' segments in one table, sorted; a comm segment's cause is its kind."""
+    import numpy as np
+
     if not pieces:
         return pl.DataFrame(schema={**SEGMENT_SCHEMA, "other": pl.Boolean})
     sizes = [len(seg["start"]) for _, _, seg in pieces]
@@ -287,6 +303,8 @@ def host_layers(trace: Trace) -> list[tuple[pl.DataFrame, str]]:
 def idle_causes(idle: pl.DataFrame, trace: Trace) -> pl.DataFrame:
     """Idle segments cut at every boundary of the outermost host calls and ops, each piece
     with its cause."""
+    import numpy as np
+
     if idle.height == 0:
         return idle
     layers = host_layers(trace)
@@ -316,6 +334,8 @@ def covering(layer: pl.DataFrame, start: np.ndarray, end: np.ndarray) -> np.ndar
     """For each [start, end): the row of `layer` (outermost intervals) that covers it and
     started last, over all threads (of equal starts, the lowest thread id); -1 where none does.
     Within a thread the last to start before `start` has the latest end, so it alone is checked."""
+    import numpy as np
+
     best = np.full(len(start), -1)
     best_start = np.full(len(start), np.iinfo(np.int64).min)
     tids = layer["tid"].to_numpy()
@@ -355,6 +375,8 @@ def figures(segments: pl.DataFrame) -> pl.DataFrame:
 def busy_during(intervals: pl.DataFrame, segments: pl.DataFrame) -> np.ndarray:
     """For each interval (start, end): ns of it during which any device ran anything
     (segments that are not idle, on any device)."""
+    import numpy as np
+
     busy = segments.filter(pl.col("category") != "idle")
     if intervals.height == 0 or busy.height == 0:
         return np.zeros(intervals.height, dtype=np.int64)

@@ -2,7 +2,8 @@
 ranks in parallel, all measured in one run and printed as ratios.
 
     python benchmarks/load_bench.py [--mb 150] [--trace FILE] [--hta] [--ranks 8] [--rank-mb 50]
-                                    [--dask-ranks 64] [--workers N] [--skip-scale]
+                                    [--dask-ranks 64] [--workers N] [--skip-scale] [--repeat N]
+                                    [--skip-others] [--skip-readers] [--startup]
 
 1. One trace of at least `--mb` MB, built by replicating the embedded real H200 trace over many
    steps (shifted timestamps, correlation and External ids), written as Kineto writes it. Each
@@ -11,8 +12,9 @@ ranks in parallel, all measured in one run and printed as ratios.
    structs in one call: the JSON floor) and to the file's size. `cold` rows decode the file
    (the trace cache is empty and written meanwhile), `warm` rows read the cache the cold run
    wrote.
-2. `--ranks` rank traces of `--rank-mb` MB: `tracekit summary` over their directory, one process
-   (`--workers 1`) against `--workers N` (default: the cores here), the cache off.
+2. `--ranks` rank traces of `--rank-mb` MB (copies of `--trace` when given): `tracekit summary` over their directory, one process
+   (`--workers 1`) against `--workers N` (default: the cores here) and the default, and against
+   one rank alone, the cache off.
 3. `--dask-ranks` small rank traces on a local Dask cluster of 2 workers (`--scheduler`)
    against one process.
 4. Start-up (`--startup`, alone): a whole `tracekit summary` command over 2 ranks of 8 MB and
@@ -33,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 SOURCE = Path(__file__).resolve().parents[1] / "tracekit" / "data" / "fsdp1_rank0.trace.json.gz"
@@ -43,6 +46,7 @@ SUMMARY = ("import tracekit.core.loading as tracekit\nfrom tracekit.analyses.sum
 READERS = {
     "tracekit summary, cold": (*SUMMARY, {}),
     "tracekit summary, warm": (*SUMMARY, {}),
+    "tracekit summary, cold, one process": (*SUMMARY, {"TRACEKIT_CORES": "1"}),
     "tracekit summary, no cache": (*SUMMARY, {"TRACEKIT_NO_CACHE": "1"}),
     "tracekit load, no cache": ("import tracekit.core.loading as tracekit", "tracekit.load(PATH)", {"TRACEKIT_NO_CACHE": "1"}),
     # The other verbs, cold, to catch an analysis that grows faster than the trace.
@@ -74,7 +78,7 @@ def kineto_text(event: dict) -> str:
 
 def build(target_mb: float, out: Path, rank: int = 0, world: int = 1) -> Path:
     """Replicate SOURCE's step until the JSON is at least target_mb megabytes, as `rank` of
-    `world`, written as Kineto writes it."""
+    `world`, written as Kineto writes it (the copies made on every core)."""
     doc = json.loads(gzip.open(SOURCE).read())
     events = doc["traceEvents"]
     timed = [e for e in events if "ts" in e and e.get("ph") != "M" and isinstance(e.get("pid"), int)]
@@ -82,41 +86,111 @@ def build(target_mb: float, out: Path, rank: int = 0, world: int = 1) -> Path:
     one_copy = sum(len(kineto_text(e)) + 1 for e in timed)
     copies = max(1, -(-int(target_mb * 1_000_000) // one_copy))
     meta = [e for e in events if e not in timed]
-    head = {k: v for k, v in doc.items() if k != "traceEvents"}
-    head["distributedInfo"] = {**head.get("distributedInfo", {}), "rank": rank, "world_size": world}
     with open(out, "w") as f:
-        f.write(json.dumps(head)[:-1] + ', "traceEvents": [')
+        f.write(head_text(doc, rank, world))
         f.write(",".join(kineto_text(e) for e in meta))
-        for i in range(copies):
-            shift, id_shift = i * (span + 1000.0), i * 10_000_000
-            for e in timed:
-                e2 = dict(e, ts=round(float(e["ts"]) + shift, 3))
-                if "name" in e2 and e2["name"].startswith("ProfilerStep#"):
-                    e2["name"] = f"ProfilerStep#{i + 1}"
-                if "args" in e2:
-                    args = dict(e2["args"])
-                    for key in ("correlation", "External id"):
-                        if isinstance(args.get(key), int):
-                            args[key] += id_shift
-                    e2["args"] = args
-                if isinstance(e2.get("id"), int):
-                    e2["id"] += id_shift
-                f.write("," + kineto_text(e2))
+        batches = [range(i, min(i + 8, copies)) for i in range(0, copies, 8)]
+        with ProcessPoolExecutor() as pool:
+            for text in pool.map(copies_text, [(timed, span, b) for b in batches]):
+                f.write(text)
         f.write("\n]}")
     return out
 
 
+def head_text(doc: dict, rank: int, world: int) -> str:
+    """The top level before the events, as `rank` of `world`."""
+    head = {k: v for k, v in doc.items() if k != "traceEvents"}
+    head["distributedInfo"] = {**head.get("distributedInfo", {}), "rank": rank, "world_size": world}
+    return json.dumps(head)[:-1] + ', "traceEvents": ['
+
+
+def copies_text(job: tuple) -> str:
+    """The events of the copies numbered in `job`'s range, each comma-led."""
+    timed, span, numbers = job
+    out = []
+    for i in numbers:
+        shift, id_shift = i * (span + 1000.0), i * 10_000_000
+        for e in timed:
+            e2 = dict(e, ts=round(float(e["ts"]) + shift, 3))
+            if "name" in e2 and e2["name"].startswith("ProfilerStep#"):
+                e2["name"] = f"ProfilerStep#{i + 1}"
+            if "args" in e2:
+                args = dict(e2["args"])
+                for key in ("correlation", "External id"):
+                    if isinstance(args.get(key), int):
+                        args[key] += id_shift
+                e2["args"] = args
+            if isinstance(e2.get("id"), int):
+                e2["id"] += id_shift
+            out.append("," + kineto_text(e2))
+    return "".join(out)
+
+
+def as_ranks(path: Path, folder: Path, world: int) -> None:
+    """`world` copies of the trace at `path`, each as its own rank."""
+    doc = json.loads(gzip.open(SOURCE).read())
+    with open(path, "rb") as f:
+        text = f.read()
+    head = head_text(doc, 0, 1).encode()
+    if not text.startswith(head):
+        raise SystemExit(f"{path}: not a trace this benchmark built (--ranks copies only those)")
+    events = text[len(head):]
+    for r in range(world):
+        (folder / f"rank{r}.pt.trace.json").write_bytes(head_text(doc, r, world).encode() + events)
+
+
 def measure(reader: tuple, path: Path, cache: Path) -> tuple[float, int]:
-    """(seconds, peak RSS bytes) of a reader run in a fresh interpreter, imports not timed."""
+    """(seconds, peak memory bytes) of a reader run in a fresh interpreter, imports not timed.
+    Memory: the peak of the proportional set size (PSS: shared pages split among the processes
+    sharing them) summed over the reader and every process under it (the decoding workers),
+    sampled every 20 ms; without /proc, the reader's own peak RSS."""
     imports, statements, env = reader
     script = (f"import resource, sys, time\nPATH = sys.argv[1]\n{imports}\nt = time.perf_counter()\n"
               f"{statements}\nprint(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)")
-    out = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True, text=True,
-                         env={**os.environ, "TRACEKIT_CACHE_DIR": str(cache), **env})
-    if out.returncode:
-        raise RuntimeError(out.stderr.strip().splitlines()[-1])
-    seconds, rss = out.stdout.split()
-    return float(seconds), int(rss)
+    process = subprocess.Popen([sys.executable, "-c", script, str(path)], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "TRACEKIT_CACHE_DIR": str(cache), **env})
+    peak = tree_memory(process)
+    out, err = process.communicate()
+    if process.returncode:
+        raise RuntimeError(err.strip().splitlines()[-1])
+    seconds, rss = out.split()
+    return float(seconds), peak or int(rss)
+
+
+def tree_memory(process) -> int:
+    """The peak PSS of `process` and its descendants until it ends, from /proc (0 elsewhere)."""
+    peak = 0
+    while process.poll() is None:
+        peak = max(peak, sum(map(pss, descendants(process.pid) | {process.pid})))
+        time.sleep(0.02)
+    return peak
+
+
+def descendants(pid: int) -> set[int]:
+    """The processes under `pid` (the decoding workers are the fork server's children)."""
+    parents = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parents[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def pss(pid: int) -> int:
+    """A process's proportional set size in bytes (0 if it has ended)."""
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return 0
 
 
 def cli_seconds(*args, env=None) -> float:
@@ -135,33 +209,64 @@ def readers(args, work: Path) -> None:
     cache = work / "cache"
     results = {}
     for name, reader in READERS.items():
-        if name.startswith("HTA") and not args.hta:
+        if name.startswith("HTA") and not args.hta or args.skip_others and not (
+                name.startswith("tracekit summary") or name.startswith("msgspec")):
             continue
-        if name.endswith("cold"):
+        if "cold" in name:
             shutil.rmtree(cache, ignore_errors=True)
         try:
             results[name] = measure(reader, path, cache)
         except RuntimeError as e:
             print(f"{name}: failed ({e})")
     floor_s = results["msgspec typed decode"][0]
-    print(f"{'reader':<28} {'seconds':>8} {'÷ typed decode':>15} {'peak RSS ÷ file':>16}")
+    print(f"{'reader':<36} {'seconds':>8} {'÷ typed decode':>15} {'peak memory ÷ file':>19}")
     for name, (seconds, rss) in results.items():
-        print(f"{name:<28} {seconds:8.2f} {seconds / floor_s:15.2f} {rss / size:16.2f}")
+        print(f"{name:<36} {seconds:8.2f} {seconds / floor_s:15.2f} {rss / size:19.2f}")
     warm, cold = results["tracekit summary, warm"][0], results["tracekit summary, cold"][0]
     print(f"warm ÷ cold summary: {warm / cold:.3f}")
+    env = {"TRACEKIT_CACHE_DIR": str(cache)}
+    whole = sorted(cli_seconds("summary", "--format", "json", path, env=env) for _ in range(5))
+    imports = import_seconds("summary", "--format", "json", path, env=env)
+    print(f"warm whole `tracekit summary` command: median {whole[2]:.3f} s (min {whole[0]:.3f}, max {whole[-1]:.3f}; "
+          f"imports {imports:.3f} s)")
+    paired(args, path, cache)
+
+
+def paired(args, path: Path, cache: Path) -> None:
+    """`--repeat` rounds of (typed decode, cold summary, cold summary in one process) back to
+    back: each round's ratios, and their medians (noise on a shared machine is large and slow)."""
+    if args.repeat < 2:
+        return
+    names = ("msgspec typed decode", "tracekit summary, cold", "tracekit summary, cold, one process")
+    rounds = []
+    for _ in range(args.repeat):
+        times = {}
+        for name in names:
+            shutil.rmtree(cache, ignore_errors=True)
+            times[name] = measure(READERS[name], path, cache)[0]
+        rounds.append((times[names[1]] / times[names[0]], times[names[2]] / times[names[0]]))
+        print(f"  round: typed decode {times[names[0]]:.2f} s, cold {times[names[1]]:.2f} s ({rounds[-1][0]:.2f}), "
+              f"one process {times[names[2]]:.2f} s ({rounds[-1][1]:.2f})")
+    middle = sorted(rounds)[len(rounds) // 2][0], sorted(r[1] for r in rounds)[len(rounds) // 2]
+    print(f"{args.repeat} rounds, median ÷ typed decode: cold summary {middle[0]:.2f}, in one process {middle[1]:.2f}")
 
 
 def ranks(args, work: Path) -> None:
+    """`--ranks` rank traces: one process against `--workers N`, and against one rank alone."""
     folder = work / f"ranks{args.ranks}"
     folder.mkdir(exist_ok=True)
-    for r in range(args.ranks):
-        build(args.rank_mb, folder / f"rank{r}.pt.trace.json", r, args.ranks)
+    source = args.trace or build(args.rank_mb, work / "one-rank.json")
+    as_ranks(source, folder, args.ranks)
+    mb = os.path.getsize(source) / 1e6
     workers = args.workers or len(os.sched_getaffinity(0))
     off = {"TRACEKIT_NO_CACHE": "1"}
+    alone = cli_seconds("summary", "--format", "json", folder / "rank0.pt.trace.json", env=off)
     one = cli_seconds("summary", "--format", "json", "--workers", 1, folder, env=off)
     many = cli_seconds("summary", "--format", "json", "--workers", workers, folder, env=off)
-    print(f"{args.ranks} ranks of {args.rank_mb} MB, summary: --workers 1 {one:.2f} s, --workers {workers} "
-          f"{many:.2f} s, ratio {many / one:.2f} ({len(os.sched_getaffinity(0))} cores)")
+    default = cli_seconds("summary", "--format", "json", folder, env=off)
+    print(f"{args.ranks} ranks of {mb:.0f} MB, summary ({len(os.sched_getaffinity(0))} cores): one rank alone "
+          f"{alone:.2f} s; all ranks --workers 1 {one:.2f} s, --workers {workers} {many:.2f} s (÷ --workers 1: "
+          f"{many / one:.2f}), default {default:.2f} s (÷ one rank alone: {default / alone:.2f})")
 
 
 def dask(args, work: Path) -> None:
@@ -219,6 +324,8 @@ def main() -> None:
     parser.add_argument("--rank-mb", type=float, default=50)
     parser.add_argument("--dask-ranks", type=int, default=64, help="0: skip the Dask run")
     parser.add_argument("--workers", type=int)
+    parser.add_argument("--repeat", type=int, default=1, help="rounds of the paired cold measurement")
+    parser.add_argument("--skip-others", action="store_true", help="readers: only tracekit summary and the floor")
     parser.add_argument("--skip-readers", action="store_true")
     parser.add_argument("--skip-scale", action="store_true")
     parser.add_argument("--startup", action="store_true", help="only the start-up measurements")

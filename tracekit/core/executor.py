@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import os
 import sys
-from concurrent.futures import ProcessPoolExecutor, as_completed
 
 from .errors import UsageError
 
 
 def cores() -> int:
+    """The cores this process may use: `TRACEKIT_CORES` (a worker's share, or the user's
+    bound), else those it may run on."""
+    if os.environ.get("TRACEKIT_CORES", "").isdigit() and int(os.environ["TRACEKIT_CORES"]) > 0:
+        return int(os.environ["TRACEKIT_CORES"])
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
@@ -45,8 +48,10 @@ class Here:
 
 
 def share_cores(threads: int) -> None:
-    """A worker's initializer, run before it imports polars: its thread pool gets `threads`."""
+    """A worker's initializer, run before it imports polars: its thread pool, and the processes
+    that decode one large trace (`split.py`), get `threads` cores."""
     os.environ.setdefault("POLARS_MAX_THREADS", str(threads))
+    os.environ["TRACEKIT_CORES"] = str(threads)
 
 
 class Processes:
@@ -57,7 +62,8 @@ class Processes:
         self.n = n
 
     def map(self, fn, items: list) -> list:
-        import multiprocessing
+        import multiprocessing  # here, not at the top: a command run in one process never needs it
+        from concurrent.futures import ProcessPoolExecutor, as_completed
 
         n = min(self.n, len(items))
         pool = ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn"), initializer=share_cores,
@@ -79,7 +85,7 @@ class Processes:
         return out
 
 
-def stop(pool: ProcessPoolExecutor) -> None:
+def stop(pool) -> None:
     """Cancel the pool's queued work and end the workers running the rest."""
     processes = list((pool._processes or {}).values())  # the executor has no public way to end them
     pool.shutdown(wait=False, cancel_futures=True)

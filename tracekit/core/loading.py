@@ -8,13 +8,13 @@ read leniently), never dropped silently: `tracekit lint` reports it.
 
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter
 from operator import attrgetter, itemgetter
 from pathlib import Path
 
 import msgspec
-import numpy as np
 import polars as pl
 from isal.igzip_lib import IsalError
 
@@ -22,6 +22,7 @@ from . import cache as trace_cache
 from . import files
 from .classify import classified
 from .errors import TraceError
+from .executor import cores
 from .fused import PROCESS_COLUMNS, per_process, processes
 from .kineto import CATEGORIES, DECODER, EVENTS, LOOSE_DECODER, LOOSE_EVENTS, NO_LOOSE_ARGS, LooseArgs
 from .stream import RAWS, EventStream, Unsplittable
@@ -171,9 +172,10 @@ def load_traces(path, *, comm_kernels: tuple[str, ...] = (), cache: bool | None 
 
 def decode(path, comm_kernels: tuple[str, ...]) -> list[Trace]:
     """Decode one Kineto trace file into its traces (one per rank of a fused file) with steps
-    assigned: a block at a time where the text allows (`stream.py`), else whole."""
+    assigned: in pieces by several processes (`split.py`) or a block at a time (`stream.py`)
+    where the text allows, else whole."""
     try:
-        parts, doc, facts = streamed(path)
+        parts, doc, facts = in_pieces(path)
     except (Unsplittable, TraceError, msgspec.DecodeError, OSError, EOFError, ValueError, IsalError):
         parts, doc, facts = whole(path)  # which names what is wrong with a bad file
     tables = {name: pl.concat([p[name] for p in parts], how="diagonal_relaxed").drop("idx", strict=False)
@@ -233,19 +235,66 @@ def fresh_facts(array_form: bool = False) -> dict:
             "exact_timestamps": 0, "metadata": None, "old_names": False, "array_form": array_form}
 
 
+# Bytes of text from which a local file is decoded by several processes. A guess, not measured
+# apart: the workers' fork server is an interpreter importing the loader (~0.3 s, as a rank
+# worker: benchmarks/README.md, "Start-up"), so only a file that takes about a second or more to
+# decode in one process can win much (195 MB: 36 % less on 16 cores, 3-14 % on 2).
+PARALLEL_BYTES = 48 << 20
+
+
+def in_pieces(path) -> tuple[list, object, dict]:
+    """(per-piece tables, the top level, facts): a local file of at least PARALLEL_BYTES of
+    one event per line decoded by one process per core (`split.py`), else a block at a time."""
+    from . import split  # multiprocessing and its kin: only for a file decoded here, not a cached one
+
+    if cores() > 1 and not files.is_url(path) and split.text_size(path) >= PARALLEL_BYTES:
+        try:
+            return in_processes(path, cores() - 1)
+        except (Unsplittable, split.Failed, OSError):  # OSError: no room for the gunzipped text
+            pass
+    return streamed(path)
+
+
+def in_processes(path, workers: int) -> tuple[list, object, dict]:
+    """(per-piece tables, the top level, facts), the pieces decoded by this process and
+    `workers` others; the facts are the pieces' facts added up in file order."""
+    from . import split
+
+    results, metadata = split.decoded(str(path), piece_tables, workers)
+    facts = fresh_facts()
+    for _, own in results:
+        for name in ("events", "lenient_events", "exact_timestamps"):
+            facts[name] += own[name]
+        facts["unknown_categories"].update(own["unknown_categories"])
+        facts["dropped"].update(own["dropped"])
+        facts["old_names"] |= own["old_names"]
+    return [tables for tables, _ in results], _document(path, metadata, facts), facts
+
+
+def piece_tables(text) -> tuple[dict[str, pl.DataFrame], dict]:
+    """(the piece's rows of each table, its facts): `_chunk_tables` of one piece alone."""
+    facts = fresh_facts()
+    return _chunk_tables(text, facts), facts
+
+
 def streamed(path) -> tuple[list, object, dict]:
     """(per-piece tables, the top level, facts), the file read a block at a time."""
     facts = fresh_facts()
     events = EventStream(path)
     parts = [_chunk_tables(piece, facts) for piece in events.pieces()]
+    return parts, _document(path, events.metadata, facts), facts
+
+
+def _document(path, metadata: bytes, facts: dict):
+    """The top level (without the events) decoded; metadata of unexpected types is noted."""
     try:
-        doc = DECODER.decode(events.metadata)
+        doc = DECODER.decode(metadata)
     except msgspec.ValidationError as e:
         facts["metadata"] = str(e)
-        doc = LOOSE_DECODER.decode(events.metadata)
+        doc = LOOSE_DECODER.decode(metadata)
     if not facts["events"]:
         raise TraceError(path, "no complete ('X') events in the trace")
-    return parts, doc, facts
+    return doc
 
 
 def whole(path) -> tuple[list, object, dict]:
@@ -295,19 +344,33 @@ def _decode(text: bytes, facts: dict, exact: bool = False) -> tuple[list, bool]:
         except msgspec.ValidationError:
             pass
     try:
-        events = LOOSE_EVENTS.decode(text)
+        events, objects = LOOSE_EVENTS.decode(text), None
     except msgspec.ValidationError:  # some element is no object: decode one by one
-        events = []
+        events, objects = [], []
         for one in RAWS.decode(text):
             try:
                 events.append(LOOSE_EVENTS.decode(b"[" + one + b"]")[0])
+                objects.append(one)
             except msgspec.ValidationError:
                 facts["dropped"]["elements that are not event objects"] += 1
     for e in events:
         if not isinstance(e.args, LooseArgs):
             e.args = NO_LOOSE_ARGS
-    facts["exact_timestamps" if exact else "lenient_events"] += len(events)
+    if not exact:
+        facts["lenient_events"] += _lenient(RAWS.decode(text) if objects is None else objects)
     return events, True
+
+
+def _lenient(objects: list) -> int:
+    """How many of these events (raw JSON objects) have a field of another type than `Event`
+    holds: counted one by one, so that the count does not depend on how the file was cut."""
+    n = 0
+    for one in objects:
+        try:
+            EVENTS.decode(b"[" + one + b"]")
+        except msgspec.ValidationError:
+            n += 1
+    return n
 
 
 def _chunk_tables(chunk: bytes, facts: dict) -> dict[str, pl.DataFrame]:
@@ -321,6 +384,7 @@ def _chunk_tables(chunk: bytes, facts: dict) -> dict[str, pl.DataFrame]:
         events, loose = _decode(chunk, facts, exact=True)
         complete = [e for e in events if e.ph == "X"]
         table = _event_table(complete, loose, facts)
+    facts["exact_timestamps"] += int((table["ts_ns"].abs() >= int(EXACT_LIMIT_US) * 1000).sum())
     facts["events"] += len(events)
     del events
     for cat, n in table["cat"].value_counts().rows():
@@ -368,7 +432,7 @@ def _event_table(events: list, loose: bool, facts: dict) -> pl.DataFrame | None:
         ts_ns = float_ns(ts_us)
         dur_ns = (pl.Series(dur, dtype=pl.Float64) * 1000).round().cast(pl.Int64)
     table = pl.DataFrame({
-        "idx": np.arange(len(events), dtype=np.int64),
+        "idx": pl.int_range(len(events), dtype=pl.Int64, eager=True),
         "cat": strings(list(map(attrgetter("cat"), events))),
         "name": strings(list(map(attrgetter("name"), events))),
         "ts_ns": ts_ns, "dur_ns": dur_ns,
@@ -391,7 +455,7 @@ def float_ns(ts_us: pl.Series) -> pl.Series:
     µs near the values first keeps the product small enough to round exactly."""
     if ts_us.len() == 0 or ts_us.null_count() == ts_us.len():
         return ts_us.cast(pl.Int64)
-    base = float(np.floor(ts_us.min()))
+    base = float(math.floor(ts_us.min()))
     return ((ts_us - base) * 1000).round().cast(pl.Int64) + int(base) * 1000
 
 

@@ -39,9 +39,12 @@ class EventStream:
     def __init__(self, location):
         self.file = files.open_stream(location)
         self.metadata = b""
+        self.consumed = 0  # bytes of text read so far
 
     def read(self) -> bytes:
-        return self.file.read(BLOCK)
+        block = self.file.read(BLOCK)
+        self.consumed += len(block)
+        return block
 
     def pieces(self):
         try:
@@ -49,7 +52,10 @@ class EventStream:
         finally:
             self.file.close()
 
-    def _pieces(self):
+    def start(self) -> tuple[bytes, bytes, bytes, int]:
+        """(the text before `"traceEvents"`, the text read from the first element's `{` on
+        (at offset `consumed - len(…)` of the text), the separator, how many of its bytes end
+        the piece before it)."""
         buf = self.read().removeprefix(files.BOM)
         while b'"traceEvents"' not in buf:
             more = self.read()
@@ -70,9 +76,12 @@ class EventStream:
         space, body = body[:first], body[first:]
         if body[:1] not in b"{]":
             raise Unsplittable
-        # the separator, and how many of its bytes end the piece before it
         separator, kept = (b"," + space + b"{", 0) if b"\n" in space else \
             (b"}, {", 1) if b"}, {" in body else (b"},{", 1)
+        return head, body, separator, kept
+
+    def _pieces(self):
+        head, body, separator, kept = self.start()
         buf = bytearray(b" " + body)  # buf[0], before the first "{", becomes the "[" of each piece
         eof = False
         while True:
@@ -90,22 +99,24 @@ class EventStream:
             del buf[:cut + len(separator) - 2]  # the byte before the next "{" is the next buf[0]
             if eof and buf.rfind(separator) == -1:
                 break
-        yield self._last(head, bytes(buf[1:]))
+        piece, self.metadata = last_events(head, bytes(buf[1:]))
+        yield piece
 
-    def _last(self, head: bytes, body: bytes) -> bytes:
-        """The last events, found before the `]` that ends the array: the one after which the
-        rest of the text closes the top-level object and before which the events parse."""
-        end = len(body)
-        while (end := body.rfind(b"]", 0, end)) != -1:
-            tail = body[end + 1:].strip(WHITESPACE)
-            members = b"{" + tail[1:] if tail[:1] == b"," else b"{}" if tail == b"}" else None
-            if members is None:
-                continue
-            try:
-                msgspec.json.decode(members)
-                RAWS.decode(b"[" + body[:end] + b"]")
-            except msgspec.DecodeError:
-                continue
-            self.metadata = head + b'"traceEvents": []' + (tail if tail[:1] == b"," else b"}")
-            return b"[" + body[:end] + b"]"
-        raise Unsplittable
+
+def last_events(head: bytes, body: bytes) -> tuple[bytes, bytes]:
+    """(the last events as a JSON array's text, the top level without them) from the text
+    before `"traceEvents"` and the text from the last events' first `{` to the end: the events
+    end at the `]` after which the rest closes the top-level object and before which they parse."""
+    end = len(body)
+    while (end := body.rfind(b"]", 0, end)) != -1:
+        tail = body[end + 1:].strip(WHITESPACE)
+        members = b"{" + tail[1:] if tail[:1] == b"," else b"{}" if tail == b"}" else None
+        if members is None:
+            continue
+        try:
+            msgspec.json.decode(members)
+            RAWS.decode(b"[" + body[:end] + b"]")
+        except msgspec.DecodeError:
+            continue
+        return b"[" + body[:end] + b"]", head + b'"traceEvents": []' + (tail if tail[:1] == b"," else b"}")
+    raise Unsplittable

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 import textwrap
-from importlib.resources import files
 from pathlib import Path
 
 import click
@@ -38,6 +37,8 @@ def main():
 
 def sample_trace_path() -> str:
     """The real H200 trace shipped with the package (the default input)."""
+    from importlib.resources import files
+
     return str(files("tracekit") / "data" / "fsdp1_rank0.trace.json.gz")
 
 

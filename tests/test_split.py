@@ -1,0 +1,98 @@
+"""Decoding one trace in pieces by several processes (tracekit/core/split.py) gives exactly what
+one process gives: every table, the metadata and the facts, on every trace in tests/data —
+the parallel path forced on these small files by a zero threshold, and every piece but the
+last decoded by a worker process."""
+
+import gzip
+import json
+
+import pytest
+from conftest import DATA
+from synth import doc, launched, op, step
+
+from tracekit.core import loading, split
+from tracekit.core.errors import TraceError
+
+TRACES = sorted(p for p in DATA.rglob("*.json*") if p.name not in ("manifest.json",) and "truth" not in p.name)
+
+
+def tables(trace):
+    return [trace.gpu, trace.calls, trace.ops, trace.marks, trace.steps]
+
+
+def loaded(path, parallel: bool, monkeypatch):
+    """The traces of `path` (or the error's text), decoded with the parallel path forced or
+    in one process."""
+    with monkeypatch.context() as patch:
+        patch.setattr(loading, "PARALLEL_BYTES", 0 if parallel else 1 << 62)
+        patch.setattr(loading, "cores", lambda: 3)  # two workers, also on a one-core machine
+        patch.setattr(split, "HERE", False)  # every piece but the last one by a worker
+        patch.setattr(split, "MIN_PIECE", 4096)  # several pieces of these small files
+        taken = []
+        real = split.decoded
+        patch.setattr(split, "decoded", lambda *a, **k: taken.append(1) or real(*a, **k))
+        try:
+            out = loading.decode(path, ())
+        except TraceError as e:
+            out = str(e)
+    return out, bool(taken)
+
+
+def test_the_traces_here_are_many_and_one_event_per_line():
+    assert len(TRACES) > 40
+    assert sum(b"\n" in gzip.open(p).read(4096) if p.suffix == ".gz" else b"\n" in p.read_bytes()[:4096]
+               for p in TRACES) > 40
+
+
+@pytest.mark.parametrize("path", TRACES, ids=lambda p: str(p.relative_to(DATA)))
+def test_parallel_equals_one_process(path, monkeypatch):
+    serial, _ = loaded(path, False, monkeypatch)
+    parallel, forced = loaded(path, True, monkeypatch)
+    assert forced
+    if isinstance(serial, str):
+        assert parallel == serial
+        return
+    assert len(parallel) == len(serial)
+    for a, b in zip(parallel, serial):
+        for x, y in zip(tables(a), tables(b)):
+            assert x.equals(y), (x, y)
+        assert (a.meta, a.facts, a.rank, a.origin_us) == (b.meta, b.facts, b.rank, b.origin_us)
+
+
+def kineto(events) -> bytes:
+    """One event per line as Kineto writes it."""
+    return json.dumps(doc(events), indent=2).encode()
+
+
+def test_pieces_are_whole_events_in_order(tmp_path, monkeypatch):
+    """Every range is a JSON array of whole events once bracketed, and together with the last
+    events they are the file's events in order; the pieces shrink toward the end."""
+    monkeypatch.setattr(split, "MIN_PIECE", 256)
+    events = [step(1, 0, 10_000)] + [e for i in range(200) for e in launched(f"k{i}", 10 + 40 * i, 20 + 40 * i, 5, i + 1)]
+    path = tmp_path / "t.json"
+    path.write_bytes(kineto(events))
+    ranges, last, metadata = split.pieces(str(path), 2)
+    assert len(ranges) > 10
+    sizes = [end - start for start, end in ranges]
+    assert sizes[0] > 4 * sizes[-2]
+    got = [e for where in ranges for e in json.loads(split.piece_text(str(path), where))] + json.loads(last)
+    assert got == json.loads(path.read_bytes())["traceEvents"]
+    assert json.loads(metadata) == {**json.loads(path.read_bytes()), "traceEvents": []}
+
+
+def test_a_compact_file_is_not_split(tmp_path):
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(doc([step(1, 0, 100), op("aten::mm", 1, 5)])))
+    with pytest.raises(split.Unsplittable):
+        split.pieces(str(path), 4)
+
+
+def test_a_piece_that_fails_in_a_worker_gives_the_one_process_answer(tmp_path, monkeypatch):
+    """A broken event in the middle: the worker's piece fails, and the file is read as one
+    process reads it, which names what is wrong."""
+    events = [step(1, 0, 10_000)] + [op(f"op{i}", 10 + i, 1) for i in range(300)]
+    text = kineto(events).replace(b'"name": "op150"', b'"name": op150')
+    path = tmp_path / "t.json"
+    path.write_bytes(text)
+    assert loaded(path, True, monkeypatch)[0] == loaded(path, False, monkeypatch)[0]
+    assert "not valid JSON" in loaded(path, True, monkeypatch)[0]

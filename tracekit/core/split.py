@@ -1,0 +1,216 @@
+"""Decoding one large trace file in several processes: its events cut into pieces at line
+boundaries, each piece decoded by whichever process takes it next.
+
+Kineto writes one event per line (`stream.py`: the separator `,\\n  {` occurs only between
+elements of `traceEvents`), so any offset of the file can be moved forward to the next
+separator without reading what comes before it. `pieces` finds the first element and the
+array's end (`stream.last_events`, which also gives the top level without the events) and
+cuts between them, in pieces that shrink toward the end. `decoded` gives each piece's text to
+`fn` — in this process and in `workers` others, which read their pieces from the file
+themselves and send back only `fn`'s results — and returns the results in file order. A
+gzip file is first gunzipped (ISA-L) into a temporary file. The workers are forked from a
+server process that has imported `fn`'s module (`forkserver`), so that each costs a fork,
+not a fresh interpreter; they take pieces from a shared counter, so that a slow start or a
+busy core costs only the pieces a worker did not take.
+
+A file that is not one event per line raises `stream.Unsplittable`; a piece that fails (a
+wrong cut gives text that does not parse), or a worker that dies, raises `Failed`: the
+caller then decodes the file in one process.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import queue
+import shutil
+import tempfile
+import threading
+from multiprocessing import forkserver
+
+from . import files
+from .stream import EventStream, Unsplittable, last_events
+
+MIN_PIECE = 2 << 20  # bytes: no piece is cut smaller (each costs ~5-10 ms more of table building)
+MAX_PIECE = 16 << 20  # bytes: nor larger (its event structs are in memory at once)
+WINDOW = 1 << 20  # bytes searched for a separator after each cut's target offset
+TAIL = 1 << 20  # bytes at the end first searched for the last separator
+HERE = True  # whether the calling process takes pieces too (tests: False, so workers take all)
+
+
+class Failed(Exception):
+    """A piece or a worker failed: decode the file in one process."""
+
+
+def text_size(location: str) -> int:
+    """Bytes of the file's text: its size, or a gzip file's uncompressed size as its trailer
+    gives it (modulo 4 GiB), at least the compressed size."""
+    size = os.path.getsize(location)
+    with open(location, "rb") as f:
+        if f.read(2) != b"\x1f\x8b" or size < 4:
+            return size
+        f.seek(-4, os.SEEK_END)
+        return max(size, int.from_bytes(f.read(4), "little"))
+
+
+def plain_text(location: str, folder: str) -> str:
+    """The file's text as a file: `location` itself, or gunzipped into `folder`."""
+    with open(location, "rb") as f:
+        if f.read(2) != b"\x1f\x8b":
+            return location
+    target = os.path.join(folder, "trace.json")
+    with files.open_stream(location) as source, open(target, "wb") as out:
+        shutil.copyfileobj(source, out, 8 << 20)
+    return target
+
+
+def pieces(text: str, processes: int) -> tuple[list[tuple[int, int]], bytes, bytes]:
+    """(byte ranges of the events before the last ones, the last events as a JSON array's
+    text, the top level without the events) of a trace's text, cut for `processes`. Each range
+    holds whole events, separated as in the file; `[` + it + `]` is an array. Each piece is
+    1/(2 × processes) of the text after it (within MIN_PIECE and MAX_PIECE), so pieces shrink
+    toward the end and no process waits long for the last one taken."""
+    events = EventStream(text)
+    try:
+        head, body, separator, kept = events.start()
+        first = events.consumed - len(body)
+    finally:
+        events.file.close()
+    if b"\n" not in separator:
+        raise Unsplittable  # not one event per line: only the stream can cut it
+    size = os.path.getsize(text)
+    with open(text, "rb") as f:
+        span = TAIL
+        while True:  # the last separator: what follows it holds the last events and the end
+            start = max(first, size - span)
+            f.seek(start)
+            tail = f.read()
+            cut = tail.rfind(separator)
+            if cut != -1 or start == first:
+                break
+            span *= 8
+        if cut == -1:
+            raise Unsplittable  # one event: nothing to share out
+        last_cut = start + cut
+        last, metadata = last_events(head, tail[cut + len(separator) - 1:])
+        ranges, begin = [], first
+        while begin < last_cut:
+            target = begin + min(MAX_PIECE, max(MIN_PIECE, (last_cut - begin) // (2 * processes)))
+            f.seek(target)
+            found = f.read(WINDOW).find(separator) if target < last_cut else -1
+            cut = target + found if found != -1 and target + found < last_cut else last_cut
+            ranges.append((begin, cut))
+            begin = cut + len(separator) - 1  # the next element's "{"
+    return ranges, last, metadata
+
+
+def piece_text(text: str, where: tuple[int, int]) -> bytearray:
+    """`[` + the text in `where` + `]`, read into one buffer."""
+    start, end = where
+    buf = bytearray(end - start + 2)
+    with open(text, "rb") as f:
+        f.seek(start)
+        f.readinto(memoryview(buf)[1:-1])
+    buf[0], buf[-1] = ord("["), ord("]")
+    return buf
+
+
+def _take(counter, total: int) -> int | None:
+    """The next piece's index, or None when every piece is taken."""
+    with counter.get_lock():
+        i = counter.value
+        counter.value = i + 1
+    return i if i < total else None
+
+
+def _work(text: str, ranges: list, fn, counter, results) -> None:
+    """A worker: `fn` of each piece it takes, sent back with the piece's index."""
+    os.environ["POLARS_MAX_THREADS"] = "1"  # the processes share the cores, not their threads
+    while (i := _take(counter, len(ranges))) is not None:
+        try:
+            results.put((i, fn(piece_text(text, ranges[i])), None))
+        except Exception as e:  # reported; the caller decodes the file in one process
+            results.put((i, None, f"{type(e).__name__}: {e}"))
+            return
+
+
+def _context():
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    return multiprocessing.get_context("forkserver")
+
+
+def decoded(location: str, fn, workers: int) -> tuple[list, bytes]:
+    """([fn(piece text) for each piece, in file order], the top level without the events) of a
+    local trace file, decoded here and in `workers` other processes (see the module)."""
+    if multiprocessing.current_process().daemon:
+        workers = 0  # a daemon process may not start others
+    ctx = _context()
+    if workers and ctx.get_start_method() == "forkserver":
+        ctx.set_forkserver_preload([fn.__module__])
+        forkserver.ensure_running()  # the server imports while the text is gunzipped and cut
+    with tempfile.TemporaryDirectory(prefix="tracekit-") as folder:
+        text = plain_text(location, folder)
+        ranges, last, metadata = pieces(text, workers + 1)
+        total = len(ranges)
+        counter, results = ctx.Value("q", 0), ctx.Queue()
+        processes = [ctx.Process(target=_work, args=(text, ranges, fn, counter, results), daemon=True)
+                     for _ in range(min(workers, total - 1))]
+        # started in the background: the first start waits for the fork server to import `fn`'s
+        # module, and this process decodes pieces meanwhile (and does not wait for the server
+        # when it has taken every piece itself)
+        starter = threading.Thread(target=_start, args=(processes, counter, total), daemon=True)
+        starter.start()
+        out: dict[int, object] = {}
+        try:
+            while HERE and (i := _take(counter, total)) is not None:
+                out[i] = fn(piece_text(text, ranges[i]))
+                _gather(results, out, processes, starter, wait=False)
+            out[total] = fn(last)
+            while len(out) < total + 1:
+                _gather(results, out, processes, starter, wait=True)
+        finally:
+            with counter.get_lock():
+                counter.value = total  # a worker still running, or starting, takes nothing more
+            for process in processes:
+                if process.pid is None:
+                    continue
+                if process.is_alive() and len(out) < total + 1:
+                    process.terminate()
+                process.join()
+    return [out[i] for i in range(total + 1)], metadata
+
+
+def _start(processes: list, counter, total: int) -> None:
+    """Start the workers while pieces are left, until one cannot be started (the others take
+    its pieces)."""
+    for process in processes:
+        if counter.value >= total:
+            return
+        try:
+            process.start()
+        except Exception:
+            return
+
+
+def _gather(results, out: dict, processes: list, starter, wait: bool) -> None:
+    """Move the workers' results that have arrived into `out` (with `wait`, at least one, or
+    raise Failed when a worker has died, or all have ended)."""
+    while True:
+        try:
+            i, value, error = results.get(timeout=0.5) if wait else results.get_nowait()
+        except queue.Empty:
+            if not wait:
+                return
+            codes = [p.exitcode for p in processes if p.pid is not None]
+            if any(c not in (None, 0) for c in codes) or (None not in codes and not starter.is_alive()):
+                try:
+                    i, value, error = results.get(timeout=0.5)  # sent just before it ended
+                except queue.Empty:
+                    raise Failed("a worker ended without sending its pieces") from None
+            else:
+                continue
+        if error:
+            raise Failed(error)
+        out[i] = value
+        wait = False
