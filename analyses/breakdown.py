@@ -35,3 +35,17 @@ def breakdown(trace: Trace, scope: str = "step") -> pl.DataFrame:
             .with_columns(pl.when(pl.col("device").is_not_null())  # zero-length work
                           .then(pl.col("span_ns").fill_null(0)), pl.when(pl.col("device").is_not_null())
                           .then(pl.col("parts").fill_null(pl.lit([], PARTS)))))
+
+
+def largest(frame: pl.DataFrame, n: int | None) -> pl.DataFrame:
+    """`breakdown`'s frame with each step's `n` largest parts (all with None) and the rest as
+    one part, category `other`, cause `<k> more parts`: the parts still add up to span_ns."""
+    if n is None:
+        return frame
+    ns = pl.element().struct.field("ns")
+    kept = pl.col("parts").list.eval(pl.element().sort_by(ns, descending=True, maintain_order=True).head(n))
+    rest = pl.col("parts").list.eval(pl.element().sort_by(ns, descending=True, maintain_order=True).slice(n))
+    other = pl.struct(category=pl.lit("other"), cause=pl.format("{} more parts", rest.list.len()),
+                      ns=rest.list.eval(pl.element().struct.field("ns")).list.sum())
+    return frame.with_columns(pl.when(rest.list.len() > 0).then(kept.list.concat(pl.concat_list(other)))
+                              .otherwise(pl.col("parts")).alias("parts"))

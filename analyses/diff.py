@@ -195,6 +195,14 @@ class Material:
     syncs: pl.DataFrame
     collectives: pl.DataFrame
     named: tuple[int, int] | None = None  # a lean trace named from its full step: (matched, activities)
+    device: str = ""  # what the trace ran on (`device_of`)
+
+
+def device_of(trace: Trace) -> str:
+    """The trace's device, for the reader: its GPUs' names (deviceProperties), `a GPU` when it
+    has device activity but names none, else `the CPU only`."""
+    names = sorted({str(d.get("name")) for d in trace.meta.get("device_properties") or [] if d.get("name")})
+    return " / ".join(names) if names and trace.has_gpu else "a GPU" if trace.has_gpu else "the CPU only"
 
 
 def material(trace: Trace, by: str = "kernel") -> Material:
@@ -211,7 +219,8 @@ def material(trace: Trace, by: str = "kernel") -> Material:
         count=pl.len().cast(pl.Int64), blocked_ns=pl.col("blocked_ns").sum())
     colls = collective_kernels(trace).group_by("step", pl.col("coll_kind").alias("kind")).agg(
         count=pl.len().cast(pl.Int64), bytes=pl.col("bytes").sum(), exposed_ns=pl.col("exposed_ns").sum())
-    return Material(trace.path, trace.rank, trace.world_size, step_times(trace), items, syncs, colls)
+    return Material(trace.path, trace.rank, trace.world_size, step_times(trace), items, syncs, colls,
+                    device=device_of(trace))
 
 
 def path_and_work(trace: Trace) -> pl.DataFrame:
@@ -354,7 +363,19 @@ def combine(a_side: list[Material], b_side: list[Material], steps="all", top: in
         diffs.append(diff_pair(a, b, a_step, b_step, top, by, spread))
     pairs = [(a_ranks[r], b_ranks[r]) for r in common]
     spread = item_spread(pairs, sorted(everywhere), by) if steps == "all" and len(everywhere) > 1 else None
-    return RunDiff(diffs, aggregate(diffs, top, by, spread), warnings)
+    return RunDiff(diffs, aggregate(diffs, top, by, spread), warnings + sameness(pairs, diffs))
+
+
+def sameness(pairs: list[tuple[Material, Material]], diffs: list[Diff]) -> list[str]:
+    """What makes the comparison say nothing or mislead: A and B the same files, or steps
+    whose every item is the same; sides that ran on different devices."""
+    devices = {(a.device, b.device) for a, b in pairs if a.device and b.device and a.device != b.device}
+    notes = [f"A ran on {a}, B on {b}: the Δ compares different machines, not one change" for a, b in sorted(devices)]
+    if all(d.step_delta_ns == 0 and (d.all_items["delta_ns"] == 0).all() for d in diffs):
+        same_files = all(a.path == b.path for a, b in pairs)
+        notes.append("A and B are the same trace(s): every Δ is 0" if same_files else
+                     "A's and B's compared steps are identical, item by item: every Δ is 0")
+    return notes
 
 
 def diff_runs(a_traces: list[Trace], b_traces: list[Trace], steps="all", top: int = 20,

@@ -4,7 +4,7 @@ launching CPU op or category — `nsys stats`' `cuda_gpu_kern_sum` per step.
 - The activities: the step's kernels, memcpy and memset on the device (launch correlation, as
   every verb), or the whole trace's with scope `trace` (`timeline.activities`).
 - Per group: count, total_ns (Σ end − start), mean_ns (total / count, rounded to whole ns),
-  busy_pct (total / the step's gpu_busy_ns × 100, 2 decimals: time on several streams at once
+  pct_of_busy (total / the step's gpu_busy_ns × 100, 2 decimals: time on several streams at once
   counts in each, so the shares may add up to more than 100), category and coll_kind (the
   group's own when all its activities share one, else `mixed`; by name they always do).
 - tflops and pct_peak: the group's FLOPs from the recorded shapes (`flops.py`) over its total
@@ -33,7 +33,7 @@ def shared(column: str) -> pl.Expr:
 
 def kernels(trace: Trace, by: str = "name", scope: str = "step", peaks: dict | None = None) -> pl.DataFrame:
     """One row per step and device: gpu_busy_ns and `kernels`, a ledger of the groups
-    [{<by>, category, coll_kind, count, total_ns, mean_ns, busy_pct, tflops, pct_peak}],
+    [{<by>, category, coll_kind, count, total_ns, mean_ns, pct_of_busy, tflops, pct_peak}],
     largest total first (a step without device work: one row, device and figures null).
     tflops: the group's FLOPs (`flops.py`) over its total time; pct_peak: that over the
     device's peak for the group's dtype × 100 (`peaks`: the table, default `peaks.PEAKS`);
@@ -51,13 +51,13 @@ def kernels(trace: Trace, by: str = "name", scope: str = "step", peaks: dict | N
                    _peak=pl.when(pl.col("peak").n_unique() == 1).then(pl.col("peak").first()))
               .join(busy, on=["step", "device"], how="left", nulls_equal=True)
               .with_columns(mean_ns=(pl.col("total_ns") / pl.col("count")).round().cast(pl.Int64),
-                            busy_pct=(pl.col("total_ns") / pl.col("gpu_busy_ns") * 100).round(2),
+                            pct_of_busy=(pl.col("total_ns") / pl.col("gpu_busy_ns") * 100).round(2),
                             tflops=(pl.col("_flops") / pl.col("total_ns") / 1e3).round(2))
               .with_columns(pct_peak=(pl.col("tflops") / pl.col("_peak") * 100).round(2))
               .sort("step", "device", pl.col("total_ns"), *key, descending=[False, False, True, *[False] * len(key)],
                     nulls_last=True))
-    fields = [*key, *[c for c in ("category", "coll_kind") if c not in key], "count", "total_ns", "mean_ns", "busy_pct",
-              "tflops", "pct_peak"]
+    fields = [*key, *[c for c in ("category", "coll_kind") if c not in key], "count", "total_ns", "mean_ns",
+              "pct_of_busy", "tflops", "pct_peak"]
     table = groups.group_by("step", "device", maintain_order=True).agg(pl.col("gpu_busy_ns").first(),
                                                                        kernels=pl.struct(*fields))
     empty = pl.lit([], table.schema["kernels"])

@@ -43,12 +43,13 @@ def step_sentence(result: RunDiff, a: str, b: str) -> str:
     n = len(result.per_rank)
     delta = result.together.step_delta_ns / n / 1e6
     who = f"on the mean of {n} ranks" if n > 1 else f"on rank {result.per_rank[0].rank}"
-    return f"In the recorded step, {b} takes {more_or_less(delta)} than {a} ({who}; no timed steps to compare)."
+    than = f"as long as {a}" if round(delta, 3) == 0 else f"{more_or_less(delta)} than {a}"
+    return f"In the recorded step, {b} takes {than} ({who}; no timed steps to compare)."
 
 
 def phase_sentence(result: RunDiff) -> str | None:
-    """The two phases with the largest Δ: the timed steps' phase timers, each with its verdict,
-    when known; else the trace's attribution (mean rank)."""
+    """Every phase with a Δ, largest first: the timed steps' phase timers, each with its
+    verdict, when known; else the trace's attribution (mean rank)."""
     if result.reconciled is not None and result.reconciled.filter(pl.col("phase") != "step").height:
         phases = result.reconciled.filter(pl.col("phase") != "step").select("phase", d="real_d_ms",
                                                                              verdict="verdict")
@@ -59,16 +60,18 @@ def phase_sentence(result: RunDiff) -> str | None:
             return None
         phases = attributed.select("phase", d=(pl.col("device_delta_ns") + pl.col("idle_delta_ns")) / 1e6)
         source = "the trace, mean rank" if len(result.per_rank) > 1 else "the trace"
-    top = phases.sort(pl.col("d").abs(), descending=True).head(2).iter_rows(named=True)
+    top = phases.filter(pl.col("d").round(3) != 0).sort(pl.col("d").abs(), descending=True).iter_rows(named=True)
     parts = [f"{r['phase']} {signed_ms(r['d'])}" + (f" ({r['verdict']})" if r.get("verdict") else "")
              for r in top]
-    return f"By phase: {' and '.join(parts)} ({source})."
+    if not parts or parts[0].startswith("unknown") and len(parts) == 1:  # a trace without phases says nothing
+        return None
+    return f"By phase: {', '.join(parts[:-1]) + ' and ' if len(parts) > 1 else ''}{parts[-1]} ({source})."
 
 
 def item_phrase(row: dict, a: str, b: str, by: str) -> str:
     """What one item is and how it moved, in words."""
     what = row["name"] if by == "kernel" else row["fsdp"]
-    phase = f" in {row['phase']}" if row.get("phase") else ""
+    phase = f" in {row['phase']}" if row.get("phase") not in (None, "unknown") else ""
     delta = row["delta_ns"] / 1e6
     if row["kind"] == "comm":
         subject = f"exposed {what.replace('_', '-')} time" if by == "kernel" else f"exposed comm ({what})"

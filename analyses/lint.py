@@ -90,8 +90,8 @@ def load_findings(facts: dict) -> list[dict]:
     elif str(facts.get("rank_from")).startswith("fused file"):
         rows.append(finding("info", "fused_file_split", f"one of {facts['fused_ranks']} processes of a file fusing "
                             f"several ranks, read as its rank ({facts['rank_from'][12:]})"))
-    elif facts.get("rank_from") == "default":
-        rows.append(finding("warning", "rank_guessed", "no rank in distributedInfo or the file name: taken as rank 0"))
+    elif facts.get("rank_from") == "default":  # context: traces that then claim one rank get `same_rank`
+        rows.append(finding("info", "rank_guessed", "no rank in distributedInfo or the file name: taken as rank 0"))
     if facts.get("schema", "kineto") != "kineto":
         rows.append(finding("info", "schema", f"older trace schema: {facts['schema']} (categories renamed on load)"))
     return rows
@@ -133,9 +133,9 @@ def device_findings(trace: Trace) -> list[dict]:
     orphans = gpu.filter(pl.col("step").is_null())
     if orphans.height:
         unlaunched = orphans.join(trace.calls.select("correlation").unique(), on="correlation", how="anti").height
-        rows.append(finding("warning", "orphan_gpu_work", f"{orphans.height:,} device activities ({_ns(orphans):,} ns) "
-                            "were launched outside every profiled step, so they are in no step's figures; "
-                            f"{unlaunched:,} of them have no launching call in the trace (launched before "
+        rows.append(finding("warning", "orphan_gpu_work", f"{orphans.height:,} device activities ({ms(_ns(orphans))}) "
+                            "launched outside every profiled step are in no step's figures; "
+                            f"{unlaunched:,} have no launching call in the trace (launched before "
                             "profiling started)", orphans.height, _ns(orphans)))
     unlinked = gpu.filter(pl.col("correlation").is_null())
     if unlinked.height:
@@ -150,6 +150,11 @@ def device_findings(trace: Trace) -> list[dict]:
     return rows
 
 
+def ms(ns: int) -> str:
+    """A time as the details print it: ms, 3 decimals (the `ns` column keeps the integer)."""
+    return f"{ns / 1e6:,.3f} ms"
+
+
 def _ns(frame: pl.DataFrame) -> int:
     return int((frame["end"] - frame["start"]).sum())
 
@@ -162,7 +167,7 @@ def _lag(trace: Trace) -> list[dict]:
              .with_columns(start=pl.max_horizontal("start", "cpu_end"))
              .filter(pl.col("end") > pl.col("start")))
     lag = after.group_by("step").agg(ns=(pl.col("end") - pl.col("start")).sum()).sort("step")
-    return [finding("info", "gpu_lag", f"step {s}'s device work ran {ns:,} ns after step {s}'s CPU window ended "
+    return [finding("info", "gpu_lag", f"step {s}'s device work ran {ms(ns)} after step {s}'s CPU window ended "
                     "(it belongs to step {s}: launch correlation)".replace("{s}", str(s)), None, ns, s)
             for s, ns in lag.iter_rows()]
 
@@ -178,7 +183,7 @@ def _same_stream_overlap(gpu: pl.DataFrame) -> list[dict]:
         return []
     ns = int(hit["over"].sum())
     return [finding("warning", "same_stream_overlap", f"{hit.height:,} kernels overlap the previous one on "
-                    f"their stream ({ns:,} ns): a stream runs one at a time, so timestamps are off", hit.height, ns)]
+                    f"their stream ({ms(ns)}): a stream runs one at a time, so timestamps are off", hit.height, ns)]
 
 
 def _launches_without_any_record(trace: Trace) -> list[dict]:
@@ -224,6 +229,7 @@ def run_findings(run) -> pl.DataFrame:
         rows.append(finding("error", "missing_ranks",
                             f"{len(missing)} of {max(sizes)} ranks have no trace in the directory: {_ranges(missing)}",
                             len(missing)))
+    rows += _same_rank(infos)
     for key, label in (("schema", "schema"), ("schema_version", "schemaVersion"), ("nccl_version", "NCCL version"),
                        ("backend", "backend")):
         values = {t.rank: (t.facts if key == "schema" else t.meta).get(key) for t in infos}
@@ -235,6 +241,17 @@ def run_findings(run) -> pl.DataFrame:
     if len(infos) > 1:
         rows += _group_count_mismatch({r.info.rank: r.value.group_counts for r in run.results})
     return by_severity(rows)
+
+
+def _same_rank(infos: list) -> list[dict]:
+    """Several traces of a run that claim one rank and are not its profiling cycles
+    (`loading.cycles_by_rank`): every one is kept and shown, named by its file."""
+    by_rank: dict[int, list[str]] = {}
+    for t in infos:
+        by_rank.setdefault(t.rank, []).append(name(t.path))
+    return [finding("warning", "same_rank", f"{len(files)} traces claim rank {rank} ({', '.join(files)}): each is "
+                    "shown, named by its file; figures across ranks pair the wrong traces", len(files))
+            for rank, files in sorted(by_rank.items()) if len(files) > 1]
 
 
 def _group_count_mismatch(counts: dict[int, pl.DataFrame]) -> list[dict]:
@@ -276,10 +293,10 @@ def _clock_skew(firsts: dict[int, pl.DataFrame]) -> list[dict]:
     first = everywhere.filter(pl.col("pg") == pg).sort("rank")
     start_spread = int(first["start"].max() - first["start"].min())
     end_spread = int(first["end"].max() - first["end"].min())
-    offsets = ", ".join(f"rank {r} {s - first['start'].min():+,}" for r, s in first.select("rank", "start").iter_rows())
+    offsets = ", ".join(f"rank {r} {(s - first['start'].min()) / 1e6:+.3f}" for r, s in first.select("rank", "start").iter_rows())
     severity = "warning" if end_spread > 100_000 else "info"
     return [finding(severity, "clock_skew", f"first collective ({first['coll_kind'][0]}, process group {pg}) starts "
-                    f"spread {start_spread:,} ns ({offsets} ns); its ends spread {end_spread:,} ns",
+                    f"spread {ms(start_spread)} ({offsets} ms); its ends spread {ms(end_spread)}",
                     len(firsts), start_spread)]
 
 
@@ -308,8 +325,8 @@ def notes(per_trace: list, per_run: list) -> list[str]:
     lines = []
     for (severity, kind), group in rows.group_by("severity", "kind", maintain_order=True):
         traces = group["path"].drop_nulls().unique(maintain_order=True)
-        where = f" in {traces.len()} trace(s), e.g. {traces[0]}" if traces.len() > 1 else \
-            (f" in {traces[0]}" if traces.len() else "")
+        where = f" in {traces.len()} traces, e.g. {name(traces[0])}" if traces.len() > 1 else \
+            (f" in {name(traces[0])}" if traces.len() else "")
         more = f" (+{group.height - 1} more)" if group.height > 1 else ""
         lines.append(f"{severity}: {kind}{where}: {group['detail'][0]}{more}")
     return lines

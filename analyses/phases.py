@@ -7,15 +7,21 @@ start ≤ call start, end ≥ call end) give:
   main thread waits inside `tracekit#backward`), or, where the launch is not in the trace (a
   `cupti` recording), the one its `External id` names — forward, backward, optimizer, checkpoint;
   without one (traces of other harnesses), `optimizer` inside `Optimizer.step#…`/
-  `Optimizer.zero_grad#…`, `backward` inside an autograd engine function or an FSDP backward
-  hook, else `forward`;
+  `Optimizer.zero_grad#…`; `backward` inside an autograd engine function, an autograd node
+  or backward op (`CudnnConvolutionBackward`, `aten::cudnn_convolution_backward_weight`: any
+  name holding "backward"), an FSDP backward hook, or launched from an autograd thread (one
+  that records no `ProfilerStep#N` and runs backward ops: PyTorch 1.8-era traces); else
+  `forward` — or `unknown` where the trace holds none of these signs, or the launch is not
+  in it;
 - `fsdp`: the innermost FSDP label (FSDP1's `FullyShardedDataParallel.forward`, which wraps
   the module's whole forward, is not one) — FSDP2 `FSDP::pre_forward (blocks.3)`,
   `fsdp::all_gather_copy_in`, `FSDP::post_backward_reduce (…)`…, FSDP1
   `FullyShardedDataParallel._pre_forward`, `.rate_limiter`, … — with its unit (the FQN in
   parentheses) split off into `unit`;
 - `op`: the CPU op that launched it (same External id); in a `lean` trace, where there is none,
-  the one `naming.named` copied from the full step (`derived["lean-names"]`).
+  the one `naming.named` copied from the full step (`derived["lean-names"]`); for an activity
+  without an External id that any CPU op has (MTIA's, some runtimes'), the innermost CPU op
+  enclosing its launching call on the call's thread.
 """
 
 from __future__ import annotations
@@ -26,7 +32,8 @@ from tracekit.core.model import Trace
 
 FSDP_LABEL = r"^(FSDP::|fsdp::|FullyShardedDataParallel\.)"
 MODULE_FORWARD = "FullyShardedDataParallel.forward"
-MARKERS = FSDP_LABEL + r"|^Optimizer\.(step|zero_grad)#|^autograd::engine::evaluate_function"
+BACKWARD = r"(?i)backward|^autograd::engine::evaluate_function"
+MARKERS = FSDP_LABEL + r"|^Optimizer\.(step|zero_grad)#|" + BACKWARD
 RUNNER_PHASE = r"^tracekit#(forward|backward|optimizer|checkpoint)$"  # runners/clock.py
 
 
@@ -47,7 +54,7 @@ def launch_context(trace: Trace) -> pl.DataFrame:
             .group_by("row", maintain_order=True).agg(label=pl.col("m_name").first()))
     coarse = found.group_by("row").agg(
         optimizer=pl.col("m_name").str.starts_with("Optimizer.").any(),
-        backward=(pl.col("m_name").str.starts_with("autograd::") | pl.col("m_name").str.contains("backward")).any())
+        backward=pl.col("m_name").str.contains(BACKWARD).any())
     runner = trace.ops.filter(pl.col("name").str.contains(RUNNER_PHASE)).select(
         r_start="start", r_end="end", runner_phase=pl.col("name").str.extract(RUNNER_PHASE, 1))
     by_runner = (launches.filter(pl.col("c_start").is_not_null())
@@ -58,18 +65,37 @@ def launch_context(trace: Trace) -> pl.DataFrame:
     uncalled = (launches.filter(pl.col("c_start").is_null()).join(named_ranges, on="ext_id")  # `cupti`: no calls
                 .select("row", "runner_phase"))
     by_runner = pl.concat([by_runner, uncalled])
+    autograd = autograd_threads(trace.ops)
+    signs = runner.height > 0 or marks.height > 0  # the trace says anything of its phases
     launcher = trace.ops.filter(pl.col("cat") == "cpu_op").select("ext_id", op=pl.col("name")).unique("ext_id")
+    unlinked = launches.filter(pl.col("c_start").is_not_null()
+                               & ~pl.col("ext_id").is_in(launcher["ext_id"].drop_nulls().implode()).fill_null(False))
+    cpu = trace.ops.filter(pl.col("cat") == "cpu_op").select(
+        o_tid="tid", o_start="start", o_end="end", enclosing=pl.col("name"))
+    enclosing = (unlinked.join_where(cpu, pl.col("o_start") <= pl.col("c_start"), pl.col("o_end") >= pl.col("c_end"))
+                 .filter(pl.col("o_tid") == pl.col("c_tid"))
+                 .sort("row", "o_start", "o_end", descending=[False, True, False])
+                 .group_by("row", maintain_order=True).agg(pl.col("enclosing").first()))
     named = trace.derived.get("lean-names", pl.DataFrame(schema={"row": pl.UInt32, "op": pl.String}))
-    return (launches.select("row", "ext_id").join(fsdp, on="row", how="left").join(coarse, on="row", how="left")
+    return (launches.select("row", "ext_id", "c_tid").join(fsdp, on="row", how="left").join(coarse, on="row", how="left")
             .join(by_runner, on="row", how="left").join(launcher, on="ext_id", how="left")
-            .join(named.rename({"op": "named_op"}), on="row", how="left")
-            .with_columns(op=pl.coalesce("op", "named_op"),
+            .join(named.rename({"op": "named_op"}), on="row", how="left").join(enclosing, on="row", how="left")
+            .with_columns(op=pl.coalesce("op", "named_op", "enclosing"),
                 phase=pl.when(pl.col("runner_phase").is_not_null()).then(pl.col("runner_phase"))
                 .when(pl.col("optimizer")).then(pl.lit("optimizer"))
-                .when(pl.col("backward")).then(pl.lit("backward")).otherwise(pl.lit("forward")),
+                .when(pl.col("backward") | pl.col("c_tid").is_in(autograd)).then(pl.lit("backward"))
+                .when(pl.col("c_tid").is_not_null() & signs).then(pl.lit("forward")).otherwise(pl.lit("unknown")),
                 fsdp=pl.col("label").str.replace(r" \(.*\)$", ""),
                 unit=pl.col("label").str.extract(r"\((.*)\)$", 1))
             .select("row", "phase", "fsdp", "unit", "op").sort("row"))
+
+
+def autograd_threads(ops: pl.DataFrame) -> list:
+    """The threads that record no `ProfilerStep#N` but run backward ops: the autograd
+    engine's device threads."""
+    per_thread = ops.group_by("tid").agg(
+        steps=pl.col("name").str.starts_with("ProfilerStep#").any(), backward=pl.col("name").str.contains(BACKWARD).any())
+    return per_thread.filter(~pl.col("steps") & pl.col("backward"))["tid"].to_list()
 
 
 # FSDP1's and FSDP2's labels (unit stripped) → one phase vocabulary (docs/diff.md, "--by fsdp").

@@ -12,7 +12,9 @@
 - blame: the CPU ops/annotations on the same thread that enclose the call (start ≤ call start,
   end ≥ call end), innermost first; `ProfilerStep#N` is left out.
 - CUPTI's `cuda_sync` events ("Event Sync", "Stream Wait Event", "Stream Sync", "Context Sync")
-  are device-side records of synchronisation, not host waits; they are counted apart.
+  are device-side records of synchronisation, not host waits: the ledger lists them apart, as
+  `cuda_sync: <name>` with no blocked or idle time, blamed on the ops around the call they
+  belong to (one entry per step and name), and counts them in `cuda_sync_events.<name>`.
 """
 
 from __future__ import annotations
@@ -54,6 +56,19 @@ def blame_chains(intervals: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
             .group_by("call", maintain_order=True).agg(blame=pl.col("o_name")))
 
 
+def device_syncs(trace: Trace) -> pl.DataFrame:
+    """The CUPTI cuda_sync records whose call is in a step, as ledger rows: step, api
+    (`cuda_sync: <name>`), blame (of their call), innermost (null: one group per name),
+    blocked_ns and gpu_idle_ns null."""
+    calls = trace.calls.select("correlation", "step", "tid", "start", "end").unique("correlation")
+    records = (trace.marks.filter(pl.col("cat") == "cuda_sync").select("name", "correlation")
+               .join(calls, on="correlation").filter(pl.col("step").is_not_null()).with_row_index("call"))
+    return records.join(blame_chains(records, trace.ops), on="call", how="left").select(
+        "step", api=pl.lit("cuda_sync: ") + pl.col("name"),
+        blame=pl.col("blame").fill_null(pl.lit([], dtype=pl.List(pl.String))),
+        innermost=pl.lit(None, pl.String), blocked_ns=pl.lit(None, pl.Int64), gpu_idle_ns=pl.lit(None, pl.Int64))
+
+
 def cuda_sync_events(trace: Trace) -> pl.DataFrame:
     """(step, name, n): CUPTI cuda_sync records, in the step of the call they belong to."""
     marks = trace.marks.filter(pl.col("cat") == "cuda_sync")
@@ -64,22 +79,26 @@ def cuda_sync_events(trace: Trace) -> pl.DataFrame:
 
 def sync_ledger(trace: Trace) -> pl.DataFrame:
     """One row per step: `calls` = [{api, count, blocked_ns, gpu_idle_ns, blame, chains}], one
-    entry per (api, innermost blame), biggest blocked time first; `blame` is the group's most
+    entry per (api, innermost blame) of the host syncs, biggest blocked time first, then one
+    per cuda_sync record name (`device_syncs`); `blame` is the group's most
     frequent chain and `chains` = [{blame, count, blocked_ns}] every distinct chain in it (the
     FSDP1 rate limiter inside `_pre_forward` in the forward and inside the backward prefetch
     in the backward); `cuda_sync_events.<name>` counts."""
-    syncs = host_syncs(trace).filter(pl.col("step").is_not_null()).with_columns(
+    host = host_syncs(trace).filter(pl.col("step").is_not_null()).with_columns(
         innermost=pl.col("blame").list.first())
+    syncs = pl.concat([host.select("step", "api", "blame", "innermost", "blocked_ns", "gpu_idle_ns"),
+                       device_syncs(trace)])
     chains = (syncs.group_by("step", "api", "innermost", "blame")
-              .agg(count=pl.len().cast(pl.Int64), blocked_ns=pl.col("blocked_ns").sum())
-              .sort("count", "blocked_ns", descending=True))
+              .agg(count=pl.len().cast(pl.Int64), blocked_ns=known_sum("blocked_ns"))
+              .sort("count", "blocked_ns", pl.col("blame").list.join(" < "), descending=[True, True, False],
+                    nulls_last=True))
     groups = (syncs.group_by("step", "api", "innermost")
-              .agg(count=pl.len().cast(pl.Int64), blocked_ns=pl.col("blocked_ns").sum(),
+              .agg(count=pl.len().cast(pl.Int64), blocked_ns=known_sum("blocked_ns"),
                    gpu_idle_ns=known_sum("gpu_idle_ns"))
               .join(chains.group_by("step", "api", "innermost", maintain_order=True).agg(
                   blame=pl.col("blame").first(), chains=pl.struct("blame", "count", "blocked_ns")),
                   on=["step", "api", "innermost"], nulls_equal=True)
-              .sort("step", "blocked_ns", descending=[False, True]))
+              .sort("step", "blocked_ns", "count", descending=[False, True, True], nulls_last=True))
     per_step = groups.group_by("step", maintain_order=True).agg(
         calls=pl.struct("api", "count", "blocked_ns", "gpu_idle_ns", "blame", "chains"))
     table = trace.steps.select("step").join(per_step, on="step", how="left").with_columns(

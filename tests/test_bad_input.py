@@ -54,13 +54,18 @@ def test_directory_without_traces(tmp_path):
     assert result.exit_code == 2 and "no trace files in this directory" in result.stderr
 
 
-def test_two_traces_of_one_rank_are_two_cycles_and_a_note(tmp_path):
+def test_two_traces_claiming_one_rank_are_both_shown_named_and_warned(tmp_path):
+    """Two files of rank 0 whose steps are the same numbers are not one process's profiling
+    cycles (a process numbers its steps on): both are read, each named by its file, and every
+    verb warns (issue 27, item 2)."""
     for name in ("a.json", "b.json"):
         synth.write(tmp_path, name, GOOD)
     result = run("summary", "--format", "json", tmp_path)
-    assert result.exit_code == 0 and len(json.loads(result.stdout)["traces"]) == 1
-    assert "other_cycles" not in result.stderr  # another cycle is context, shown by `tracekit lint`
-    assert "other_cycles" in run("lint", tmp_path).stdout
+    assert result.exit_code == 0 and [t["path"] for t in json.loads(result.stdout)["traces"]] == [
+        str(tmp_path / "a.json"), str(tmp_path / "b.json")]
+    assert "warning: same_rank" in result.stderr and "a.json, b.json" in result.stderr
+    table = run("summary", tmp_path).stdout.splitlines()
+    assert [line.split()[0] for line in table[2:]] == ["a", "b"]  # the run column names each file
 
 
 def test_missing_rank_selection(tmp_path):

@@ -42,7 +42,7 @@ def test_the_top_kernel_is_what_a_plain_scan_finds():
         top = step["kernels"][0]
         assert (top["name"], top["count"], top["total_ns"]) == (name, count, total)
         assert top["mean_ns"] == round(total / count)
-        assert top["busy_pct"] == round(total / step["gpu_busy_ns"] * 100, 2)
+        assert top["pct_of_busy"] == round(total / step["gpu_busy_ns"] * 100, 2)
         assert len(step["kernels"]) == 10  # --top 10
 
 

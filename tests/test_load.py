@@ -71,9 +71,10 @@ def test_run_directory_skips_non_trace_json_and_orders_ranks(tmp_path):
 
 
 def test_several_files_of_one_rank_are_cycles_in_time_order(tmp_path):
-    """Two traces of rank 0 that start at different times: the later is the last cycle."""
-    for name, start in (("b.json", 0.0), ("a.json", 500.0)):
-        synth.write(tmp_path, name, synth.doc([synth.step(1, start, 10.0)], rank=0))
+    """Two traces of rank 0 that start at different times, the later one's steps numbered on
+    from the earlier one's: the later is the last cycle."""
+    for name, start, step in (("b.json", 0.0, 1), ("a.json", 500.0, 2)):
+        synth.write(tmp_path, name, synth.doc([synth.step(step, start, 10.0)], rank=0))
     later, earlier = str(tmp_path / "a.json"), str(tmp_path / "b.json")
     run = tracekit.load(tmp_path)
     assert [t.path for t in run.traces] == [later] and run.facts["other_cycles"] == {later: [earlier]}

@@ -108,19 +108,30 @@ def cycles_by_name(found: list[str], cycle: str) -> tuple[list[str], dict[str, l
 
 
 def cycles_by_rank(traces: list, cycle: str) -> tuple[list, dict[str, list[str]]]:
-    """One trace per rank (anything with path, rank, meta, origin_us): several of one rank are
-    cycles, in order of their first event."""
+    """One trace per rank (anything with path, rank, meta, origin_us, step_numbers): several of
+    one rank are profiling cycles of one process, in order of their first event, when each
+    one's steps come after the previous one's (a process numbers its steps on); otherwise they
+    are different traces claiming one rank (two single-GPU runs), and every one is kept (lint's
+    `same_rank`)."""
     by_rank: dict[int, list] = {}
     for t in traces:
         by_rank.setdefault(t.rank, []).append(t)
     kept, others = [], {}
     for rank, group in by_rank.items():
         group.sort(key=lambda t: (t.meta["base_time_ns"] or 0, t.origin_us, t.path))
+        if not successive(group):
+            kept.extend(group)
+            continue
         i = _pick(group, cycle, group[0].path.rsplit("/", 1)[0])
         kept.append(group[i])
         if len(group) > 1:
             others[group[i].path] = [t.path for j, t in enumerate(group) if j != i]
     return kept, others
+
+
+def successive(group: list) -> bool:
+    """Whether each trace's step numbers all come after the previous trace's."""
+    return all(min(b.step_numbers, default=0) > max(a.step_numbers, default=0) for a, b in zip(group, group[1:]))
 
 
 class NotATrace(TraceError):

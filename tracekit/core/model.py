@@ -45,6 +45,10 @@ class Trace:
     def has_gpu(self) -> bool:
         return self.gpu.height > 0
 
+    @property
+    def step_numbers(self) -> list[int]:
+        return self.steps["step"].to_list()
+
 
 @dataclass
 class Run:

@@ -29,10 +29,12 @@ class TraceInfo:
     meta: dict
     facts: dict
     origin_us: int
+    step_numbers: list[int]
 
     @classmethod
     def of(cls, trace: Trace) -> TraceInfo:
-        return cls(trace.path, trace.rank, trace.world_size, trace.meta, trace.facts, trace.origin_us)
+        return cls(trace.path, trace.rank, trace.world_size, trace.meta, trace.facts, trace.origin_us,
+                   trace.step_numbers)
 
 
 @dataclass
@@ -91,6 +93,9 @@ def analyse(paths, task, *, comm_kernels: tuple[str, ...] = (), cycle: str = "la
             chosen, others = cycles_by_name(files.trace_files(path), cycle)
             plans.append((str(path), chosen, {"directory": True, "other_cycles": others}))
         else:
+            if cycle.isdigit() and cycle != "1":
+                raise TraceError(path, f"--cycle {cycle}: a trace file holds one profiling cycle "
+                                       "(a directory of a rank's cycles offers several)")
             plans.append((str(path), [str(path)], {}))
     jobs = [f for _, chosen, _ in plans for f in chosen]
     if workers is None and not (scheduler or os.environ.get("TRACEKIT_SCHEDULER") or os.environ.get("TRACEKIT_WORKERS")):

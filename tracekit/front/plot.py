@@ -118,6 +118,7 @@ def timeline(traces: list, step: int | None, path) -> Path:
         raise TraceError(", ".join(t.path for t in traces), "no step with GPU work to draw")
     n_lanes = sum(len(rows) for _, _, _, rows in panels)
     fig, axes = plt.subplots(len(panels), 1, figsize=(14, 0.45 * n_lanes + 1.2 * len(panels)), squeeze=False)
+    longest = max((own["end"].max() - own["start"].min()) / 1e6 for _, _, own, _ in panels)
     for ax, (trace, chosen, own, drawn) in zip(axes[:, 0], panels):
         origin = own["start"].min()
         labels = []
@@ -128,7 +129,7 @@ def timeline(traces: list, step: int | None, path) -> Path:
         ax.set_yticks(range(len(labels)), labels, fontsize=8)
         ax.invert_yaxis()
         span = (own["end"].max() - origin) / 1e6
-        ax.set_xlim(0, span)
+        ax.set_xlim(0, longest)  # one scale for every rank: their lengths compare at a glance
         ax.set_title(f"rank {trace.rank}, step {chosen}: GPU span {span:.2f} ms — {Path(trace.path).name}", fontsize=9)
     axes[-1, 0].set_xlabel("ms from the step's first GPU activity")
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in (*COLOURS.values(), *PARTITION_COLOURS.values())]

@@ -11,10 +11,11 @@ from __future__ import annotations
 import json
 import math
 import textwrap
+from dataclasses import replace
 
 import polars as pl
 
-from .views import VIEWS, Layout, View, chosen, table_text, terminal_width
+from .views import VIEWS, Layout, View, chosen, table_text, terminal_width, with_figures
 
 
 def defined(value):
@@ -92,8 +93,16 @@ def render_frame(frame: pl.DataFrame, fmt: str, view: str | None = None, layout:
     if fmt == "csv":
         return frame.write_csv()
     if fmt == "table":
-        return table_text(chosen(frame, VIEWS.get(view, View()), layout))
-    with pl.Config(tbl_formatting="MARKDOWN", tbl_rows=-1, tbl_cols=-1, tbl_width_chars=65_000,
+        shown = VIEWS.get(view, View())
+        table = with_figures(chosen(frame, shown, layout))
+        if not table.height:
+            return textwrap.fill(shown.empty, terminal_width())
+        text = table_text(table)
+        if shown.telling and max(map(len, text.splitlines())) > terminal_width():  # they fit, or --wide shows them
+            text = table_text(with_figures(chosen(frame, replace(shown, telling={}, default=tuple(
+                c for c in shown.default if c not in shown.telling)), layout)))
+        return text
+    with pl.Config(tbl_formatting="MARKDOWN", tbl_rows=-1, tbl_cols=-1, tbl_width_chars=65_000, fmt_float="full",
                    fmt_str_lengths=65_000, tbl_hide_dataframe_shape=True, tbl_hide_column_data_types=True):
         return str(frame)
 

@@ -10,6 +10,8 @@ default, add names to its `View.default` (raw or shown names; absent ones are sk
 
 from __future__ import annotations
 
+import math
+import re
 import shutil
 import textwrap
 from dataclasses import dataclass, field
@@ -26,6 +28,10 @@ class View:
     aliases: dict = field(default_factory=dict)  # raw column → shown name (before the unit suffix)
     kernel_names: tuple[str, ...] = ()  # raw columns of kernel names, shown without `void`, namespaces, arguments
     varied: tuple[str, ...] = ("run", "step")  # default columns shown only when they take more than one value
+    empty: str = "no figures in these traces"  # the table's one line when no row has a figure
+    implied: dict = field(default_factory=dict)  # default column → the column that says it already
+    telling: dict = field(default_factory=dict)  # default column → the rows' keys: shown only where two
+    # rows that share those keys differ in it (the process group, dtype, device of look-alike rows)
 
 
 @dataclass(frozen=True)
@@ -37,6 +43,10 @@ class Layout:
 
 
 SPAN = "gpu_span_ns"
+KEYS = ("run", "rank", "step", "agg", "device", "path", "variant", "n_steps")  # what names a row, not a figure
+DEVICE_ONLY = ("no device activity (kernel, memcpy or memset records) in these steps: {} device work. "
+               "CPU-only (gloo) runs: host-side collectives in `tracekit comms`, CPU time in `summary`")
+WORD = 24  # a text column is kept this wide, where its words are, before a column's name breaks
 WRAPPED = 16  # text columns wider than this wrap when the table is too wide; names (run, kind) do not
 VIEWS = {
     "summary": View(("run", "rank", "step", "agg", "device", "cpu_ms", "gpu_span_ms", "busy_pct",
@@ -44,25 +54,29 @@ VIEWS = {
                     {"busy_pct": ("gpu_busy_ns", SPAN), "idle_pct": ("idle_ns", SPAN),
                      "exposed_comm_pct": ("exposed_comm_ns", SPAN), "host_idle_pct": ("host_idle_ns", SPAN)}),
     "overlap": View(("run", "rank", "step", "agg", "device", "comm_ms", "compute_ms", "overlap_pct",
-                     "exposed_comm_ms", "comm_alone_ms")),
+                     "exposed_comm_ms", "comm_alone_ms"), empty=DEVICE_ONLY.format("overlap is a figure of")),
     "breakdown": View(("run", "rank", "step", "agg", "device", "span_ms", "category", "cause", "ms", "pct"),
                       {"pct": ("parts.ns", "span_ns")},
-                      {"parts.category": "category", "parts.cause": "cause", "parts.ns": "ns"}),
+                      {"parts.category": "category", "parts.cause": "cause", "parts.ns": "ns"},
+                      empty=DEVICE_ONLY.format("the breakdown splits")),
     "syncs": View(("run", "rank", "step", "agg", "api", "count", "blocked_ms", "gpu_idle_ms", "blame"),
                   aliases={"calls.api": "api", "calls.count": "count", "calls.blocked_ns": "blocked_ns",
-                           "calls.gpu_idle_ns": "gpu_idle_ns", "calls.blame": "blame", "calls.chains": "chains"}),
-    "comms": View(("run", "rank", "step", "agg", "pg", "kind", "count", "bytes", "kernel_ms", "exposed_ms",
-                   "busbw_gbps", "wait_ms"),
+                           "calls.gpu_idle_ns": "gpu_idle_ns", "calls.blame": "blame", "calls.chains": "chains"},
+                  empty="no host-blocking calls (cudaDeviceSynchronize, cudaStreamSynchronize, …) in these traces"),
+    "comms": View(("run", "rank", "step", "agg", "pg", "kind", "dtype", "device", "count", "bytes", "kernel_ms",
+                   "exposed_ms", "busbw_gbps", "wait_ms"),
                   aliases={f"collectives.{c}": c for c in
                            ("pg", "kind", "dtype", "device", "stream", "count", "bytes", "kernel_ns", "exposed_ns",
                             "algbw_gbps", "busbw_gbps", "transfer_ns", "wait_ns", "mismatched")},
-                  varied=("run", "step", "pg")),
-    "kernels": View(("run", "rank", "step", "agg", "count", "total_ms", "mean_ms", "busy_pct", "category",
+                  varied=("run", "step"), empty="no collectives (device kernels or host-side ops) in these traces",
+                  telling={c: ("path", "rank", "step", "agg", "kind") for c in ("pg", "dtype", "device")}),
+    "kernels": View(("run", "rank", "step", "agg", "count", "total_ms", "mean_ms", "pct_of_busy", "category",
                      "coll_kind", "pct_peak", "name", "op"),
                     aliases={f"kernels.{c}": c for c in
-                             ("name", "op", "category", "coll_kind", "count", "total_ns", "mean_ns", "busy_pct",
+                             ("name", "op", "category", "coll_kind", "count", "total_ns", "mean_ns", "pct_of_busy",
                               "tflops", "pct_peak")},
-                    kernel_names=("kernels.name",)),
+                    kernel_names=("kernels.name",), empty=DEVICE_ONLY.format("kernels lists"),
+                    implied={"coll_kind": "name", "category": "name"}),  # a kernel's name says what it is
     "lint": View(("run", "rank", "severity", "kind", "count", "step", "detail")),
     "critical-path": View(("run", "rank", "step", "agg", "span_ms", "host_pct", "gpu_pct", "comm_pct", "wait_pct",
                            "category", "name", "ms"),
@@ -109,10 +123,31 @@ def human_bytes(expr: pl.Expr) -> pl.Expr:
     return text.otherwise(pl.format("{} B", expr))
 
 
+# Launchers whose meaning is in their first template argument: shown as `launcher<argument>`.
+LAUNCHERS = (r"^((at::native::)?(vectorized_|unrolled_|index_)?elementwise_kernel|(at::native::)?reduce_kernel|"
+             r"(at::native::)?multi_tensor_apply_kernel|cutlass::Kernel\d*|cutlass::device_kernel)$")
+
+
+LONGEST = 48  # characters of a kernel's name in a table
+
+
 def short_kernel_name(name: pl.Expr) -> pl.Expr:
-    """`void at::native::(anonymous namespace)::f<T>(float*, long)` → `f<T>`."""
-    return (name.str.replace(r"^void ", "").str.replace_all(r"\(anonymous namespace\)::", "")
-            .str.replace_all(r"\bat::native::", "").str.replace(r"\([^()]*\)$", ""))
+    """A kernel's base name, as `nsys stats` shows it: no `void `, anonymous namespaces or
+    `at::native::`, no template or argument lists; a generic launcher keeps the head of its
+    first template argument (`cutlass::Kernel2<cutlass_80_wmma_tensorop_bf16_s161616gemm_…>`,
+    `vectorized_elementwise_kernel<…FillFunctor>` keeps its functor's name); past `LONGEST`
+    characters the middle is elided (the full name: `--wide`, json, csv, md)."""
+    clean = (name.str.replace(r"^void ", "").str.replace_all(r"\(anonymous namespace\)::", "")
+             .str.replace_all(r"\bat::native::", ""))
+    base = clean.str.extract(r"^([^<(]+)", 1).str.strip_chars()
+    functor = clean.str.extract(r"([A-Za-z0-9_]+(?:_kernel_cuda|Functor|_functor))", 1)
+    argument = clean.str.extract(r"^[^<(]+<\s*(?:\d+\s*,\s*)*([A-Za-z_][A-Za-z0-9_:]*)", 1)
+    shown = (pl.when(base.str.contains(LAUNCHERS) & functor.is_not_null()).then(base + "<" + functor + ">")
+             .when(base.str.contains(LAUNCHERS) & argument.is_not_null()).then(base + "<" + argument + ">")
+             .otherwise(base))
+    shown = pl.when(shown.is_null() | (shown == "")).then(name).otherwise(shown)
+    return pl.when(shown.str.len_chars() > LONGEST).then(  # generated names (Tensile's `Cijk_…`): the middle elided
+        shown.str.slice(0, 32) + "…" + shown.str.slice(-(LONGEST - 33))).otherwise(shown)
 
 
 def size_text(n: int) -> str:
@@ -120,11 +155,11 @@ def size_text(n: int) -> str:
     return pl.select(human_bytes(pl.lit(n, pl.Int64))).item()
 
 
-def in_units(raw: str, dtype, view: View) -> pl.Expr:
+def in_units(raw: str, dtype, view: View, wide: bool = False) -> pl.Expr:
     """The column as a person reads it: ns → ms (3 decimals), bytes → GiB/MiB/KiB, kernel
-    names short."""
+    names short (full with `wide`)."""
     col = pl.col(raw)
-    if raw in view.kernel_names:
+    if raw in view.kernel_names and not wide:
         return short_kernel_name(col)
     if not dtype.is_numeric():
         return col
@@ -135,14 +170,18 @@ def in_units(raw: str, dtype, view: View) -> pl.Expr:
     return col
 
 
-def catalogue(frame: pl.DataFrame, view: View) -> dict[str, pl.Expr]:
+def catalogue(frame: pl.DataFrame, view: View, wide: bool = False) -> dict[str, pl.Expr]:
     """Every column the table can show, by shown name: the frame's own, its run (the trace's
     directory) and the view's shares."""
-    out = {shown_name(c, view): in_units(c, t, view).alias(shown_name(c, view)) for c, t in frame.schema.items()}
-    if "path" in frame.columns:
+    out = {shown_name(c, view): in_units(c, t, view, wide).alias(shown_name(c, view)) for c, t in frame.schema.items()}
+    if "path" in frame.columns:  # a trace file's folder; its own name where two files of one rank share one
         path = pl.col("path").str.replace(r"/+$", "")
-        out["run"] = (pl.when(path.str.contains(r"\.json(\.gz)?$")).then(path.str.extract(r"([^/]+)/[^/]+$", 1))
-                      .otherwise(path.str.extract(r"([^/]+)$", 1)).alias("run"))
+        file = path.str.contains(r"\.json(\.gz)?$")
+        folder = pl.when(file).then(path.str.extract(r"([^/]+)/[^/]+$", 1)).otherwise(path.str.extract(r"([^/]+)$", 1))
+        same = ["rank"] if "rank" in frame.columns else []
+        own = path.str.extract(r"([^/]+)$", 1).str.replace(r"(\.pt)?(\.trace)?\.json(\.gz)?$", "")
+        out["run"] = (pl.when(file & (pl.col("path").n_unique().over(folder.fill_null(""), *same) > 1)).then(own)
+                      .otherwise(folder).alias("run"))
     for name, (part, whole) in view.shares.items():
         if part in frame.columns and whole in frame.columns:
             out[name] = (pl.col(part) / pl.col(whole) * 100).round(1).alias(name)
@@ -152,7 +191,7 @@ def catalogue(frame: pl.DataFrame, view: View) -> dict[str, pl.Expr]:
 def chosen(frame: pl.DataFrame, view: View, layout: Layout) -> pl.DataFrame:
     """The table's columns: `layout.columns`, every column with `wide`, else the view's
     default (of its `varied` columns, those that take more than one value)."""
-    shown = catalogue(frame, view)
+    shown = catalogue(frame, view, layout.wide)
     if layout.columns:
         names = {**{c: shown_name(c, view) for c in frame.columns},
                  **{view.aliases.get(c, c): shown_name(c, view) for c in frame.columns}, **{c: c for c in shown}}
@@ -162,65 +201,117 @@ def chosen(frame: pl.DataFrame, view: View, layout: Layout) -> pl.DataFrame:
         return frame.select(shown[names[c]] for c in layout.columns)
     if layout.wide or not view.default:
         return frame.select(shown[shown_name(c, view)] for c in frame.columns)
-    names = [c for c in view.default if c in shown and
+    names = [c for c in view.default if c in shown and view.implied.get(c) not in shown and
              (c not in view.varied or frame.select(shown[c].n_unique()).item() > 1)]
+    names = [c for c in names if c not in view.telling or telling(frame, shown[c], view.telling[c], view)]
+    if "step" in names and "agg" in names:  # one column: the step, or the statistic's row (`mean`)
+        shown["step"] = pl.coalesce(pl.col("agg"), pl.col("step").cast(pl.String)).alias("step")
+        names.remove("agg")
     return frame.select(shown[c] for c in names)
+
+
+def with_figures(table: pl.DataFrame) -> pl.DataFrame:
+    """The table's rows that show at least one figure (a row of blank cells says nothing)."""
+    figures = [c for c in table.columns if c not in KEYS]
+    if not figures:
+        return table
+    return table.filter(~pl.all_horizontal([pl.col(c).is_null() | (pl.col(c).cast(pl.String) == "") for c in figures]))
+
+
+def telling(frame: pl.DataFrame, column: pl.Expr, keys: tuple[str, ...], view: View) -> bool:
+    """Whether rows that share `keys` (shown names; those the frame has) differ in `column`."""
+    raw = {view.aliases.get(c, c): c for c in frame.columns}
+    by = [pl.col(raw[k]) for k in keys if k in raw] or [pl.lit(0)]
+    return frame.select(column.n_unique().over(by).max()).item() > 1
 
 
 def terminal_width() -> int:
     return shutil.get_terminal_size((100, 24)).columns
 
 
-def cell(value, decimals: int | None) -> str:
-    """A value as the table prints it: blank for null, thousands separators, fixed decimals
-    (4 significant digits where `decimals` is None)."""
+IDENTIFIERS = ("step", "rank", "device", "stream", "pg")  # numbers that name something: no separators
+
+
+def cell(value, decimals: int, separators: bool = True) -> str:
+    """A value as the table prints it: blank for null, thousands separators (not in
+    identifiers), a column's fixed decimals."""
     if value is None:
         return ""
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, int):
-        return f"{value:,}"
+        return f"{value:,}" if separators else str(value)
     if isinstance(value, float):
-        return f"{value:,.4g}" if decimals is None else f"{value:,.{decimals}f}"
+        return f"{value:,.{decimals}f}" if math.isfinite(value) else str(value)
     return str(value)
 
 
-def decimals(values: pl.Series) -> int | None:
-    """The decimals a float column shows: 3 for ms, what its values need (at most 2) for
-    percentages and rates, else None (4 significant digits)."""
+def decimals(values: pl.Series) -> int:
+    """The decimals of a float column, the same on every row: 3 for ms; what the values need
+    (1 or 2) for percentages and rates; else what the values need, at most 3."""
     if values.name == "ms" or values.name.endswith("_ms"):
         return 3
-    if not values.name.endswith(("pct", "gbps")):
-        return None
-    return max([min(2, len(repr(v).partition(".")[2])) for v in values if isinstance(v, float)] or [0])
+    most = 2 if values.name.endswith(("pct", "gbps")) else 3
+    needed = [len(f"{v:.{most}f}".rstrip("0").partition(".")[2]) for v in values
+              if isinstance(v, float) and math.isfinite(v)]
+    return max(needed, default=0) if most == 3 else max([1, *needed])
+
+
+def header_pieces(name: str, size: int) -> list[str]:
+    """A column's name on as many lines as `size` needs, broken after its underscores."""
+    parts, lines = re.findall(r"[^_]+_?|_", name), [""]
+    for part in parts:
+        if lines[-1] and len(lines[-1]) + len(part) > size:
+            lines.append("")
+        lines[-1] += part
+    return lines
 
 
 def table_text(frame: pl.DataFrame, width: int | None = None) -> str:
     """The frame as an aligned plain table (numbers right, text left, a rule under the names),
-    two spaces between columns. When it is wider than `width` (default: the terminal's), the
-    text columns wrap to share what the other columns leave; nothing is cut."""
+    two spaces between columns. When it is wider than `width` (default: the terminal's), first
+    the names of columns narrower than their name break after an underscore (`busbw_` over
+    `gbps`), then the text columns wrap to share what the other columns leave, each kept as
+    wide as its longest word where there is room; nothing is cut."""
     width = width or terminal_width()
     columns = frame.columns
-    texts = [[cell(v, decimals(frame[c])) for v in frame[c]] for c in columns]
-    numeric = [t.is_numeric() for t in frame.dtypes]
-    sizes = [max([len(c), *map(len, cells)]) for c, cells in zip(columns, texts)]
+    texts = [[cell(v, decimals(frame[c]), c not in IDENTIFIERS) for v in frame[c]] for c in columns]
+    numeric = [t.is_numeric() or c == "step" for c, t in zip(columns, frame.dtypes)]
+    cells = [max(map(len, column), default=0) for column in texts]
+    sizes = [max(len(c), n) for c, n in zip(columns, cells)]
+    gaps = 2 * (len(columns) - 1)
     wrap = [i for i, t in enumerate(frame.dtypes) if t == pl.String and sizes[i] > WRAPPED]
-    fixed = sum(s for i, s in enumerate(sizes) if i not in wrap) + 2 * (len(columns) - 1)
-    room = width - fixed
+    words = {i: min(sizes[i], WORD, max((len(w) for t in texts[i] for w in t.split()), default=0)) for i in wrap}
+    least = {i: max(len(columns[i]), words[i]) for i in wrap}  # a text column's width with no word broken
+    fixed = [i for i in range(len(columns)) if i not in wrap]
+    shortest = {i: max(cells[i], max(map(len, re.findall(r"[^_]+_?|_", columns[i])))) for i in fixed}
+    if sum(shortest.values()) + sum(least.values()) + gaps <= width:  # names break only where it makes it fit
+        for i in sorted(fixed, key=lambda i: cells[i] - sizes[i]):  # most to gain first
+            over = sum(sizes[j] for j in fixed) + sum(least.values()) + gaps - width
+            if over <= 0:
+                break
+            sizes[i] = max(shortest[i], sizes[i] - over)
+    heads = [header_pieces(c, sizes[i]) if len(c) > sizes[i] else [c] for i, c in enumerate(columns)]
+    room = width - sum(s for i, s in enumerate(sizes) if i not in wrap) - gaps
     if wrap and sum(sizes[i] for i in wrap) > room >= sum(len(columns[i]) for i in wrap):
-        for i in sorted(wrap, key=lambda i: sizes[i]):  # the narrow ones keep their width
-            share = room // len([j for j in wrap if sizes[j] >= sizes[i]])
-            sizes[i] = max(len(columns[i]), min(sizes[i], share))
+        if sum(least.values()) > room:
+            least = {i: len(columns[i]) for i in wrap}  # words must break too
+        order = sorted(wrap, key=lambda i: sizes[i])  # the narrow ones keep their width
+        for k, i in enumerate(order):
+            rest = order[k + 1:]
+            sizes[i] = max(least[i], min(sizes[i], room // (len(rest) + 1), room - sum(least[j] for j in rest)))
             room -= sizes[i]
 
-    def lines(row: list[str]) -> list[str]:
-        pieces = [textwrap.wrap(t, sizes[i], break_on_hyphens=False) or [""] if i in wrap else [t]
-                  for i, t in enumerate(row)]
+    def lines(pieces: list[list[str]]) -> list[str]:
         return ["  ".join((p[k] if k < len(p) else "").rjust(sizes[i]) if numeric[i] else
                           (p[k] if k < len(p) else "").ljust(sizes[i]) for i, p in enumerate(pieces)).rstrip()
                 for k in range(max(map(len, pieces)))]
 
-    out = lines(columns) + ["  ".join("─" * s for s in sizes)]
+    def row_lines(row: list[str]) -> list[str]:
+        return lines([textwrap.wrap(t, sizes[i], break_on_hyphens=False) or [""] if i in wrap else [t]
+                      for i, t in enumerate(row)])
+
+    out = lines(heads) + ["  ".join("─" * s for s in sizes)]
     for row in zip(*texts):
-        out += lines(list(row))
+        out += row_lines(list(row))
     return "\n".join(out)

@@ -4,6 +4,7 @@ and the helpers that load, analyse and print."""
 from __future__ import annotations
 
 import functools
+import textwrap
 from pathlib import Path
 
 import click
@@ -41,6 +42,18 @@ def sample_trace_path() -> str:
     return str(files("tracekit") / "data" / "fsdp1_rank0.trace.json.gz")
 
 
+def inputs(paths) -> list:
+    """`paths`, or the bundled sample trace with a note on stderr saying so (and how to read
+    the traces in the current folder, where there are any)."""
+    if paths:
+        return list(paths)
+    here = sorted(p.name for p in Path.cwd().glob("*.json*") if p.name.endswith((".json", ".json.gz")))
+    hint = f"; this folder holds {len(here)} JSON file(s): `tracekit <verb> .` reads them" if here else ""
+    say(f"no PATHS given: reading the bundled sample trace {Path(sample_trace_path()).name} "
+        f"(FSDP1, rank 0 of 2 × H200){hint}")
+    return [sample_trace_path()]
+
+
 def analysed_runs(paths, options: dict, analysis=None, here: bool = False, rank: int | None = None) -> list:
     """`analysis(trace)` for every trace under `paths` (default: the embedded sample trace),
     per run (`runs.analyse`: in worker processes or on a Dask cluster unless `here`), with the
@@ -54,10 +67,10 @@ def analysed_runs(paths, options: dict, analysis=None, here: bool = False, rank:
     load = {k: options[k] for k in ("comm_kernels", "cycle", "cache")}
     where = {"workers": 1} if here else {"workers": options["workers"], "scheduler": options["scheduler"]}
     first_named = partial(named_then, analysis=analysis, comm_kernels=options["comm_kernels"], cache=options["cache"])
-    runs = analyse(paths or [sample_trace_path()], partial(checked, analysis=first_named), **load, **where)
+    runs = analyse(inputs(paths), partial(checked, analysis=first_named), **load, **where)
     per_trace, per_run = lint(runs)
     for note in notes([(t, f) for t, f in per_trace if rank is None or t.rank == rank], per_run):
-        click.echo(f"tracekit: {note}", err=True)
+        say(note)
     return runs
 
 
@@ -81,11 +94,21 @@ def named_then(trace, analysis=None, comm_kernels: tuple = (), cache=None):
     return analysis(trace) if analysis is not None else None
 
 
+def say(note: str) -> None:
+    """`tracekit: NOTE` on stderr, wrapped at the terminal's width."""
+    from tracekit.front.views import terminal_width
+
+    click.echo(textwrap.fill(f"tracekit: {note}", terminal_width(), subsequent_indent="  ",
+                             break_on_hyphens=False, break_long_words=False), err=True)
+
+
 def of_ranks(runs, rank: int | None, paths) -> list:
     """[(TraceInfo, analysis result)] of the runs' traces, or of `rank`'s only."""
     found = [(r.info, r.value.value) for run in runs for r in run.results if rank is None or r.info.rank == rank]
     if not found:
-        raise TraceError(", ".join(map(str, paths)), f"no trace of rank {rank}")
+        there = sorted({r.info.rank for run in runs for r in run.results})
+        raise TraceError(", ".join(map(str, paths)) or "the sample trace",
+                         f"no trace of rank {rank} (ranks here: {', '.join(map(str, there))})")
     return found
 
 

@@ -11,7 +11,7 @@ import click
 from tracekit.core.errors import UsageError
 
 from .common import (analysed_runs, emit, existing, format_option, load_options, load_traces, main, named_beside,
-                     new_file, of_ranks, rank_option, render_frame, steps_choice, table_layout, wrote)
+                     new_file, of_ranks, rank_option, render_frame, say, steps_choice, table_layout, wrote)
 
 
 def named_material(trace, by: str, comm_kernels: tuple = (), cache=None):
@@ -51,7 +51,7 @@ def diffed(a, b, steps, rank, top: int, by: str, options: dict, whole: bool = Fa
     if ranks != "each":
         warnings += [f"{w}; the {ranks} over ranks hides it (--ranks each)" for w in sign_disagreements(result, by=by)]
     for warning in warnings:
-        click.echo(f"tracekit: warning: {warning}", err=True)
+        say(f"warning: {warning}")
     return a_traces, b_traces, result
 
 
@@ -64,6 +64,9 @@ def diff_sides(paths: tuple) -> tuple[str, str]:
         existing(None, None, paths)
         return paths
     out, *variants = paths
+    if not Path(out).exists() and Path(variants[-1]).is_dir():
+        raise UsageError(f"{out}: no such file or directory; the profile output comes first: "
+                         f"tracekit diff {variants[-1]} {out} {variants[0]}")
     existing(None, None, out)
     found = sorted(p.name for p in Path(out).iterdir() if p.is_dir() and p.name != "names") \
         if Path(out).is_dir() else []
@@ -199,7 +202,7 @@ def show_report(out, fmt: str, layout=None, baseline: str | None = None, plot_pa
                 click.echo("")
                 emit(render_diff(a, b, result, fmt, Layout(wide=layout.wide), "mean", leads[a, b]))
     for warning in warnings:
-        click.echo(f"tracekit: warning: {warning}", err=True)
+        say(f"warning: {warning}")
     if plot_path:
         from tracekit.analyses.variants import step_split, timed_steps
         from tracekit.front.plot import report_picture

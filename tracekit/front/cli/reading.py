@@ -9,9 +9,9 @@ import click
 
 from tracekit.core.errors import UsageError
 
-from .common import (agg_option, analysed_runs, emit, format_option, load_options, main, of_ranks, paths_argument,
-                     peaks_option, per_step, rank_option, render, sample_trace_path, scope_option, steps_option,
-                     table_layout, verb)
+from .common import (agg_option, analysed_runs, emit, format_option, inputs, load_options, main, of_ranks,
+                     paths_argument, peaks_option, per_step, rank_option, render, scope_option,
+                     steps_option, table_layout, verb)
 
 
 @verb
@@ -72,14 +72,21 @@ def overlap(paths, steps, agg, rank, fmt, layout, options, scope):
 
 @verb
 @scope_option
-def breakdown(paths, steps, agg, rank, fmt, layout, options, scope):
+@click.option("--top", type=click.IntRange(min=1), default=None,
+              help="The largest parts shown per step and device, the rest as one `other` part "
+                   "(default: 10 in the table, every part in json/csv/md).")
+def breakdown(paths, steps, agg, rank, fmt, layout, options, scope, top):
     """Each step's GPU span on each device split exactly into compute, exposed comm, exposed
     memcpy/memset and idle by host cause (parts add up to span_ns)."""
     from functools import partial
 
     from tracekit.analyses.breakdown import breakdown as analysis
+    from tracekit.analyses.breakdown import largest
 
-    emit(render(per_step(paths, rank, options, partial(analysis, scope=scope), steps, agg), fmt, "breakdown", layout))
+    top = top or (10 if fmt == "table" else None)
+    report = [(info, largest(frame, top)) for info, frame in
+              per_step(paths, rank, options, partial(analysis, scope=scope), steps, agg)]
+    emit(render(report, fmt, "breakdown", layout))
 
 
 @verb
@@ -153,7 +160,7 @@ def lint(paths, rank, fmt, layout, options, strict):
     from tracekit.front.render import render_lint
     from tracekit.core.runs import analyse
 
-    per_trace, per_run = analysis(analyse(paths or [sample_trace_path()], partial(checked), **options))
+    per_trace, per_run = analysis(analyse(inputs(paths), partial(checked), **options))
     per_trace = [(t, f) for t, f in per_trace if rank is None or t.rank == rank]
     if not per_trace:
         raise UsageError(f"--rank {rank}: no trace of rank {rank} in {', '.join(map(str, paths))}")

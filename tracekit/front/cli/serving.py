@@ -70,7 +70,8 @@ def cache_info(fmt):
         emit(json_text(found))
         return
     emit(f"folder: {found['folder']}\nentries: {found['entries']}\nsize: {size_text(found['bytes'])}\n"
-         f"bound: {size_text(found['max_bytes'])} (TRACEKIT_CACHE_MAX_GB={found['max_bytes'] / 1e9:g})")
+         f"bound: {size_text(found['max_bytes'])} = {found['max_bytes'] / 1e9:g} GB (TRACEKIT_CACHE_MAX_GB, "
+         "in GB of 10⁹ bytes)")
 
 
 @cache.command("clear")
@@ -90,7 +91,8 @@ def plot():
 @click.argument("paths", nargs=-1, callback=existing)
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), callback=new_file,
               help="FILE.png or FILE.html")
-@click.option("--step", type=int, default=None, help="The step to draw (default: each rank's last).")
+@click.option("--step", "--steps", "step", type=int, default=None,
+              help="The step to draw (default: each rank's last).")
 @rank_option
 @load_options
 def timeline(paths, output, step, rank, options):

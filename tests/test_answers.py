@@ -1,0 +1,311 @@
+"""Answers that were wrong or misleading on real traces (issue 27): phases of PyTorch 1.8-era
+traces, traces claiming one rank, the default input, CPU-only (gloo) runs, device activities
+without an External id, Kineto's own sync records, `busy_pct`, diffs of one thing with itself."""
+
+import gzip
+import json
+import re
+
+import numpy as np
+import polars as pl
+import synth
+from click.testing import CliRunner
+from conftest import DATA
+
+import tracekit
+from tracekit.analyses.phases import launch_context
+from tracekit.front.cli import main
+
+WILD = DATA / "wild"
+RESNET = WILD / "tensorboard-plugin" / "resnet50_num_workers_0" / "worker0.1623143089861.pt.trace.json.gz"
+MTIA = WILD / "hta" / "mtia_rank_0.json.gz"
+GLOO = DATA / "gloo-cpu"
+
+
+def cli(*args, columns=100):
+    return CliRunner(env={"COLUMNS": str(columns)}).invoke(main, list(map(str, args)))
+
+
+def phases_of(trace) -> pl.DataFrame:
+    return trace.gpu.with_row_index("row").join(launch_context(trace), on="row")
+
+
+def test_backward_of_a_pytorch_1_8_trace_is_backward():
+    """ResNet-50 on a V100, PyTorch 1.8: backward runs on the autograd engine's own thread, its
+    ops named `CudnnConvolutionBackward`, `aten::cudnn_convolution_backward_weight`. cuDNN's
+    weight- and data-gradient kernels (`wgrad`, `dgrad`) compute gradients: backward by what
+    they are, whatever launched them."""
+    work = phases_of(tracekit.load(RESNET))
+    grads = work.filter(pl.col("name").str.contains("wgrad|dgrad"))
+    assert grads.height > 300 and grads["phase"].unique().to_list() == ["backward"]
+    by_backward_ops = work.filter(pl.col("op").str.contains("(?i)backward"))
+    assert by_backward_ops.height > 1000 and by_backward_ops["phase"].unique().to_list() == ["backward"]
+    assert set(work["phase"]) == {"forward", "backward", "optimizer"}
+
+
+def test_a_trace_without_any_sign_of_its_phases_says_unknown(tmp_path):
+    """No runner marks, no backward or optimizer ops: nothing tells forward from backward."""
+    events = [synth.step(1, 0.0, 50.0), synth.op("aten::mm", 1.0, 5.0, **{"External id": 1}),
+              *synth.launched("gemm", 2.0, 10.0, 5.0, corr=1)]
+    trace = tracekit.load(synth.write(tmp_path, "rank0.json", synth.doc(events)))
+    assert phases_of(trace)["phase"].to_list() == ["unknown"]
+    events += [synth.op("MmBackward0", 20.0, 5.0, **{"External id": 2}), *synth.launched("gemm", 21.0, 30.0, 5.0, corr=2)]
+    trace = tracekit.load(synth.write(tmp_path, "rank0.json", synth.doc(events)))
+    assert phases_of(trace)["phase"].to_list() == ["forward", "backward"]
+
+
+def test_no_paths_says_it_reads_the_bundled_sample(tmp_path, monkeypatch):
+    """Inside a folder of the user's own traces, `summary` alone says what it read and how to
+    read the folder instead."""
+    monkeypatch.chdir(tmp_path)
+    synth.write(tmp_path, "mine.json", synth.doc([synth.step(1, 0.0, 10.0)]))
+    result = cli("summary")
+    assert result.exit_code == 0
+    assert "bundled sample trace fsdp1_rank0.trace.json.gz" in result.stderr
+    assert "`tracekit <verb> .` reads them" in result.stderr
+
+
+def test_cpu_only_gloo_run_counts_host_collectives_and_says_why_device_tables_are_empty():
+    """A real gloo run (two CPU ranks, `record.py`): each step holds one all_gather and one
+    all_reduce per rank. `comms` counts them; the device verbs say in one line why they have
+    nothing to show instead of rows of blank cells."""
+    found = json.loads(cli("comms", "--format", "json", GLOO).stdout)
+    counts = {(t["rank"], s["step"], c["kind"]): c["count"] for t in found["traces"] for s in t["steps"]
+              for c in s["collectives"]}
+    assert counts == {(r, s, k): 1 for r in (0, 1) for s in (1, 2) for k in ("all_gather", "all_reduce")}
+    for verb in ("overlap", "breakdown", "kernels"):
+        result = cli(verb, GLOO)
+        assert result.exit_code == 0 and result.stdout.startswith("no device activity"), (verb, result.stdout)
+        assert "tracekit comms" in result.stdout and len(result.stdout.splitlines()) <= 2
+    for verb in ("overlap", "kernels"):
+        assert cli(verb, "--agg", "mean", GLOO).stdout.startswith("no device activity")
+
+
+def innermost_enclosing_ops(path, kernel_pattern: str) -> list[str]:
+    """Brute force on the raw JSON: for each device activity whose name holds
+    `kernel_pattern`, the runtime call with its correlation id, then the innermost (latest
+    start, then shortest) CPU op on the call's thread whose time range holds the call."""
+    events = json.loads(gzip.open(path).read())["traceEvents"]
+    calls = {e["args"]["correlation"]: e for e in events if e.get("cat") == "mtia_runtime"}
+    ops = [e for e in events if e.get("cat") == "cpu_op" and e.get("ph") == "X"]
+    tid = np.array([e["tid"] for e in ops])
+    start = np.array([e["ts"] for e in ops])
+    end = start + np.array([e["dur"] for e in ops])
+    found = []
+    for k in (e for e in events if e.get("cat") == "mtia_ccp_events" and kernel_pattern in e["name"]):
+        c = calls[k["args"]["correlation"]]
+        holding = np.flatnonzero((tid == c["tid"]) & (start <= c["ts"]) & (end >= c["ts"] + c["dur"]))
+        best = min(holding, key=lambda i: (-start[i], end[i]))
+        found.append(ops[best]["name"])
+    return sorted(found)
+
+
+def test_device_activities_without_external_id_take_the_op_enclosing_their_launch():
+    """HTA's MTIA trace: no device activity carries an External id. Each takes the innermost
+    CPU op around its launching call (HTA's own test attributes `customized_fba_mul_const`
+    kernels to `aten::mul`); checked against a brute force over the raw JSON."""
+    trace = tracekit.load(MTIA)
+    work = phases_of(trace)
+    mul = work.filter(pl.col("name").str.contains("customized_fba_mul_const"))
+    assert sorted(mul["op"].to_list()) == innermost_enclosing_ops(MTIA, "customized_fba_mul_const")
+    assert mul.filter(pl.col("op") == "aten::mul").height > 800
+    launched = work.filter(pl.col("correlation").is_in(trace.calls["correlation"].implode()))
+    assert launched.height == 3453 and launched["op"].null_count() == 0
+
+
+def test_kineto_sync_records_are_rows_of_syncs():
+    """HTA's multi-stream event-sync trace: besides one host `cudaDeviceSynchronize`, Kineto's
+    own `cuda_sync` records ("Event Sync", "Stream Wait Event", "Context Sync") are listed, as
+    many as the raw JSON holds whose call is in the trace."""
+    path = DATA / "external" / "hta-tests-data" / "critical_path" / "cuda_event_sync_multi_stream" / "event_sync_trace.json.gz"
+    events = json.loads(gzip.open(path).read())["traceEvents"]
+    calls = {e["args"]["correlation"] for e in events if e.get("cat") == "cuda_runtime"}
+    expected = {}
+    for e in events:
+        if e.get("cat") == "cuda_sync" and e["args"].get("correlation") in calls:
+            expected[f"cuda_sync: {e['name']}"] = expected.get(f"cuda_sync: {e['name']}", 0) + 1
+    (trace,) = json.loads(cli("syncs", "--format", "json", path).stdout)["traces"]
+    found = {c["api"]: c["count"] for s in trace["steps"] for c in s["calls"] if c["api"].startswith("cuda_sync: ")}
+    assert found == expected and len(found) == 3
+    assert "cuda_sync: Stream Wait Event" in cli("syncs", path).stdout
+
+
+def test_syncs_shows_a_wait_that_only_kineto_recorded(tmp_path):
+    """A `cudaStreamWaitEvent` (never blocking the host) with its `Stream Wait Event` record:
+    the only sign of a synchronisation; the table lists it, blamed on the op around the call."""
+    wait = {"ph": "X", "cat": "cuda_sync", "name": "Stream Wait Event", "pid": 0, "tid": 7, "ts": 6.0, "dur": 0,
+            "args": {"correlation": 2, "device": 0, "stream": 7}}
+    events = [synth.step(1, 0.0, 20.0), synth.op("wait_stream", 3.0, 4.0),
+              synth.call("cudaStreamWaitEvent", 4.0, 1.0, corr=2), wait, *synth.launched("k", 1.0, 2.0, 1.0, corr=1)]
+    path = synth.write(tmp_path, "rank0.json", synth.doc(events))
+    lines = cli("syncs", path).stdout.splitlines()
+    assert lines[2].split() == ["0", "cuda_sync:", "Stream", "Wait", "Event", "1", "wait_stream"]
+
+
+def test_busy_pct_has_one_meaning():
+    """`busy_pct` is the GPU busy time over the span (summary); a kernel group's share of the
+    busy time has its own name, `pct_of_busy`."""
+    path = DATA / "h200x2-small" / "ddp" / "rank0.trace.json.gz"
+    (kernels,) = json.loads(cli("kernels", "--format", "json", path).stdout)["traces"]
+    step = kernels["steps"][0]
+    group = step["kernels"][0]
+    assert "busy_pct" not in group and group["pct_of_busy"] == round(group["total_ns"] / step["gpu_busy_ns"] * 100, 2)
+    header = cli("kernels", path).stdout.splitlines()[0].split()
+    assert "pct_of_busy" in header and "busy_pct" not in header
+
+
+def test_diff_of_a_trace_with_itself_says_so():
+    path = DATA / "h200x2-small" / "ddp" / "rank0.trace.json.gz"
+    result = cli("diff", path, path)
+    assert result.exit_code == 0 and "A and B are the same trace(s): every Δ is 0" in result.stderr
+    assert "takes as long as" in result.stdout and "0.000 ms less" not in result.stdout
+
+
+def test_diff_of_a_cpu_run_with_a_gpu_run_cautions():
+    result = cli("diff", GLOO / "rank0.pt.trace.json.gz", DATA / "h200x2-small" / "ddp" / "rank0.trace.json.gz")
+    assert result.exit_code == 0
+    assert "warning: A ran on the CPU only, B on NVIDIA H200" in " ".join(result.stderr.split())
+
+
+def test_the_lead_names_every_phase_with_a_delta():
+    """DDP against FSDP1 on 2 × H200: the phase sentence names each phase whose Δ (the trace's
+    attribution, mean rank) is not 0, not just the two largest."""
+    from tracekit.analyses.diff import diff_runs, phase_attribution
+    from tracekit.analyses.lead import phase_sentence
+
+    runs = [tracekit.load(DATA / "h200x2-small" / v).traces for v in ("ddp", "fsdp1")]
+    result = diff_runs(*runs)
+    attributed = phase_attribution(result.together, 2).with_columns(
+        d=(pl.col("device_delta_ns") + pl.col("idle_delta_ns")) / 1e6)
+    phases = attributed.filter(pl.col("d").round(3) != 0)["phase"].to_list()
+    sentence = phase_sentence(result)
+    assert len(phases) >= 3 and all(f"{p} " in sentence for p in phases), (phases, sentence)
+
+
+def test_kernel_names_in_tables_are_base_names_full_in_json_and_wide():
+    """TraceLens' H100 Qwen trace: templated C++ names hundreds of characters long. The table
+    shows each kernel on one line by its base name (as `nsys stats`: no template or argument
+    lists; a generic launcher keeps its functor); JSON and `--wide` keep the full name."""
+    path = WILD / "tracelens" / "h100" / "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
+    (trace,) = json.loads(cli("kernels", "--format", "json", path).stdout)["traces"]
+    full = [k["name"] for s in trace["steps"] for k in s["kernels"]]
+    assert max(map(len, full)) > 500
+    lines = cli("kernels", path).stdout.splitlines()
+    rows = [line for line in lines[2:] if line.split()[0].isdigit()]
+    assert len(rows) == len(lines) - 2 == len(full)  # one line per kernel, none wrapped
+    assert "elementwise_kernel<BinaryFunctor>" in lines[3] or any("elementwise_kernel<BinaryFunctor>" in r for r in rows)
+    assert all("(" not in r and "void " not in r for r in rows)
+    wide = cli("kernels", "--wide", path, columns=5000).stdout
+    assert all(name in wide for name in full)
+
+
+def test_a_collective_kernel_name_is_not_split():
+    """The runner's FSDP2 trace: the NCCL kernel's name stays whole on its line."""
+    lines = cli("kernels", DATA / "h200x2-small" / "fsdp2" / "rank0.trace.json.gz").stdout.splitlines()
+    assert any("ncclDevKernel_ReduceScatter_Sum_f32_RING_LL" in line for line in lines)
+
+
+def test_warnings_are_short_wrapped_in_ms_and_name_files_not_paths(tmp_path):
+    """HTA's MTIA trace warns of device work outside every step and of overlapping work on a
+    stream: each note wraps at the terminal's width, names the file (not its path) and gives
+    times in ms, the figures lint's `ns` column holds in ns. A single-GPU trace without a rank
+    is not warned about on every verb (lint says it, as info)."""
+    result = cli("summary", MTIA, columns=80)
+    lines = result.stderr.splitlines()
+    assert lines and all(len(line) <= 80 for line in lines)
+    assert str(MTIA.parent) not in result.stderr and "ns)" not in result.stderr
+    (trace,) = json.loads(cli("lint", "--format", "json", MTIA).stdout)["traces"]
+    timed = [f for f in trace["findings"] if f["severity"] != "info" and f["ns"]]
+    assert timed and all(f"{f['ns'] / 1e6:,.3f} ms" in f["detail"] for f in timed)
+    plain = synth.write(tmp_path, "plain.json", {"traceEvents": [synth.step(1, 0.0, 10.0)]})
+    assert "rank_guessed" not in cli("summary", plain).stderr
+    assert "rank_guessed" in cli("lint", plain).stdout
+
+
+def test_step_numbers_and_decimals_read_as_one_column(tmp_path):
+    """Step 1,009 prints as 1009; a float column keeps one number of decimals on every row
+    (busy 50.0 % and 87.0 %); Markdown never prints a number in scientific notation; the
+    cache's bound is given in both units it is spoken of."""
+    events = [synth.step(1009, 0.0, 100.0), *synth.launched("k", 1.0, 10.0, 10.0, corr=1),
+              *synth.launched("k", 2.0, 40.0, 10.0, corr=2), synth.step(1010, 100.0, 100.0),
+              *synth.launched("k", 101.0, 110.0, 10.0, corr=3), *synth.launched("k", 102.0, 123.0, 10.0, corr=4)]
+    path = synth.write(tmp_path, "rank0.json", synth.doc(events))
+    lines = cli("summary", path).stdout.splitlines()
+    busy = lines[0].split().index("busy_pct")
+    assert [line.split()[1] for line in lines[2:]] == ["1009", "1010"]
+    assert [line.split()[busy] for line in lines[2:]] == ["50.0", "87.0"]
+    md = cli("summary", "--format", "md", "--agg", "mean", RESNET.parent).stdout
+    assert "| mean |" in md and not re.search(r"\de[+-]?\d", md)
+    assert "GB (TRACEKIT_CACHE_MAX_GB, in GB of 10⁹ bytes)" in cli("cache", "info").stdout
+
+
+def test_breakdown_top_keeps_the_largest_parts_and_the_sum():
+    """The TensorBoard ResNet-50 trace: 73 lines of parts by default before; `--top 3` keeps
+    the three largest parts per step and one `other` part, and the parts still add up to
+    span_ns; the table shows 10 by default, json every part."""
+    every = json.loads(cli("breakdown", "--format", "json", RESNET).stdout)["traces"][0]["steps"]
+    cut = json.loads(cli("breakdown", "--format", "json", "--top", "3", RESNET).stdout)["traces"][0]["steps"]
+    for whole, step in zip(every, cut):
+        largest = sorted((p["ns"] for p in whole["parts"]), reverse=True)
+        assert [p["ns"] for p in step["parts"][:3]] == largest[:3]
+        assert step["parts"][3] == {"category": "other", "cause": f"{len(largest) - 3} more parts", "ns": sum(largest[3:])}
+        assert sum(p["ns"] for p in step["parts"]) == whole["span_ns"]
+    rows = cli("breakdown", RESNET).stdout.splitlines()[2:]
+    assert len([r for r in rows if r.split()[0].isdigit()]) == 11 * len(every)
+
+
+def test_argument_mistakes_say_what_would_work(tmp_path):
+    """`diff A B OUT` hints at the order; `--rank 7` lists the ranks there are; `--cycle 5` of
+    a single file is refused rather than ignored."""
+    run = DATA / "h200x2-blocks4"
+    swapped = CliRunner().invoke(main, ["diff", "fsdp1", "fsdp2", str(run)])
+    assert swapped.exit_code == 2 and f"tracekit diff {run} fsdp1 fsdp2" in swapped.stderr
+    absent = cli("summary", "--rank", "7", DATA / "h200x2-small" / "ddp")
+    assert absent.exit_code == 2 and "(ranks here: 0, 1)" in absent.stderr
+    cycle = cli("summary", "--cycle", "5", DATA / "h200x2-small" / "ddp" / "rank0.trace.json.gz")
+    assert cycle.exit_code == 2 and "--cycle 5: a trace file holds one profiling cycle" in cycle.stderr
+
+
+def test_comms_shows_what_tells_look_alike_rows_apart():
+    """HTA's NCCL trace: two broadcasts per step, Float and Long. Without the dtype the two rows
+    read the same kind; the column appears because rows of one rank, step and kind differ in
+    it (and not on traces where nothing differs: the 2 × H200 DDP run)."""
+    path = DATA / "external" / "hta-tests-data" / "nccl_parser_config" / "nccl_data.json.gz"
+    lines = cli("comms", path).stdout.splitlines()
+    assert lines[0].split()[:5] == ["rank", "step", "kind", "dtype", "count"]
+    rows = {tuple(line.split()[:4]) for line in lines[2:]}
+    assert len(rows) == len(lines) - 2  # every row tells itself apart
+    assert "dtype" not in cli("comms", DATA / "h200x2-small" / "ddp").stdout.splitlines()[0]
+
+
+def test_timeline_picture_puts_every_rank_on_one_scale(tmp_path, monkeypatch):
+    """DDP on 2 × H200: rank 0's step spans 59.3 ms of GPU time, rank 1's 60.4 ms; both panels
+    share one x-axis, as long as the longer; `--steps` is accepted as every verb spells it."""
+    import tracekit.front.plot as plot
+
+    drawn = {}
+
+    def keep(fig, path):
+        drawn["limits"] = [ax.get_xlim() for ax in fig.axes]
+        return path
+
+    monkeypatch.setattr(plot, "save", keep)
+    result = cli("plot", "timeline", "--steps", "1", "-o", tmp_path / "t.png", DATA / "h200x2-small" / "ddp")
+    assert result.exit_code == 0, result.output
+    spans = [max(t.gpu.filter(t.gpu["step"] == 1)["end"]) - min(t.gpu.filter(t.gpu["step"] == 1)["start"])
+             for t in tracekit.load(DATA / "h200x2-small" / "ddp").traces]
+    assert drawn["limits"] == [(0, max(spans) / 1e6)] * 2
+
+
+def test_two_files_of_one_folder_named_apart_on_the_command_line(tmp_path):
+    """`summary A B` of two single-GPU traces in one folder (TraceLens' H100 BERT and Qwen): two
+    rank-0 rows, each named by its file."""
+    for name in ("gaunernst_bert-small-uncased__1016001.json.gz", "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"):
+        (tmp_path / name).write_bytes((WILD / "tracelens" / "h100" / name).read_bytes())
+    result = cli("summary", tmp_path / "gaunernst_bert-small-uncased__1016001.json.gz",
+                 tmp_path / "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz", columns=200)
+    runs = [line.split()[0] for line in result.stdout.splitlines()[2:]]
+    assert set(runs) == {"gaunernst_bert-small-uncased__1016001", "Qwen_Qwen1.5-0.5B-Chat__1016005"}
+    folder = cli("summary", tmp_path, columns=200)
+    assert "warning: same_rank: 2 traces claim rank 0" in folder.stderr
+    assert {line.split()[0] for line in folder.stdout.splitlines()[2:]} == set(runs)

@@ -1,0 +1,85 @@
+"""Every verb's default table, `--agg` included, fits 100 columns on every trace in
+`tests/data/` and `../shared/` (issue 27): each trace loaded once (the cache), each verb's
+analysis run and rendered in this process as the command does it."""
+
+import os
+from functools import partial
+from pathlib import Path
+
+import pytest
+from conftest import DATA
+
+import tracekit
+from tracekit.analyses.aggregate import with_aggregate
+from tracekit.analyses.breakdown import breakdown
+from tracekit.analyses.comms import comms
+from tracekit.analyses.kernels import kernels, top
+from tracekit.analyses.lint import checked, lint
+from tracekit.analyses.overlap import overlap
+from tracekit.analyses.summary import summary
+from tracekit.analyses.syncs import sync_ledger
+from tracekit.core.files import runs_in
+from tracekit.core.runs import Analysed, RunResult, TraceInfo
+from tracekit.front.render import render, render_lint
+
+SHARED = Path(__file__).parents[1].parent / "shared"
+WIDTH = 100
+
+
+def trace_files() -> list[Path]:
+    """Every trace file under tests/data and ../shared, each once (not the runtime counts
+    beside the runner's traces, the manifests or the experiments' result files)."""
+    found = {}
+    for root in (DATA, SHARED):
+        for p in sorted(root.rglob("*")):
+            if (p.is_file() and p.name.endswith((".json", ".json.gz")) and "experiments" not in p.parts
+                    and not p.name.startswith(("truth_", "manifest", "published")) and p.parent.name != "names"):
+                found.setdefault((p.name, p.stat().st_size), p)  # ../shared holds copies of some
+    return list(found.values())
+
+
+PER_STEP = {"summary": summary, "syncs": sync_ledger, "overlap": overlap, "breakdown": breakdown,
+            "kernels": lambda t: top(kernels(t), 10), "kernels --by op": lambda t: top(kernels(t, by="op"), 10),
+            "kernels --by category": partial(kernels, by="category")}
+
+
+def tables(runs: list[list]) -> dict[str, str]:
+    """Each verb's table of the runs' traces (each a list of traces), default and with
+    `--agg mean`."""
+    traces = [t for run in runs for t in run]
+    infos = [TraceInfo.of(t) for t in traces]
+    frames = {verb: [analysis(t) for t in traces] for verb, analysis in PER_STEP.items()}
+    frames["comms"] = [frame for run in runs for frame in comms(run)]
+    out = {}
+    for verb, per_trace in frames.items():
+        view = verb.split()[0]
+        out[verb] = render(list(zip(infos, per_trace)), "table", view)
+        agg = [with_aggregate(f, "mean") for f in per_trace]
+        out[f"{verb} --agg mean"] = render(list(zip(infos, [top(f, 10) if view == "kernels" else f for f in agg])),
+                                           "table", view)
+    results = [RunResult(run[0].path, [Analysed(TraceInfo.of(t), checked(t)) for t in run]) for run in runs]
+    out["lint"] = render_lint(*lint(results), "table")
+    return out
+
+
+def widest(runs: list[list]) -> dict[str, int]:
+    return {verb: max(map(len, text.splitlines())) for verb, text in tables(runs).items()}
+
+
+@pytest.mark.parametrize("path", trace_files(), ids=lambda p: str(p).split("/data/")[-1].split("/shared/")[-1])
+def test_every_default_table_fits_100_columns(path, monkeypatch):
+    monkeypatch.setenv("COLUMNS", str(WIDTH))
+    wide = widest([[tracekit.load(path)]])
+    assert all(w <= WIDTH for w in wide.values()), {v: w for v, w in wide.items() if w > WIDTH}
+
+
+RUN_SETS = [DATA / name for name in ("h200x2-small", "h200x2-blocks4", "h200x2-lean", "h200x1-device", "gloo-cpu")] + [
+    DATA / "wild" / "tensorboard-plugin" / "resnet50_num_workers_0", SHARED / "traces" / "h200x2-small"]
+
+
+@pytest.mark.parametrize("path", [p for p in RUN_SETS if p.exists()], ids=lambda p: p.name)
+def test_every_default_table_of_several_runs_fits_100_columns(path, monkeypatch):
+    """Folders of run folders (one per variant: the `run` column) and of ranks."""
+    monkeypatch.setenv("COLUMNS", str(WIDTH))
+    wide = widest([tracekit.load(run).traces for run in runs_in(str(path))])
+    assert all(w <= WIDTH for w in wide.values()), {v: w for v, w in wide.items() if w > WIDTH}
