@@ -100,7 +100,9 @@ def test_trace_collectives_equal_what_the_runtime_counted(out):
 def test_every_timed_and_recorded_step_has_its_phases(out):
     """phase_ms for every timed, warm-up and recorded step of every rank (host clock on CPU),
     and the timed steps' phases add up to the wall time of the timed loop, read by a clock of
-    its own around the loop, within 2 %."""
+    its own around the loop: never more, and at least 95 % of it (what is left is the loop's own
+    work between steps — the next batch — which a loaded 2-core host deschedules: 2–4 % seen
+    at load 8–16, under 1 % on a quiet one)."""
     manifest = json.loads((out / "manifest.json").read_text())
     for entry in manifest["variants"].values():
         for r in entry["ranks"]:
@@ -112,7 +114,7 @@ def test_every_timed_and_recorded_step_has_its_phases(out):
             for recording in r["recorded"]:
                 assert all(len(v) == len(recording["step_ms"]) for v in recording["phase_ms"]["host"].values())
             phases = sum(sum(host[p]) for p in ("forward", "backward", "optimizer"))
-            assert phases == pytest.approx(r["timed_wall_ms"], rel=0.02)
+            assert 0.95 * r["timed_wall_ms"] <= phases <= r["timed_wall_ms"] + 0.01  # rounding: 3–4 decimals
 
 
 def test_same_model_and_data_in_every_variant(out):

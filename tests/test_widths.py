@@ -28,12 +28,14 @@ WIDTH = 100
 
 def trace_files() -> list[Path]:
     """Every trace file under tests/data and ../shared, each once (not the runtime counts
-    beside the runner's traces, the manifests or the experiments' result files)."""
+    beside the runner's traces, the manifests, the experiments' result files or the CUPTI records
+    sample)."""
     found = {}
     for root in (DATA, SHARED):
         for p in sorted(root.rglob("*")):
             if (p.is_file() and p.name.endswith((".json", ".json.gz")) and "experiments" not in p.parts
-                    and not p.name.startswith(("truth_", "manifest", "published")) and p.parent.name != "names"):
+                    and not p.name.startswith(("truth_", "manifest", "published", "cupti-fields"))
+                    and p.parent.name != "names"):
                 found.setdefault((p.name, p.stat().st_size), p)  # ../shared holds copies of some
     return list(found.values())
 

@@ -128,7 +128,7 @@ LAUNCHERS = (r"^((at::native::)?(vectorized_|unrolled_|index_)?elementwise_kerne
              r"(at::native::)?multi_tensor_apply_kernel|cutlass::Kernel\d*|cutlass::device_kernel)$")
 
 
-LONGEST = 48  # characters of a kernel's name in a table
+LONGEST = 44  # characters of a kernel's name in a table: with pct_peak, the default kernels table leaves 45
 
 
 def short_kernel_name(name: pl.Expr) -> pl.Expr:
