@@ -309,3 +309,16 @@ def test_two_files_of_one_folder_named_apart_on_the_command_line(tmp_path):
     folder = cli("summary", tmp_path, columns=200)
     assert "warning: same_rank: 2 traces claim rank 0" in folder.stderr
     assert {line.split()[0] for line in folder.stdout.splitlines()[2:]} == set(runs)
+
+
+def test_export_diff_takes_the_variants_of_a_profile_output_as_diff_does(tmp_path):
+    """`export --diff OUT A B` reads the same two variants as `export --diff OUT/A OUT/B`."""
+    run = DATA / "h200x2-blocks4"
+    named = cli("export", "--diff", "-o", tmp_path / "named.pftrace", run, "ddp", "fsdp2")
+    assert named.exit_code == 0, named.output
+    spelled = cli("export", "--diff", "-o", tmp_path / "spelled.pftrace", run / "ddp", run / "fsdp2")
+    assert spelled.exit_code == 0, spelled.output
+    written = (tmp_path / "named.pftrace").read_bytes()
+    assert len(written) > 10_000 and written == (tmp_path / "spelled.pftrace").read_bytes()
+    swapped = cli("export", "--diff", "-o", tmp_path / "s.pftrace", "ddp", "fsdp2", run)
+    assert swapped.exit_code == 2 and "comes first" in swapped.output
