@@ -322,3 +322,23 @@ def test_export_diff_takes_the_variants_of_a_profile_output_as_diff_does(tmp_pat
     assert len(written) > 10_000 and written == (tmp_path / "spelled.pftrace").read_bytes()
     swapped = cli("export", "--diff", "-o", tmp_path / "s.pftrace", "ddp", "fsdp2", run)
     assert swapped.exit_code == 2 and "comes first" in swapped.output
+
+
+def test_check_compares_each_variant_with_the_base_not_the_base_with_itself():
+    """The base variant's own parity rows compare it with itself: left out."""
+    parity = json.loads(cli("check", "--format", "json", DATA / "h200x2-blocks4").stdout)["parity"]
+    manifest = json.loads((DATA / "h200x2-blocks4" / "manifest.json").read_text())
+    others = [v for v, e in manifest["variants"].items() if e.get("status") == "ok"][1:]
+    assert {r["base"] for r in parity} == {"ddp"} and sorted({r["variant"] for r in parity}) == sorted(others)
+    table = cli("check", DATA / "h200x2-blocks4").stdout.split("\n\n")[1]
+    assert not re.search(r"^ddp\s", table, re.M)
+
+
+def test_check_keeps_parameter_figure_names_whole_within_100_columns():
+    """`params.embed.weight[40959999]` on one line, the table within 100 columns."""
+    run = DATA / "h200x1-device"
+    figures = {r["figure"] for r in json.loads(cli("check", "--format", "json", run).stdout)["parity"]}
+    assert any(len(f) > 24 for f in figures)
+    text = cli("check", run).stdout
+    words = set(text.split())
+    assert figures <= words and max(map(len, text.splitlines())) <= 100
