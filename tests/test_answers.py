@@ -8,6 +8,7 @@ import re
 
 import numpy as np
 import polars as pl
+import pytest
 import synth
 from click.testing import CliRunner
 from conftest import DATA
@@ -342,3 +343,21 @@ def test_check_keeps_parameter_figure_names_whole_within_100_columns():
     text = cli("check", run).stdout
     words = set(text.split())
     assert figures <= words and max(map(len, text.splitlines())) <= 100
+
+
+def test_diff_per_phase_table_has_a_row_for_each_phase_the_trace_attributes():
+    """h200x2-blocks4 times whole steps only (no phase timers): the per-phase table still has
+    forward, backward and optimizer, each the mean over ranks of its items' Δ (every item)."""
+    run = DATA / "h200x2-blocks4"
+    doc = json.loads(cli("diff", "--top", "100000", "--format", "json", run, "ddp", "fsdp2").stdout)
+    summed = {}
+    for rank in doc["ranks"]:
+        for item in rank["items"]:
+            summed[item["phase"]] = summed.get(item["phase"], 0) + item["delta_ns"] / len(doc["ranks"]) / 1e6
+    rows = {r["phase"]: r for r in doc["reconciliation"]}
+    assert [p for p in rows if p != "step"] == ["forward", "backward", "optimizer"]
+    for phase in ("forward", "backward", "optimizer"):
+        assert rows[phase]["attributed_d_ms"] == pytest.approx(summed[phase], abs=1e-3)
+        assert rows[phase]["real_d_ms"] is None  # no timed phase timers in this manifest
+    table = cli("diff", run, "ddp", "fsdp2").stdout
+    assert all(re.search(rf"^{p}\s", table, re.M) for p in ("forward", "backward", "optimizer", "step"))
