@@ -361,3 +361,24 @@ def test_diff_per_phase_table_has_a_row_for_each_phase_the_trace_attributes():
         assert rows[phase]["real_d_ms"] is None  # no timed phase timers in this manifest
     table = cli("diff", run, "ddp", "fsdp2").stdout
     assert all(re.search(rf"^{p}\s", table, re.M) for p in ("forward", "backward", "optimizer", "step"))
+
+
+def test_timeline_splits_each_collective_into_waiting_for_peers_and_transfer(tmp_path, monkeypatch):
+    """DDP on 2 × H200, step 1: the light-orange bars (waiting for peers) of each rank add up to
+    that rank's wait_ns in `tracekit comms` (kernel time − the least kernel time over the ranks)."""
+    import tracekit.front.plot as plot
+
+    waited = {}
+    bars = plot._bars
+
+    def keep(ax, intervals, origin, lane, colour):
+        if colour == plot.COLOURS["comm wait"]:
+            waited[ax] = waited.get(ax, 0) + int((intervals["end"] - intervals["start"]).sum())
+        bars(ax, intervals, origin, lane, colour)
+
+    monkeypatch.setattr(plot, "_bars", keep)
+    run = DATA / "h200x2-small" / "ddp"
+    assert cli("plot", "timeline", "--steps", "1", "-o", tmp_path / "t.png", run).exit_code == 0
+    doc = json.loads(cli("comms", "--format", "json", run).stdout)["traces"]
+    want = [sum(c["wait_ns"] for s in t["steps"] if s["step"] == 1 for c in s["collectives"]) for t in doc]
+    assert min(want) > 0 and list(waited.values()) == want
