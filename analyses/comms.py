@@ -157,3 +157,16 @@ def census_of_run(materials: list[tuple[pl.DataFrame, pl.DataFrame]], ranks: lis
 def comms(traces: list[Trace]) -> list[pl.DataFrame]:
     """Per trace of one run, the per-step census; the run's ranks are matched."""
     return census_of_run([material(t) for t in traces], [t.rank for t in traces])
+
+
+def peer_waits(traces: list[Trace]) -> list[pl.DataFrame]:
+    """Per trace of one run, each collective kernel's interval (device, stream, start, end, ns)
+    and `wait_end`: start + wait_ns, the time it waited for its peers before transferring
+    (`matched_across_ranks`; null where its peers are not all in the run)."""
+    kernels = [collective_kernels(t) for t in traces]
+    if len(kernels) > 1:
+        kernels = matched_across_ranks(kernels, [t.rank for t in traces])
+    else:
+        kernels = [k.with_columns(wait_ns=pl.lit(None, pl.Int64)) for k in kernels]
+    return [k.select("step", "device", "stream", "start", "end", wait_end=pl.col("start") + pl.col("wait_ns"))
+            for k in kernels]

@@ -156,28 +156,35 @@ def reconciliation(real: dict, attributed: pl.DataFrame) -> pl.DataFrame:
     beside the Δ of the recorded steps' phase timers and the Δ the trace attributes
     (`attributed`: phase, device_delta_ns, idle_delta_ns per rank on average), split into
     device time and idle; `unexplained_ms` = real − attributed, and `within`, whether the
-    attributed Δ lies inside the real Δ's interval. The step's row sums every item, those in
+    attributed Δ lies inside the real Δ's interval. A phase the trace attributes but no timed
+    timer measured has its row with the real Δ empty. The step's row sums every item, those in
     no phase (`other`: host work outside the runner's phases) included."""
     rows = []
     by_phase = {r["phase"]: r for r in attributed.iter_rows(named=True)}
     whole = {"device_delta_ns": int(attributed["device_delta_ns"].sum()),
              "idle_delta_ns": int(attributed["idle_delta_ns"].sum())}
-    for phase, c in [*real["phases"].items(), ("step", real["step"])]:
-        if not c:
+    phases = [p for p in PHASE_ORDER if real["phases"].get(p) or p in by_phase]
+    for phase, c in [*((p, real["phases"].get(p)) for p in phases), ("step", real["step"])]:
+        if phase == "step" and not c:
             continue
         got = whole if phase == "step" else by_phase.get(phase, {"device_delta_ns": 0, "idle_delta_ns": 0})
         traced = (got["device_delta_ns"] + got["idle_delta_ns"]) / 1e6
         recorded = (real["b_recorded"].get(phase, np.nan) - real["a_recorded"].get(phase, np.nan))
-        lo, hi = c["d_ms_ci"]
-        rows.append({"phase": phase, "real_d_ms": c["d_ms"], "real_d_ms_ci": c["d_ms_ci"], "verdict": c["verdict"],
+        lo, hi = c["d_ms_ci"] if c else (None, None)
+        rows.append({"phase": phase, "real_d_ms": c and c["d_ms"], "real_d_ms_ci": c and c["d_ms_ci"],
+                     "verdict": c and c["verdict"],
                      "recorded_d_ms": None if np.isnan(recorded) else round(float(recorded), 3),
                      "attributed_d_ms": round(traced, 3), "device_d_ms": round(got["device_delta_ns"] / 1e6, 3),
                      "idle_d_ms": round(got["idle_delta_ns"] / 1e6, 3),
-                     "unexplained_ms": round(c["d_ms"] - traced, 3), "within": bool(lo <= traced <= hi)})
-    return pl.DataFrame(rows, schema={
-        "phase": pl.String, "real_d_ms": pl.Float64, "real_d_ms_ci": pl.List(pl.Float64), "verdict": pl.String,
-        "recorded_d_ms": pl.Float64, "attributed_d_ms": pl.Float64, "device_d_ms": pl.Float64,
-        "idle_d_ms": pl.Float64, "unexplained_ms": pl.Float64, "within": pl.Boolean})
+                     "unexplained_ms": round(c["d_ms"] - traced, 3) if c else None,
+                     "within": bool(lo <= traced <= hi) if c else None})
+    return pl.DataFrame(rows, schema=RECONCILIATION)
+
+
+RECONCILIATION = {"phase": pl.String, "real_d_ms": pl.Float64, "real_d_ms_ci": pl.List(pl.Float64),
+                  "verdict": pl.String, "recorded_d_ms": pl.Float64, "attributed_d_ms": pl.Float64,
+                  "device_d_ms": pl.Float64, "idle_d_ms": pl.Float64, "unexplained_ms": pl.Float64,
+                  "within": pl.Boolean}
 
 
 def fidelity_warnings(real: dict, table: pl.DataFrame, sides: bool = True) -> list[str]:

@@ -8,6 +8,7 @@ import re
 
 import numpy as np
 import polars as pl
+import pytest
 import synth
 from click.testing import CliRunner
 from conftest import DATA
@@ -309,3 +310,75 @@ def test_two_files_of_one_folder_named_apart_on_the_command_line(tmp_path):
     folder = cli("summary", tmp_path, columns=200)
     assert "warning: same_rank: 2 traces claim rank 0" in folder.stderr
     assert {line.split()[0] for line in folder.stdout.splitlines()[2:]} == set(runs)
+
+
+def test_export_diff_takes_the_variants_of_a_profile_output_as_diff_does(tmp_path):
+    """`export --diff OUT A B` reads the same two variants as `export --diff OUT/A OUT/B`."""
+    run = DATA / "h200x2-blocks4"
+    named = cli("export", "--diff", "-o", tmp_path / "named.pftrace", run, "ddp", "fsdp2")
+    assert named.exit_code == 0, named.output
+    spelled = cli("export", "--diff", "-o", tmp_path / "spelled.pftrace", run / "ddp", run / "fsdp2")
+    assert spelled.exit_code == 0, spelled.output
+    written = (tmp_path / "named.pftrace").read_bytes()
+    assert len(written) > 10_000 and written == (tmp_path / "spelled.pftrace").read_bytes()
+    swapped = cli("export", "--diff", "-o", tmp_path / "s.pftrace", "ddp", "fsdp2", run)
+    assert swapped.exit_code == 2 and "comes first" in swapped.output
+
+
+def test_check_compares_each_variant_with_the_base_not_the_base_with_itself():
+    """The base variant's own parity rows compare it with itself: left out."""
+    parity = json.loads(cli("check", "--format", "json", DATA / "h200x2-blocks4").stdout)["parity"]
+    manifest = json.loads((DATA / "h200x2-blocks4" / "manifest.json").read_text())
+    others = [v for v, e in manifest["variants"].items() if e.get("status") == "ok"][1:]
+    assert {r["base"] for r in parity} == {"ddp"} and sorted({r["variant"] for r in parity}) == sorted(others)
+    table = cli("check", DATA / "h200x2-blocks4").stdout.split("\n\n")[1]
+    assert not re.search(r"^ddp\s", table, re.M)
+
+
+def test_check_keeps_parameter_figure_names_whole_within_100_columns():
+    """`params.embed.weight[40959999]` on one line, the table within 100 columns."""
+    run = DATA / "h200x1-device"
+    figures = {r["figure"] for r in json.loads(cli("check", "--format", "json", run).stdout)["parity"]}
+    assert any(len(f) > 24 for f in figures)
+    text = cli("check", run).stdout
+    words = set(text.split())
+    assert figures <= words and max(map(len, text.splitlines())) <= 100
+
+
+def test_diff_per_phase_table_has_a_row_for_each_phase_the_trace_attributes():
+    """h200x2-blocks4 times whole steps only (no phase timers): the per-phase table still has
+    forward, backward and optimizer, each the mean over ranks of its items' Δ (every item)."""
+    run = DATA / "h200x2-blocks4"
+    doc = json.loads(cli("diff", "--top", "100000", "--format", "json", run, "ddp", "fsdp2").stdout)
+    summed = {}
+    for rank in doc["ranks"]:
+        for item in rank["items"]:
+            summed[item["phase"]] = summed.get(item["phase"], 0) + item["delta_ns"] / len(doc["ranks"]) / 1e6
+    rows = {r["phase"]: r for r in doc["reconciliation"]}
+    assert [p for p in rows if p != "step"] == ["forward", "backward", "optimizer"]
+    for phase in ("forward", "backward", "optimizer"):
+        assert rows[phase]["attributed_d_ms"] == pytest.approx(summed[phase], abs=1e-3)
+        assert rows[phase]["real_d_ms"] is None  # no timed phase timers in this manifest
+    table = cli("diff", run, "ddp", "fsdp2").stdout
+    assert all(re.search(rf"^{p}\s", table, re.M) for p in ("forward", "backward", "optimizer", "step"))
+
+
+def test_timeline_splits_each_collective_into_waiting_for_peers_and_transfer(tmp_path, monkeypatch):
+    """DDP on 2 × H200, step 1: the light-orange bars (waiting for peers) of each rank add up to
+    that rank's wait_ns in `tracekit comms` (kernel time − the least kernel time over the ranks)."""
+    import tracekit.front.plot as plot
+
+    waited = {}
+    bars = plot._bars
+
+    def keep(ax, intervals, origin, lane, colour):
+        if colour == plot.COLOURS["comm wait"]:
+            waited[ax] = waited.get(ax, 0) + int((intervals["end"] - intervals["start"]).sum())
+        bars(ax, intervals, origin, lane, colour)
+
+    monkeypatch.setattr(plot, "_bars", keep)
+    run = DATA / "h200x2-small" / "ddp"
+    assert cli("plot", "timeline", "--steps", "1", "-o", tmp_path / "t.png", run).exit_code == 0
+    doc = json.loads(cli("comms", "--format", "json", run).stdout)["traces"]
+    want = [sum(c["wait_ns"] for s in t["steps"] if s["step"] == 1 for c in s["collectives"]) for t in doc]
+    assert min(want) > 0 and list(waited.values()) == want

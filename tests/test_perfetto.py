@@ -162,6 +162,7 @@ def test_timeline_lanes_are_grouped_per_device(tmp_path):
     holds only its own device's kernels; the picture is drawn."""
     import synth
 
+    from tracekit.analyses.comms import peer_waits
     from tracekit.front.plot import lanes
 
     events = [synth.step(1, 0.0, 100.0)]
@@ -171,7 +172,7 @@ def test_timeline_lanes_are_grouped_per_device(tmp_path):
         events += pair
     path = synth.write(tmp_path, "t.json", synth.doc(events))
     trace = tracekit.load(path)
-    drawn = lanes(trace.gpu.filter(pl.col("step") == 1), step_timeline(trace).segments)
+    drawn = lanes(trace.gpu.filter(pl.col("step") == 1), step_timeline(trace).segments, peer_waits([trace])[0])
     assert [label for label, _, _ in drawn] == [
         "GPU 0 · stream 7", "GPU 0 · exposed comm / idle", "GPU 1 · stream 7", "GPU 1 · stream 9",
         "GPU 1 · exposed comm / idle"]

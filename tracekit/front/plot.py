@@ -69,7 +69,8 @@ def waterfall(diff, a_label: str, b_label: str, path, over: str = "all ranks") -
     return written
 
 
-COLOURS = {"compute": "#2e86c1", "comm": "#e67e22", "memcpy": "#7f8c8d", "memset": "#95a5a6"}
+COLOURS = {"compute": "#2e86c1", "comm": "#e67e22", "comm wait": "#f5cba7", "memcpy": "#7f8c8d", "memset": "#95a5a6"}
+LEGEND = {"comm": "comm transfer", "comm wait": "comm: waiting for peers"}
 PARTITION_COLOURS = {"comm": "#c0392b", "idle": "#d5d8dc"}  # exposed comm, idle
 
 
@@ -80,11 +81,15 @@ def _bars(ax, intervals, origin: int, lane: int, colour: str) -> None:
                    (lane - 0.4, 0.8), color=colour, linewidth=0)
 
 
-def lanes(own, segments) -> list[tuple[str, object, dict]]:
+def lanes(own, segments, waits) -> list[tuple[str, object, dict]]:
     """(label, rows, colours) per lane of one step, grouped per device: each stream of the
-    device (its activities), then the device's partition (its segments)."""
+    device (its activities, a collective's wait for its peers `waits` drawn over its start),
+    then the device's partition (its segments)."""
     import polars as pl
 
+    waited = waits.filter(pl.col("wait_end").is_not_null()).select(
+        "device", "stream", "start", end=pl.col("wait_end"), category=pl.lit("comm wait"))
+    own = pl.concat([own, waited], how="diagonal_relaxed")
     own = own.with_columns(pl.col("device").fill_null(0))
     out = []
     for device in own["device"].unique().sort().to_list():
@@ -98,14 +103,16 @@ def lanes(own, segments) -> list[tuple[str, object, dict]]:
 
 def timeline(traces: list, step: int | None, path) -> Path:
     """One step per rank: lanes grouped per device — each GPU stream a lane (compute blue, comm
-    orange, memcpy/memset grey), then the device's partition: exposed comm red, idle light grey."""
+    orange: its transfer, light orange: its wait for peers, memcpy/memset grey), then the
+    device's partition: exposed comm red, idle light grey."""
     import polars as pl
 
+    from tracekit.analyses.comms import peer_waits
     from tracekit.analyses.timeline import timeline as step_timeline
 
     plt = _pyplot()
     panels = []
-    for trace in traces:
+    for trace, waits in zip(traces, peer_waits(traces), strict=True):
         steps = trace.gpu.filter(pl.col("step").is_not_null())["step"].unique().sort().to_list()
         if not steps:
             continue
@@ -113,7 +120,8 @@ def timeline(traces: list, step: int | None, path) -> Path:
             raise UsageError(f"--step {step}: {trace.path} has steps {', '.join(map(str, steps))}")
         chosen = steps[-1] if step is None else step
         own = trace.gpu.filter(pl.col("step") == chosen)
-        panels.append((trace, chosen, own, lanes(own, step_timeline(trace).segments.filter(pl.col("step") == chosen))))
+        panels.append((trace, chosen, own, lanes(own, step_timeline(trace).segments.filter(pl.col("step") == chosen),
+                                                 waits.filter(pl.col("step") == chosen))))
     if not panels:
         raise TraceError(", ".join(t.path for t in traces), "no step with GPU work to draw")
     n_lanes = sum(len(rows) for _, _, _, rows in panels)
@@ -133,7 +141,8 @@ def timeline(traces: list, step: int | None, path) -> Path:
         ax.set_title(f"rank {trace.rank}, step {chosen}: GPU span {span:.2f} ms — {Path(trace.path).name}", fontsize=9)
     axes[-1, 0].set_xlabel("ms from the step's first GPU activity")
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in (*COLOURS.values(), *PARTITION_COLOURS.values())]
-    fig.legend(handles, [*COLOURS, "exposed comm", "idle"], loc="upper right", ncol=6, fontsize=8)
+    fig.legend(handles, [LEGEND.get(c, c) for c in COLOURS] + ["exposed comm", "idle"], loc="upper right", ncol=7,
+               fontsize=8)
     fig.tight_layout(rect=(0, 0, 1, 0.97))
     written = save(fig, Path(path))
     plt.close(fig)

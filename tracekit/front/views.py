@@ -90,6 +90,7 @@ VIEWS = {
                    {"peak_allocated_bytes": "peak_mem", "profiler_overhead": "overhead",
                     "recorded_to_timed": "rec_timed"}),
     "report.critical": View(()),
+    "check.parity": View(("variant", "rank", "figure", "base", "rel_diff", "tolerance", "match")),  # values: --wide
     "report.phases": View(("variant", "phase", "ms", "pct", "d_ms", "d_ms_ci", "verdict", "rec_d_ms"),
                           aliases={"pct_of_step": "pct", "d_recorded_ms": "rec_d_ms", "recorded_ms": "rec_ms"}),
     "diff.reconciliation": View(("phase", "real", "real_ci", "verdict", "recorded", "attributed", "device", "idle"),

@@ -213,7 +213,8 @@ def show_report(out, fmt: str, layout=None, baseline: str | None = None, plot_pa
 @main.command()
 @click.argument("out", type=click.Path(exists=True, file_okay=False))
 @format_option
-def check(out, fmt):
+@table_layout
+def check(out, fmt, layout):
     """Compare the counts found in each profiled step's traces with what the runtime counted in
     that step, and every variant's first-step loss and grad norm and its parameter checksum
     after the timed steps with the first variant's (tolerances: docs/metrics.md).
@@ -229,7 +230,7 @@ def check(out, fmt):
     if fmt == "json":
         emit(json_text({"counts": counts.to_dicts(), "parity": parity.to_dicts()}))
     else:
-        emit(render_frame(counts, fmt) + "\n\n" + render_frame(parity, fmt))
+        emit(render_frame(counts, fmt) + "\n\n" + render_frame(parity, fmt, "check.parity", layout))
     for row in counts.filter(~counts["match"]).iter_rows(named=True):
         click.echo(f"tracekit check: mismatch: {row['variant']} rank {row['rank']} step {row['step']} {row['count']}: "
                    f"trace {row['trace']}, runtime {row['runtime']}", err=True)

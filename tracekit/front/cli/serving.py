@@ -8,15 +8,15 @@ import click
 
 from .common import (emit, existing, format_option, load_options, load_traces, main, new_file, rank_option,
                      steps_choice, wrote)
-from .comparing import diffed
+from .comparing import diff_sides, diffed, side_names
 
 
 @main.command()
-@click.argument("paths", nargs=-1, required=True, callback=existing)
+@click.argument("paths", nargs=-1, required=True)
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), callback=new_file,
               help="The .pftrace to write.")
-@click.option("--diff", "as_diff", is_flag=True, help="PATHS are A and B: both variants side by side, aligned at "
-              "their step start, with the top diff items marked.")
+@click.option("--diff", "as_diff", is_flag=True, help="PATHS are A B, or OUT A B as `diff` takes them: both "
+              "variants side by side, aligned at their step start, with the top diff items marked.")
 @click.option("--steps", default="all", show_default=True, callback=steps_choice,
               help="With --diff: the step compared (all: each side's median step).")
 @rank_option
@@ -27,13 +27,13 @@ def export(paths, output, as_diff, steps, rank, options, top):
     from tracekit.front.export import export_diff, export_traces
 
     if not as_diff:
+        existing(None, None, paths)
         n = export_traces(list(paths), output, options, rank)
         wrote(output, f" ({n} rank trace(s)); view it with `tracekit open {output}`")
         return
-    if len(paths) != 2:
-        raise click.UsageError("--diff takes exactly two PATHS: A and B")
-    a_traces, b_traces, result = diffed(paths[0], paths[1], steps, rank, top, "kernel", options, whole=True)
-    export_diff(a_traces, b_traces, result, (Path(paths[0]).name, Path(paths[1]).name), output, top)
+    a, b = diff_sides(paths)
+    a_traces, b_traces, result = diffed(a, b, steps, rank, top, "kernel", options, whole=True)
+    export_diff(a_traces, b_traces, result, side_names(a, b), output, top)
     wrote(output, f"; view it with `tracekit open {output}`")
 
 
