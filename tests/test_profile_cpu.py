@@ -19,6 +19,18 @@ def tracekit_cli(*args):
                           timeout=600)
 
 
+def one_worker_here(monkeypatch) -> None:
+    """The rank variables of a one-rank run in this process, on a free local port."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for key, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+                       "MASTER_PORT": str(port)}.items():
+        monkeypatch.setenv(key, value)
+
+
 @pytest.fixture(scope="module")
 def out(tmp_path_factory):
     out = tmp_path_factory.mktemp("profile") / "run"
@@ -277,8 +289,6 @@ def test_unknown_variant_is_rejected(tmp_path):
 
 def test_a_failing_variant_is_recorded_and_the_others_still_run(tmp_path, monkeypatch):
     """One real worker (world size 1, gloo) where fsdp1 raises and fsdp2 runs out of memory."""
-    import socket
-
     import torch
 
     from tracekit.runners import worker
@@ -292,12 +302,7 @@ def test_a_failing_variant_is_recorded_and_the_others_still_run(tmp_path, monkey
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
         return real(variant, *args, **kwargs)
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    for key, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
-                       "MASTER_PORT": str(port)}.items():
-        monkeypatch.setenv(key, value)
+    one_worker_here(monkeypatch)
     monkeypatch.setattr(worker, "run_variant", flaky)
     cfg = {"out": str(tmp_path), "variants": ["fsdp1", "fsdp2", "ddp"], "preset": "tiny", "overrides": {},
            "device": "cpu", "nproc": 1, "precision": "fp32", "seed": 0, "warmup": 1, "steps": 1, "with_stack": False,
@@ -314,16 +319,9 @@ def test_a_failing_variant_is_recorded_and_the_others_still_run(tmp_path, monkey
 def test_long_loops_say_where_they_are(tmp_path, monkeypatch, capsys):
     """A progress line once `PROGRESS_S` has passed without one (here 0 s: after every step):
     the warm-up and timed steps counted, then the recording; one real worker (world size 1)."""
-    import socket
-
     from tracekit.runners import worker
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    for key, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
-                       "MASTER_PORT": str(port)}.items():
-        monkeypatch.setenv(key, value)
+    one_worker_here(monkeypatch)
     monkeypatch.setattr(worker, "PROGRESS_S", 0.0)
     cfg = {"out": str(tmp_path), "variants": ["ddp"], "preset": "tiny", "overrides": {}, "device": "cpu", "nproc": 1,
            "precision": "fp32", "seed": 0, "warmup": 2, "steps": 3, "with_stack": False, "profile_steps": 1,
