@@ -14,5 +14,8 @@ settings.load_profile("tracekit")
 sys.path.insert(0, str(Path(__file__).parent))
 
 DATA = Path(__file__).parent / "data"
+# Tables and messages wrap at the terminal's width: the tests' is 100 columns whatever runs them
+# (a terminal, a pipe, a test worker process).
+os.environ.setdefault("COLUMNS", "100")
 # The trace cache of the test session: its own folder, never the user's.
 os.environ.setdefault("TRACEKIT_CACHE_DIR", tempfile.mkdtemp(prefix="tracekit-test-cache-"))

@@ -12,6 +12,8 @@ import torch
 
 import tracekit
 
+pytestmark = pytest.mark.xdist_group("example-run")  # the module's fixture is made once, in one test process
+
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "mlp_stack.py"
 VARIANTS = ["ddp", "fsdp1", "fsdp2"]

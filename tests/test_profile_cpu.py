@@ -11,6 +11,8 @@ import tracekit
 from tracekit.analyses.summary import summary
 from tracekit.analyses.checks import count_check
 
+pytestmark = pytest.mark.xdist_group("profile-run")  # the module's fixture is made once, in one test process
+
 VARIANTS = ["ddp", "fsdp1", "fsdp2"]
 
 
