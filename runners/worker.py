@@ -325,11 +325,11 @@ class Progress:
 def recorded_figures(step, back, cfg: dict, device: torch.device, out: Path, variant: str, rank: int) -> dict:
     """The recorded steps: `--profile-steps` steps in `--profile-mode` (the trace `diff`
     attributes), each with its times, phases and runtime counts, between two runs of the same
-    procedure without the profiler (`control_step_ms`; `profiler_overhead` = median recorded
-    ÷ median control step); then, in `cupti`, `device` and `lean` modes, one `full` step into
-    `names/` (names and blame). Every block trains on the same batches (`back()` before each).
-    Where a `cupti` capture cannot run (`capture_mode`), the steps are recorded in `device`
-    mode and `capture_note` says why."""
+    procedure without the profiler (`control_step_ms`, their phases `control_phase_ms`;
+    `profiler_overhead` = median recorded ÷ median control step); then, in `cupti`, `device`
+    and `lean` modes, one `full` step into `names/` (names and blame). Every block trains on
+    the same batches (`back()` before each). Where a `cupti` capture cannot run
+    (`capture_mode`), the steps are recorded in `device` mode and `capture_note` says why."""
     steps = cfg["profile_steps"]
     before = record_steps(step, cfg, device, None, steps)
     back()
@@ -345,7 +345,11 @@ def recorded_figures(step, back, cfg: dict, device: torch.device, out: Path, var
         log(rank, f"{variant}: recorded in device mode, not cupti: {note}")
     main = {**main, "trace": str(path.relative_to(out)), **({"capture_note": note} if note else {})}
     back()
-    control = before["step_ms"] + record_steps(step, cfg, device, None, steps)["step_ms"]
+    after = record_steps(step, cfg, device, None, steps)
+    control = before["step_ms"] + after["step_ms"]
+    control_phases = {clock: None if before["phase_ms"][clock] is None else
+                      {p: before["phase_ms"][clock][p] + after["phase_ms"][clock][p] for p in before["phase_ms"][clock]}
+                      for clock in ("host", "device")}
     recorded = [main]
     if mode in ("cupti", "device", "lean"):
         back()
@@ -354,6 +358,7 @@ def recorded_figures(step, back, cfg: dict, device: torch.device, out: Path, var
     return {"recorded": recorded, "trace": main["trace"], "profile_mode": main["mode"],
             "profiled_step_ms": main["step_ms"], "runtime_counts_per_step": main["runtime_counts_per_step"],
             "runtime_counts": main["runtime_counts_per_step"][-1], "control_step_ms": control,
+            "control_phase_ms": control_phases,
             "profiler_overhead": round(statistics.median(main["step_ms"]) / statistics.median(control), 3)}
 
 

@@ -75,6 +75,9 @@ def test_every_variant_ran_on_both_ranks(out):
         for r in entry["ranks"]:
             assert len(r["profiled_step_ms"]) == 3 and len(r["runtime_counts_per_step"]) == 3
             assert len(r["control_step_ms"]) == 6  # the recording's procedure, unprofiled, before and after it
+            host = r["control_phase_ms"]["host"]  # each control step's phases add up to its time (host clock off CUDA)
+            assert [abs(sum(host[p][i] for p in ("forward", "backward", "optimizer")) - t) < 1e-3
+                    for i, t in enumerate(r["control_step_ms"])] == [True] * 6
             assert r["profiler_overhead"] == round(np.median(r["profiled_step_ms"]) / np.median(r["control_step_ms"]), 3)
             assert r["recorded_to_timed"] == round(np.median(r["profiled_step_ms"]) / np.median(r["step_ms"]["all"]), 3)
             assert len(r["step_ms"]["all"]) == 6
