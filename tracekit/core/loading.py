@@ -553,7 +553,7 @@ def _ops_table(events: list, table: pl.DataFrame, old: bool) -> pl.DataFrame:
     ops = _with_args(events, table, {"input_dims": raw_text, "input_types": raw_text,
                                      "concrete_inputs": raw_text}, old)
     records = ops.filter(pl.col("name") == "record_param_comms").select("idx")
-    comm = _with_args(events, records, COMM_ARGS, old).drop("tid", "ext_id")
+    comm = _with_args(events, records, COMM_ARGS, old).drop("tid", "ext_id", "pid", "rank_arg")
     return ops.join(comm, on="idx", how="left", maintain_order="left")
 
 
