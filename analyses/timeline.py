@@ -326,17 +326,19 @@ def idle_causes(idle: pl.DataFrame, trace: Trace) -> pl.DataFrame:
     edges = np.concatenate([cuts, [0]])  # a dummy last entry for the index arithmetic below
     start = np.where(pos == 0, a[seg], edges[i0[seg] + pos - 1])
     end = np.where(pos == n[seg] - 1, b[seg], edges[np.minimum(i0[seg] + pos, len(cuts))])
-    cause = np.full(len(seg), "nothing recorded", dtype=object)
-    found = np.zeros(len(seg), bool)
-    other = idle["other"].to_numpy()[seg]
-    cause[other], found[other] = OTHER_WORK, True
+    # each piece's cause as a row of `causes`: nothing recorded, another step's work, a layer's row
+    causes = pl.concat([pl.Series("cause", ["nothing recorded", OTHER_WORK], pl.String)]
+                       + [layer["cause"].rename("cause") for layer in layers])
+    found = idle["other"].to_numpy()[seg]
+    code = found.astype(np.int64)
+    offset = 2
     for layer in layers:
         hit = covering(layer, start, end)
         take = ~found & (hit >= 0)
-        cause[take] = layer["cause"].to_numpy()[hit[take]]
+        code[take] = offset + hit[take]
         found |= take
-    return idle[seg].with_columns(start=pl.Series(start), end=pl.Series(end),
-                                                cause=pl.Series(cause.tolist(), dtype=pl.String))
+        offset += layer.height
+    return idle[seg].with_columns(start=pl.Series(start), end=pl.Series(end), cause=causes.gather(code))
 
 
 def covering(layer: pl.DataFrame, start: np.ndarray, end: np.ndarray) -> np.ndarray:
