@@ -30,7 +30,7 @@ import polars as pl
 
 from .model import Trace
 
-SCHEMA = 10  # bump when the loaded tables, the analyses' kept tables or their meaning change
+SCHEMA = 11  # bump when the loaded tables, the analyses' kept tables or their meaning change
 TABLES = ("gpu", "calls", "ops", "marks", "steps")
 _writer = ThreadPoolExecutor(max_workers=1)  # writes overlap the analysis; finished before exit
 atexit.register(_writer.shutdown, wait=True)

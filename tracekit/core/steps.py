@@ -35,15 +35,14 @@ def whole_trace_step(start: int, end: int) -> pl.DataFrame:
 
 
 def step_of(frame: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
-    """`frame` with a `step` column: the step whose CPU window holds the row's `start`."""
+    """`frame` with a `step` column: the step whose CPU window holds the row's `start` (the
+    last step to start at or before it, if it has not ended; `steps` sorted by cpu_start)."""
     if frame.height == 0 or steps.height == 0:
         return frame.with_columns(step=pl.lit(None, dtype=pl.Int64))
-    order = frame.with_row_index("_row").sort("start")
-    joined = order.join_asof(steps, left_on="start", right_on="cpu_start", strategy="backward")
-    joined = joined.with_columns(
-        step=pl.when(pl.col("start") < pl.col("cpu_end")).then(pl.col("step"))
-    ).drop("cpu_start", "cpu_end")
-    return joined.sort("_row").drop("_row")
+    at = steps["cpu_start"].search_sorted(frame["start"], side="right").cast(pl.Int64) - 1
+    i = at.clip(lower_bound=0)
+    inside = (at >= 0) & (frame["start"] < steps["cpu_end"].gather(i))
+    return frame.with_columns(step=pl.when(inside).then(steps["step"].gather(i)))
 
 
 def assign_steps(steps: pl.DataFrame, gpu: pl.DataFrame, calls: pl.DataFrame, ops: pl.DataFrame,

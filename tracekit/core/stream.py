@@ -17,6 +17,8 @@ fails to parse as an array means a wrong cut: the caller starts again with the w
 
 from __future__ import annotations
 
+import re
+
 import msgspec
 
 from . import files
@@ -25,6 +27,7 @@ BLOCK = 8 << 20  # bytes read at a time
 PIECE = 16 << 20  # bytes of events given at a time (about 50,000 Kineto events)
 HEAD_LIMIT = 64 << 20  # `traceEvents` must start within this many bytes
 WHITESPACE = b" \t\r\n"
+NONSPACE = re.compile(rb"[^ \t\r\n]")
 RAWS = msgspec.json.Decoder(list[msgspec.Raw])
 
 
@@ -55,30 +58,32 @@ class EventStream:
     def start(self) -> tuple[bytes, bytes, bytes, int]:
         """(the text before `"traceEvents"`, the text read from the first element's `{` on
         (at offset `consumed - len(…)` of the text), the separator, how many of its bytes end
-        the piece before it)."""
+        the piece before it). Offsets into the block, not stripped copies of it: the block is
+        megabytes."""
         buf = self.read().removeprefix(files.BOM)
         while b'"traceEvents"' not in buf:
             more = self.read()
-            if not more or len(buf) > HEAD_LIMIT or buf.lstrip()[:1] != b"{":
+            if not more or len(buf) > HEAD_LIMIT or buf[(lead := nonspace(buf, 0)):lead + 1] != b"{":
                 raise Unsplittable
             buf += more
         key = buf.index(b'"traceEvents"')
-        head, rest = buf[:key], buf[key + len(b'"traceEvents"'):].lstrip(WHITESPACE)
-        if rest[:1] != b":" or rest[1:].lstrip(WHITESPACE)[:1] != b"[":
+        colon = nonspace(buf, key + len(b'"traceEvents"'))
+        bracket = nonspace(buf, colon + 1)
+        if buf[colon:colon + 1] != b":" or buf[bracket:bracket + 1] != b"[":
             raise Unsplittable
-        body = rest[1:].lstrip(WHITESPACE)[1:]  # after "["
-        while len(body.lstrip(WHITESPACE)) == 0:
+        first = nonspace(buf, bracket + 1)
+        while first == len(buf):
             more = self.read()
             if not more:
                 raise Unsplittable
-            body += more
-        first = len(body) - len(body.lstrip(WHITESPACE))
-        space, body = body[:first], body[first:]
+            buf += more
+            first = nonspace(buf, first)
+        space, body = buf[bracket + 1:first], buf[first:]
         if body[:1] not in b"{]":
             raise Unsplittable
         separator, kept = (b"," + space + b"{", 0) if b"\n" in space else \
             (b"}, {", 1) if b"}, {" in body else (b"},{", 1)
-        return head, body, separator, kept
+        return buf[:key], body, separator, kept
 
     def _pieces(self):
         head, body, separator, kept = self.start()
@@ -101,6 +106,13 @@ class EventStream:
                 break
         piece, self.metadata = last_events(head, bytes(buf[1:]))
         yield piece
+
+
+def nonspace(text: bytes, start: int) -> int:
+    """The offset of the first byte at or after `start` that is not JSON whitespace (the
+    text's length if none is)."""
+    found = NONSPACE.search(text, start)
+    return found.start() if found else len(text)
 
 
 def last_events(head: bytes, body: bytes) -> tuple[bytes, bytes]:
