@@ -127,6 +127,13 @@ def model_info(cfg: dict) -> dict:
         raise ProfileError(str(e)) from None
 
 
+def refuse_existing_out(out: Path, overwrite: bool) -> None:
+    """An existing OUT refused at once, before torch is imported (seconds), when this process
+    launches the workers; under torchrun/srun `prepare_out` asks every rank."""
+    if "RANK" not in os.environ and out.exists() and not overwrite:
+        raise ProfileError(f"{out} exists; pass --overwrite to write into it")
+
+
 def prepare_out(out: Path, overwrite: bool) -> None:
     """Make OUT; an existing one is refused (ProfileError) unless `overwrite`. Under
     torchrun/srun every rank calls this: each says through the store whether it found OUT

@@ -325,3 +325,15 @@ def test_bad_arguments_are_refused_before_torch_is_imported(tmp_path, args):
     result = subprocess.run([sys.executable, "-c", probe, "profile", "--device", "cpu", *args, "--out",
                              str(tmp_path / "x")], capture_output=True, text=True, timeout=120)
     assert result.stdout.split() == ["2", "False"] and result.stderr.startswith("tracekit: "), result.stderr
+
+
+def test_an_existing_out_is_refused_before_torch_is_imported(tmp_path):
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "mine.txt").write_text("the user's")
+    probe = ("import sys\nfrom tracekit.front.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit as e:\n"
+             "    print(e.code, 'torch' in sys.modules)\n")
+    result = subprocess.run([sys.executable, "-c", probe, "profile", "--device", "cpu", "--out", str(tmp_path / "x")],
+                            capture_output=True, text=True, timeout=120)
+    assert result.stdout.split() == ["2", "False"]
+    assert result.stderr == f"tracekit: {tmp_path / 'x'} exists; pass --overwrite to write into it\n"
+    assert [p.name for p in (tmp_path / "x").iterdir()] == ["mine.txt"]

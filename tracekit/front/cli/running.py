@@ -74,8 +74,9 @@ def profile(out, variants, preset, blocks, hidden, heads, seq, batch, overwrite,
     A variant that fails (an exception, out of memory, a worker that dies) is recorded in the
     manifest, one line on stderr, and the next variant runs on fresh workers. Exit status: 0,
     or 1 when no variant succeeded (or, with --strict, when any failed); 2 for bad options."""
-    from tracekit.runners.launch import make_config, prepare_out, profile as run_profile
+    from tracekit.runners.launch import make_config, prepare_out, profile as run_profile, refuse_existing_out
 
+    refuse_existing_out(Path(out), overwrite)
     cfg = make_config({"out": str(out), "variants": [v.strip() for v in variants.split(",") if v.strip()],
                        "preset": preset, "overrides": {"blocks": blocks, "hidden": hidden, "heads": heads,
                                                        "seq": seq, "batch": batch}, **options})
