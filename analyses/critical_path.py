@@ -52,8 +52,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
-from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import dijkstra
 
 from tracekit.analyses.comms import collective_kernels
 from tracekit.analyses.timeline import SYNC_APIS
@@ -76,38 +74,59 @@ def longest_path(times: np.ndarray, u: np.ndarray, v: np.ndarray, weight: np.nda
 def heaviest_paths(times: np.ndarray, u: np.ndarray, v: np.ndarray, weight: np.ndarray,
                    sources: list[int], sinks: list[int]) -> list[tuple[list[int], np.ndarray, int]]:
     """For each (source, sink) pair of disconnected parts of one graph: the heaviest path's
-    nodes, its edges (indices into u, v) and its weight. Since every source → sink path spends
-    times[sink] − times[source], the heaviest is the shortest over cost Δt − weight (≥ 0): one
-    Dijkstra from a super source with a zero-cost edge to every source. Of parallel edges the
-    cheapest counts, the heavier of equal cost."""
-    n, m = len(times), len(u)
-    weight = np.asarray(weight, np.int64)
-    cost = np.concatenate([(times[v] - times[u]) - weight, np.zeros(len(sources), np.int64)])
-    u = np.concatenate([u, np.full(len(sources), n)]).astype(np.int64)
-    v = np.concatenate([v, np.asarray(sources, np.int64)]).astype(np.int64)
-    ids = np.concatenate([np.arange(m), np.full(len(sources), -1)])
-    keys = u * (n + 1) + v
-    rank = cost * 2 + np.concatenate([weight == 0, np.zeros(len(sources), bool)])  # equal cost: the heavier first
-    order = np.lexsort((rank, keys))
-    keys, u, v, cost, ids = keys[order], u[order], v[order], cost[order], ids[order]
-    first = np.ones(len(u), bool)
-    first[1:] = keys[1:] != keys[:-1]
-    keys, u, v, cost, ids = keys[first], u[first], v[first], cost[first], ids[first]
-    graph = csr_matrix((cost.astype(np.float64), (u, v)), shape=(n + 1, n + 1))
-    dist, pred = dijkstra(graph, indices=n, return_predecessors=True)
-    before = pred.tolist()
+    nodes, its edges (indices into u, v) and its weight. Every edge goes forward in time, so
+    the graph is acyclic but for cycles of Δt = 0 (which weigh 0). One pass in topological
+    order (Kahn's): a node, once every edge into it is counted, has its heaviest way in
+    (max over its in-edges of that of u + weight) and passes it on. Where nodes wait on each
+    other in a Δt = 0 cycle, the earliest waiting ones are let go, and a node that gains after
+    it was let go passes the gain on again (cycles weigh 0, so this ends). Of equal ways in,
+    the first edge counts."""
+    n = len(times)
+    order = np.argsort(u, kind="stable")
+    first = np.searchsorted(u[order], np.arange(n + 1)).tolist()
+    tails, heads = u[order].tolist(), v[order].tolist()
+    weights = np.asarray(weight, np.int64)[order].tolist()
+    waiting = np.bincount(v, minlength=n).tolist()  # in-edges not yet counted
+    best, before = [-1] * n, [-1] * n  # heaviest way in from a source (-1: none), its edge
+    for source in sources:
+        best[source] = 0
+    let_go = [w == 0 for w in waiting]
+    queue = [node for node in range(n) if let_go[node]]
+    by_time, stuck = np.argsort(times, kind="stable").tolist(), 0
+    while True:
+        for node in queue:  # grows while it is walked
+            here = best[node]
+            for e in range(first[node], first[node + 1]):
+                head = heads[e]
+                if here >= 0 and here + weights[e] > best[head]:
+                    best[head], before[head] = here + weights[e], e
+                    if let_go[head]:
+                        queue.append(head)  # a gain inside a Δt = 0 cycle: pass it on again
+                waiting[head] -= 1
+                if waiting[head] == 0 and not let_go[head]:
+                    let_go[head] = True
+                    queue.append(head)
+        while stuck < n and let_go[by_time[stuck]]:
+            stuck += 1
+        if stuck == n:
+            break
+        end = stuck
+        while end < n and times[by_time[end]] == times[by_time[stuck]]:
+            end += 1
+        queue = [node for node in by_time[stuck:end] if not let_go[node]]
+        for node in queue:
+            let_go[node] = True
     found = []
     for source, sink in zip(sources, sinks):
-        if not np.isfinite(dist[sink]):
+        if best[sink] < 0:
             found.append(([], np.zeros(0, np.int64), 0))
             continue
-        path = [sink]
-        while path[-1] != source:
-            path.append(before[path[-1]])
-        path.reverse()
-        nodes = np.asarray(path, np.int64)
-        edges = ids[np.searchsorted(keys, nodes[:-1] * (n + 1) + nodes[1:])]
-        found.append((path, edges, int(times[sink] - times[source] - round(dist[sink]))))
+        path, node = [], sink
+        while node != source:
+            path.append(before[node])
+            node = tails[before[node]]
+        ids = order[np.asarray(path[::-1], np.int64)]
+        found.append(([source, *v[ids].tolist()], ids, best[sink]))
     return found
 
 
