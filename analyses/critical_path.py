@@ -75,47 +75,37 @@ def heaviest_paths(times: np.ndarray, u: np.ndarray, v: np.ndarray, weight: np.n
                    sources: list[int], sinks: list[int]) -> list[tuple[list[int], np.ndarray, int]]:
     """For each (source, sink) pair of disconnected parts of one graph: the heaviest path's
     nodes, its edges (indices into u, v) and its weight. Every edge goes forward in time, so
-    the graph is acyclic but for cycles of Δt = 0 (which weigh 0). One pass in topological
-    order (Kahn's): a node, once every edge into it is counted, has its heaviest way in
-    (max over its in-edges of that of u + weight) and passes it on. Where nodes wait on each
-    other in a Δt = 0 cycle, the earliest waiting ones are let go, and a node that gains after
-    it was let go passes the gain on again (cycles weigh 0, so this ends). Of equal ways in,
-    the first edge counts."""
-    n = len(times)
-    order = np.argsort(u, kind="stable")
-    first = np.searchsorted(u[order], np.arange(n + 1)).tolist()
+    nodes in time order — equal times ordered by how many Δt = 0 edges lead to them — are in
+    topological order, and one pass over the edges in their tail's order relaxes each node's
+    way in before it is passed on: the heaviest way in to v is max over its in-edges of that
+    to u + weight. Δt = 0 cycles (they weigh 0; none in real traces so far) leave edges that go
+    back in that order: then passes repeat until nothing gains. Of equal ways in, the first
+    edge counts."""
+    n, m = len(times), len(u)
+    tied = np.flatnonzero(times[u] == times[v])
+    depth = np.zeros(n, np.int64)  # the most Δt = 0 edges into a node, in a row (up to 64)
+    for _ in range(64 if len(tied) else 0):
+        deeper = depth.copy()
+        np.maximum.at(deeper, v[tied], depth[u[tied]] + 1)
+        if np.array_equal(deeper, depth):
+            break
+        depth = deeper
+    rank = np.empty(n, np.int64)
+    rank[np.lexsort((depth, times))] = np.arange(n)
+    order = np.argsort(rank[u], kind="stable")
+    backward = bool((rank[v] <= rank[u]).any())
     tails, heads = u[order].tolist(), v[order].tolist()
     weights = np.asarray(weight, np.int64)[order].tolist()
-    waiting = np.bincount(v, minlength=n).tolist()  # in-edges not yet counted
     best, before = [-1] * n, [-1] * n  # heaviest way in from a source (-1: none), its edge
     for source in sources:
         best[source] = 0
-    let_go = [w == 0 for w in waiting]
-    queue = [node for node in range(n) if let_go[node]]
-    by_time, stuck = np.argsort(times, kind="stable").tolist(), 0
-    while True:
-        for node in queue:  # grows while it is walked
-            here = best[node]
-            for e in range(first[node], first[node + 1]):
-                head = heads[e]
-                if here >= 0 and here + weights[e] > best[head]:
-                    best[head], before[head] = here + weights[e], e
-                    if let_go[head]:
-                        queue.append(head)  # a gain inside a Δt = 0 cycle: pass it on again
-                waiting[head] -= 1
-                if waiting[head] == 0 and not let_go[head]:
-                    let_go[head] = True
-                    queue.append(head)
-        while stuck < n and let_go[by_time[stuck]]:
-            stuck += 1
-        if stuck == n:
-            break
-        end = stuck
-        while end < n and times[by_time[end]] == times[by_time[stuck]]:
-            end += 1
-        queue = [node for node in by_time[stuck:end] if not let_go[node]]
-        for node in queue:
-            let_go[node] = True
+    gained = True
+    while gained:
+        gained = False
+        for e, tail, head, w in zip(range(m), tails, heads, weights):
+            way = best[tail]
+            if way >= 0 and way + w > best[head]:
+                best[head], before[head], gained = way + w, e, backward
     found = []
     for source, sink in zip(sources, sinks):
         if best[sink] < 0:
