@@ -74,14 +74,35 @@ def longest_path(times: np.ndarray, u: np.ndarray, v: np.ndarray, weight: np.nda
 def heaviest_paths(times: np.ndarray, u: np.ndarray, v: np.ndarray, weight: np.ndarray,
                    sources: list[int], sinks: list[int]) -> list[tuple[list[int], np.ndarray, int]]:
     """For each (source, sink) pair of disconnected parts of one graph: the heaviest path's
-    nodes, its edges (indices into u, v) and its weight. Every edge goes forward in time, so
-    nodes in time order — equal times ordered by how many Δt = 0 edges lead to them — are in
-    topological order, and one pass over the edges in their tail's order relaxes each node's
-    way in before it is passed on: the heaviest way in to v is max over its in-edges of that
-    to u + weight. Δt = 0 cycles (they weigh 0; none in real traces so far) leave edges that go
-    back in that order: then passes repeat until nothing gains. Of equal ways in, the first
-    edge counts."""
+    nodes, its edges (indices into u, v) and its weight.
+
+    Chains first: a node with one edge in and one out only passes its way on, so each run of
+    edges through such nodes is one edge of their summed weight (host lanes are mostly that).
+    Every edge goes forward in time, so nodes in time order — equal times ordered by how many
+    Δt = 0 edges lead to them — are in topological order, and one pass over the edges in their
+    tail's order gives each node its heaviest way in (max over its in-edges of that of u +
+    weight) before passing it on. Δt = 0 cycles (they weigh 0; none in real traces so far)
+    leave edges that go back in that order: then passes repeat until nothing gains. Of equal
+    ways in, the first edge counts."""
     n, m = len(times), len(u)
+    weight, every = np.asarray(weight, np.int64), np.arange(m)
+    through = (np.bincount(v, minlength=n) == 1) & (np.bincount(u, minlength=n) == 1)
+    through[sources] = through[sinks] = False
+    into = np.full(n, -1)
+    into[v] = every
+    head = np.where(through[u], into[u], every)  # → the chain's first edge, by pointer jumping
+    for _ in range(64):
+        if np.array_equal(head[head], head):
+            break
+        head = head[head]
+    chained = head[head] == head  # else on a cycle of pass-through nodes, which nothing reaches
+    first = np.flatnonzero(chained & (head == every))
+    last = every[chained & ~through[v]]
+    end, summed = np.zeros(m, np.int64), np.zeros(m, np.int64)
+    end[head[last]] = v[last]
+    np.add.at(summed, head[chained], weight[chained])
+    cu, cv, cw = u[first], end[first], summed[first]
+
     tied = np.flatnonzero(times[u] == times[v])
     depth = np.zeros(n, np.int64)  # the most Δt = 0 edges into a node, in a row (up to 64)
     for _ in range(64 if len(tied) else 0):
@@ -92,30 +113,32 @@ def heaviest_paths(times: np.ndarray, u: np.ndarray, v: np.ndarray, weight: np.n
         depth = deeper
     rank = np.empty(n, np.int64)
     rank[np.lexsort((depth, times))] = np.arange(n)
-    order = np.argsort(rank[u], kind="stable")
-    backward = bool((rank[v] <= rank[u]).any())
-    tails, heads = u[order].tolist(), v[order].tolist()
-    weights = np.asarray(weight, np.int64)[order].tolist()
+    order = np.argsort(rank[cu], kind="stable")
+    backward = bool((rank[cv] <= rank[cu]).any())
+    tails, heads, weights = cu[order].tolist(), cv[order].tolist(), cw[order].tolist()
     best, before = [-1] * n, [-1] * n  # heaviest way in from a source (-1: none), its edge
     for source in sources:
         best[source] = 0
     gained = True
     while gained:
         gained = False
-        for e, tail, head, w in zip(range(m), tails, heads, weights):
+        for e, tail, to, w in zip(range(len(tails)), tails, heads, weights):
             way = best[tail]
-            if way >= 0 and way + w > best[head]:
-                best[head], before[head], gained = way + w, e, backward
+            if way >= 0 and way + w > best[to]:
+                best[to], before[to], gained = way + w, e, backward
     found = []
     for source, sink in zip(sources, sinks):
         if best[sink] < 0:
             found.append(([], np.zeros(0, np.int64), 0))
             continue
-        path, node = [], sink
+        chains, node = [], sink
         while node != source:
-            path.append(before[node])
+            chains.append(first[order[before[node]]])
             node = tails[before[node]]
-        ids = order[np.asarray(path[::-1], np.int64)]
+        on = np.zeros(m, bool)
+        on[chains] = True
+        ids = every[on[head] & chained]
+        ids = ids[np.argsort(rank[u[ids]], kind="stable")]
         found.append(([source, *v[ids].tolist()], ids, best[sink]))
     return found
 
