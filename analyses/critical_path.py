@@ -193,25 +193,35 @@ def host_lanes(host: pl.DataFrame, edges: Edges, unrecorded: bool = False) -> pl
             "event", "step", "tid", time="end", is_start=pl.lit(False), node=pl.col("event") * 2 + 1,
             key=pl.when(pl.col("end") == pl.col("start")).then(1).otherwise(0), tie=-pl.col("start")),
     ]).with_columns(pl.col("event").cast(pl.Int64), pl.col("node").cast(pl.Int64))
-    # at one time: ends (inner first), then zero-length events, then starts (outer first)
+    # at one time: ends (inner first), then zero-length events, then starts (outer first). Each
+    # lane (step, tid) opens and closes every event it holds, so the running depth over all
+    # lanes is each lane's own, and an event open at depth d was opened in its own lane.
     bounds = bounds.sort("step", "tid", "time", "key", "tie", "node").with_columns(
-        depth=pl.when(pl.col("is_start")).then(1).otherwise(-1).cum_sum().over("step", "tid"))
+        depth=pl.when(pl.col("is_start")).then(1).otherwise(-1).cum_sum())
     bounds = bounds.with_columns(
-        owner=pl.when(pl.col("is_start")).then(pl.col("event")).forward_fill().over("step", "tid", "depth"))
+        owner=pl.when(pl.col("is_start")).then(pl.col("event")).forward_fill().over("depth"))
     bounds = bounds.with_columns(owner=pl.when(pl.col("depth") > 0).then(pl.col("owner")))
     owners = host.with_row_index("event").select(pl.col("event").cast(pl.Int64).alias("owner"),
                                                  o_kind="kind", o_name="name", o_start="start", o_end="end")
-    seg = bounds.with_columns(v=pl.col("node").shift(-1).over("step", "tid"),
-                              t_next=pl.col("time").shift(-1).over("step", "tid")
+    same_lane = (pl.col("step").shift(-1) == pl.col("step")) & (pl.col("tid").shift(-1) == pl.col("tid"))
+    seg = bounds.with_columns(v=pl.when(same_lane).then(pl.col("node").shift(-1)),
+                              t_next=pl.col("time").shift(-1)
                               ).filter(pl.col("v").is_not_null()).join(owners, on="owner", how="left")
-    # annotations waiting on another thread's op (the main thread inside backward)
-    cpu = host.filter(pl.col("kind") == "op").select(c_step="step", c_tid="tid", c_start="start", c_end="end")
-    busy_elsewhere = (seg.filter(pl.col("o_kind") == "annotation")
-                      .join_where(cpu, pl.col("c_start") < pl.col("t_next"), pl.col("c_end") > pl.col("time"))
-                      .filter((pl.col("c_tid") != pl.col("tid")) & (pl.col("c_step") == pl.col("step")))
-                      .select("node").unique())
+    # annotations waiting on another thread's op (the main thread inside backward): the latest
+    # end of the other threads' ops that start before the segment ends lies after its start
+    waiting_on = seg.filter(pl.col("o_kind") == "annotation").select("node", "step", "tid", "time", "t_next")
+    ops = host.filter(pl.col("kind") == "op").select("step", "tid", c_start="start", c_end="end")
+    busy_elsewhere = []
+    for tid in waiting_on["tid"].unique().to_list():  # few threads
+        others = (ops.filter(pl.col("tid") != tid).group_by("step", "c_start").agg(pl.col("c_end").max())
+                  .sort("step", "c_start").with_columns(c_end=pl.col("c_end").cum_max().over("step")))
+        mine = waiting_on.filter(pl.col("tid") == tid).sort("t_next")
+        busy_elsewhere.append(mine.join_asof(others, left_on="t_next", right_on="c_start", by="step",
+                                             strategy="backward", allow_exact_matches=False, check_sortedness=False)
+                              .filter(pl.col("c_end") > pl.col("time"))["node"])
     sync = pl.col("o_name").is_in(SYNC_APIS)
-    seg = seg.with_columns(elsewhere=pl.col("node").is_in(busy_elsewhere["node"].implode()))
+    busy = pl.concat(busy_elsewhere) if busy_elsewhere else pl.Series("node", [], pl.Int64)
+    seg = seg.with_columns(elsewhere=pl.col("node").is_in(busy.implode()))
     edges.add(seg.select(
         u="node", v="v", work=pl.col("owner").is_not_null() & ~sync & ~pl.col("elsewhere"),
         category=pl.when(pl.col("owner").is_null() | sync | pl.col("elsewhere")).then(pl.lit("waiting"))
