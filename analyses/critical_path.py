@@ -231,10 +231,11 @@ def host_lanes(host: pl.DataFrame, edges: Edges, unrecorded: bool = False) -> pl
         .when((pl.col("o_kind") == "annotation") & unrecorded).then(pl.lit("ops not recorded")).otherwise(pl.lit("self")),
         name=pl.when(pl.col("owner").is_null()).then(pl.lit(None, pl.String)).otherwise(pl.col("o_name")),
         event="owner"))
-    top = bounds.filter(pl.col("is_start") & (pl.col("depth") == 1))
+    by_time = bounds.select("step", "tid", o_time="time", u="node").sort("o_time")
+    top = bounds.filter(pl.col("is_start") & (pl.col("depth") == 1)).sort("time")
     for tid in bounds["tid"].unique().to_list():  # thread order: few threads
-        others = bounds.filter(pl.col("tid") != tid).select("step", o_time="time", u="node").sort("o_time")
-        mine = top.filter(pl.col("tid") == tid).sort("time")
+        others = by_time.filter(pl.col("tid") != tid).drop("tid")
+        mine = top.filter(pl.col("tid") == tid)
         if others.height and mine.height:
             handoff = mine.join_asof(others, left_on="time", right_on="o_time", by="step", strategy="backward",
                                      check_sortedness=False)
