@@ -50,7 +50,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import polars as pl
 
 from tracekit.analyses.comms import collective_kernels
@@ -63,18 +62,16 @@ EDGE = {"category": pl.String, "kind": pl.String, "name": pl.String, "event": pl
 ITEMS = pl.List(pl.Struct({"category": pl.String, "kind": pl.String, "name": pl.String, "ns": pl.Int64}))
 
 
-def longest_path(times: np.ndarray, u: np.ndarray, v: np.ndarray, weight: np.ndarray,
-                 source: int, sink: int) -> tuple[list[int], int]:
+def longest_path(times, u, v, weight, source: int, sink: int) -> tuple[list[int], int]:
     """(nodes of the heaviest source → sink path, its weight; [] and 0 when none). `times[n]`:
     node n's time; every edge goes forward (`times[v] ≥ times[u]`) and weighs at most its Δt."""
     (nodes, _, found), = heaviest_paths(times, u, v, weight, [source], [sink])
     return nodes, found
 
 
-def heaviest_paths(times: np.ndarray, u: np.ndarray, v: np.ndarray, weight: np.ndarray,
-                   sources: list[int], sinks: list[int]) -> list[tuple[list[int], np.ndarray, int]]:
+def heaviest_paths(times, u, v, weight, sources: list[int], sinks: list[int]) -> list[tuple[list[int], list[int], int]]:
     """For each (source, sink) pair of disconnected parts of one graph: the heaviest path's
-    nodes, its edges (indices into u, v) and its weight.
+    nodes, its edges (indices into u, v) and its weight. times, u, v, weight: integer sequences.
 
     Chains first: a node with one edge in and one out only passes its way on, so each run of
     edges through such nodes is one edge of their summed weight (host lanes are mostly that).
@@ -84,38 +81,45 @@ def heaviest_paths(times: np.ndarray, u: np.ndarray, v: np.ndarray, weight: np.n
     weight) before passing it on. Δt = 0 cycles (they weigh 0; none in real traces so far)
     leave edges that go back in that order: then passes repeat until nothing gains. Of equal
     ways in, the first edge counts."""
-    n, m = len(times), len(u)
-    weight, every = np.asarray(weight, np.int64), np.arange(m)
-    through = (np.bincount(v, minlength=n) == 1) & (np.bincount(u, minlength=n) == 1)
-    through[sources] = through[sinks] = False
-    into = np.full(n, -1)
-    into[v] = every
-    head = np.where(through[u], into[u], every)  # → the chain's first edge, by pointer jumping
+    times = pl.Series("time", times, pl.Int64)
+    n = len(times)
+    edges = pl.DataFrame({"u": u, "v": v, "w": weight}, schema={"u": pl.Int64, "v": pl.Int64, "w": pl.Int64})
+    edges = edges.with_columns(e=pl.int_range(pl.len(), dtype=pl.Int64))
+    ends = pl.Series([*sources, *sinks], dtype=pl.Int64)
+    ins = edges.group_by("v").agg(into=pl.col("e").first(), n_in=pl.len())
+    single_out = edges.group_by("u").len().filter(pl.col("len") == 1)["u"]
+    through = ins.filter((pl.col("n_in") == 1) & pl.col("v").is_in(single_out.implode())
+                         & ~pl.col("v").is_in(ends.implode())).select(node="v", into="into")
+    edges = (edges.join(through.rename({"node": "u"}), on="u", how="left")
+             .with_columns(v_through=pl.col("v").is_in(through["node"].implode()),
+                           head=pl.coalesce("into", "e")).sort("e"))
+    head = edges["head"]  # → the chain's first edge, by pointer jumping
     for _ in range(64):
-        if np.array_equal(head[head], head):
+        jumped = head.gather(head)
+        if jumped.equals(head):
             break
-        head = head[head]
-    chained = head[head] == head  # else on a cycle of pass-through nodes, which nothing reaches
-    first = np.flatnonzero(chained & (head == every))
-    last = every[chained & ~through[v]]
-    end, summed = np.zeros(m, np.int64), np.zeros(m, np.int64)
-    end[head[last]] = v[last]
-    np.add.at(summed, head[chained], weight[chained])
-    cu, cv, cw = u[first], end[first], summed[first]
+        head = jumped
+    edges = edges.with_columns(head=head, chained=head.gather(head) == head)  # else on a pass-through cycle: unreached
+    chained = edges.filter("chained")
+    chains = (chained.group_by("head").agg(w=pl.col("w").sum())
+              .join(chained.filter(pl.col("e") == pl.col("head")).select("head", "u"), on="head")
+              .join(chained.filter(~pl.col("v_through")).select("head", "v"), on="head"))
 
-    tied = np.flatnonzero(times[u] == times[v])
-    depth = np.zeros(n, np.int64)  # the most Δt = 0 edges into a node, in a row (up to 64)
-    for _ in range(64 if len(tied) else 0):
-        deeper = depth.copy()
-        np.maximum.at(deeper, v[tied], depth[u[tied]] + 1)
-        if np.array_equal(deeper, depth):
+    tied = edges.filter(times.gather(edges["u"]) == times.gather(edges["v"])).select("u", "v").rows()
+    depth = dict.fromkeys((b for _, b in tied), 0)  # the most Δt = 0 edges into a node, in a row (≤ 64)
+    for _ in range(64 if tied else 0):
+        deeper = False
+        for a, b in tied:
+            if depth.get(a, 0) + 1 > depth[b] and depth[b] < 64:
+                depth[b], deeper = depth.get(a, 0) + 1, True
+        if not deeper:
             break
-        depth = deeper
-    rank = np.empty(n, np.int64)
-    rank[np.lexsort((depth, times))] = np.arange(n)
-    order = np.argsort(rank[cu], kind="stable")
-    backward = bool((rank[cv] <= rank[cu]).any())
-    tails, heads, weights = cu[order].tolist(), cv[order].tolist(), cw[order].tolist()
+    depths = pl.Series("depth", [0] * n, pl.Int64).scatter(list(depth), list(depth.values())) if depth else 0
+    by_time = pl.DataFrame({"time": times}).with_columns(depth=depths).with_row_index("node").sort("time", "depth", "node")
+    rank = pl.Series("rank", [0] * n, pl.Int64).scatter(by_time["node"], pl.int_range(n, eager=True))
+    chains = chains.with_columns(ru=rank.gather(chains["u"]), rv=rank.gather(chains["v"])).sort("ru", "head")
+    backward = bool((chains["rv"] <= chains["ru"]).any())
+    tails, heads, weights = chains["u"].to_list(), chains["v"].to_list(), chains["w"].to_list()
     best, before = [-1] * n, [-1] * n  # heaviest way in from a source (-1: none), its edge
     for source in sources:
         best[source] = 0
@@ -126,20 +130,22 @@ def heaviest_paths(times: np.ndarray, u: np.ndarray, v: np.ndarray, weight: np.n
             way = best[tail]
             if way >= 0 and way + w > best[to]:
                 best[to], before[to], gained = way + w, e, backward
-    found = []
-    for source, sink in zip(sources, sinks):
-        if best[sink] < 0:
-            found.append(([], np.zeros(0, np.int64), 0))
-            continue
-        chains, node = [], sink
-        while node != source:
-            chains.append(first[order[before[node]]])
+    firsts, on_path = chains["head"].to_list(), []
+    for k, (source, sink) in enumerate(zip(sources, sinks)):
+        node = sink
+        while best[sink] >= 0 and node != source:
+            on_path.append((firsts[before[node]], k))
             node = tails[before[node]]
-        on = np.zeros(m, bool)
-        on[chains] = True
-        ids = every[on[head] & chained]
-        ids = ids[np.argsort(rank[u[ids]], kind="stable")]
-        found.append(([source, *v[ids].tolist()], ids, best[sink]))
+    path = pl.DataFrame(on_path, schema={"head": pl.Int64, "k": pl.Int64}, orient="row")
+    walked = chained.join(path, on="head")
+    walked = walked.with_columns(r=rank.gather(walked["u"])).sort("k", "r").partition_by("k", as_dict=True)
+    found = []
+    for k, (source, sink) in enumerate(zip(sources, sinks)):
+        if best[sink] < 0:
+            found.append(([], [], 0))
+            continue
+        ids = walked[(k,)]["e"].to_list()
+        found.append(([source, *walked[(k,)]["v"].to_list()], ids, best[sink]))
     return found
 
 
@@ -266,8 +272,8 @@ class Graph:
     ns = Δt ≥ 0, work, category, kind, name, event, row; no edge between two steps), and per
     step its source and sink nodes (`ends`: step, source, sink)."""
 
-    times: np.ndarray
-    steps: np.ndarray
+    times: pl.Series
+    steps: pl.Series
     edges: pl.DataFrame
     ends: pl.DataFrame
     host: pl.DataFrame
@@ -315,43 +321,35 @@ def graph(trace: Trace, arrivals: pl.DataFrame | None = None) -> Graph:
                    "step", begin=pl.when(pl.col("n_host").is_not_null()).then(pl.col("cpu_start")).otherwise("g_start"),
                    finish=pl.max_horizontal(pl.when(pl.col("n_host").is_not_null()).then(pl.col("cpu_end")), "g_end"),
                    source=n_nodes + 2 * pl.col("k").cast(pl.Int64), sink=n_nodes + 2 * pl.col("k").cast(pl.Int64) + 1))
-    times = np.zeros(n_nodes + 2 * windows.height, np.int64)
-    steps = np.zeros(len(times), np.int64)
+    placed = [acts.select(node=column, time=value, step="step") for column, value in (("node_start", "start"),
+                                                                                     ("node_end", "end"))]
     if n_host:
-        times[bounds["node"].to_numpy()] = bounds["time"].to_numpy()
-        steps[bounds["node"].to_numpy()] = bounds["step"].to_numpy()
+        placed.append(bounds.select("node", "time", "step"))
         calls = host.with_row_index("event").filter(pl.col("kind") == "call").select(
             pl.col("event").cast(pl.Int64), "name", "correlation", "start", "end")
         launch = calls.join(acts.select("correlation", "node_start"), on="correlation")
         edges.add(launch.select(u=pl.col("event") * 2, v="node_start", work=pl.lit(False)),
                   category="waiting", kind="launch")
         sync_edges(trace, calls, acts, edges)
-    for column, value in (("node_start", "start"), ("node_end", "end")):
-        times[acts[column].to_numpy()] = acts[value].to_numpy()
-        steps[acts[column].to_numpy()] = acts["step"].to_numpy()
     if split.height:
-        mid = split.join(acts.select("row", "step"), on="row")
-        times[mid["node"].to_numpy()], steps[mid["node"].to_numpy()] = mid["arrival"].to_numpy(), mid["step"].to_numpy()
-    for column, value in (("source", "begin"), ("sink", "finish")):
-        times[windows[column].to_numpy()] = windows[value].to_numpy()
-        steps[windows[column].to_numpy()] = windows["step"].to_numpy()
+        placed.append(split.join(acts.select("row", "step"), on="row").select("node", time="arrival", step="step"))
+    placed += [windows.select(node=column, time=value, step="step") for column, value in (("source", "begin"),
+                                                                                         ("sink", "finish"))]
+    nodes = pl.concat([p.cast(pl.Int64) for p in placed]).sort("node")  # every node 0 … n, once
+    times, steps = nodes["time"], nodes["step"]
     frame = edges.frame().filter(pl.col("u").is_not_null() & pl.col("v").is_not_null())
-    u, v = frame["u"].to_numpy(), frame["v"].to_numpy()
-    frame = frame.with_columns(ns=pl.Series(times[v] - times[u]), same=pl.Series(steps[u] == steps[v]))
-    frame = frame.filter((pl.col("ns") >= 0) & pl.col("same")).drop("same")
+    frame = frame.with_columns(ns=times.gather(frame["v"]) - times.gather(frame["u"]))
+    frame = frame.filter((pl.col("ns") >= 0) & (steps.gather(frame["u"]) == steps.gather(frame["v"])))
     # S → a node nothing else leads to, a node that leads nowhere → T: any other S or T edge
     # would weigh 0 beside a path through real edges weighing ≥ 0, so it could not be heavier
-    into = np.bincount(frame["v"].to_numpy(), minlength=n_nodes)[:n_nodes]
-    out = np.bincount(frame["u"].to_numpy(), minlength=n_nodes)[:n_nodes]
-    nodes = pl.DataFrame({"node": np.arange(n_nodes, dtype=np.int64), "step": steps[:n_nodes], "into": into, "out": out})
-    ends = nodes.join(windows.select("step", "source", "sink"), on="step")
+    inner = nodes.head(n_nodes).select("node", "step").join(windows.select("step", "source", "sink"), on="step")
     edges = Edges()
-    edges.add(ends.filter(pl.col("into") == 0).select(u="source", v="node", work=pl.lit(False)), category="waiting",
-              kind="start")
-    edges.add(ends.filter(pl.col("out") == 0).select(u="node", v="sink", work=pl.lit(False)), category="waiting",
-              kind="end")
+    edges.add(inner.join(frame.select(node="v"), on="node", how="anti").select(u="source", v="node", work=pl.lit(False)),
+              category="waiting", kind="start")
+    edges.add(inner.join(frame.select(node="u"), on="node", how="anti").select(u="node", v="sink", work=pl.lit(False)),
+              category="waiting", kind="end")
     extra = edges.frame()
-    extra = extra.with_columns(ns=pl.Series(times[extra["v"].to_numpy()] - times[extra["u"].to_numpy()], dtype=pl.Int64))
+    extra = extra.with_columns(ns=times.gather(extra["v"]) - times.gather(extra["u"]))
     frame = pl.concat([frame, extra.filter(pl.col("ns") >= 0)])
     return Graph(times, steps, frame, windows.select("step", "source", "sink"), host, gpu)
 
@@ -443,13 +441,13 @@ def dependency_graph(trace: Trace, step: int, arrivals: pl.DataFrame | None = No
             node=2 * n_host + 2 * pl.col("i").cast(pl.Int64)),
     ]).drop("i")
     nodes = pl.concat([nodes.with_columns(end=pl.lit(False)), nodes.with_columns(end=pl.lit(True), node=pl.col("node") + 1)])
-    every = pl.DataFrame({"node": np.arange(len(g.times), dtype=np.int64), "time": g.times, "step": g.steps})
+    every = pl.DataFrame({"time": g.times, "step": g.steps}).with_columns(node=pl.int_range(pl.len(), dtype=pl.Int64))
     ends = g.ends.filter(pl.col("step") == step)
     nodes = every.filter(pl.col("step") == step).join(nodes, on="node", how="left").with_columns(
         table=pl.when(pl.col("node").is_in(ends["source"].implode())).then(pl.lit("source"))
         .when(pl.col("node").is_in(ends["sink"].implode())).then(pl.lit("sink"))
         .otherwise(pl.col("table").fill_null("arrival"))).drop("step")
-    edges = g.edges.filter(pl.Series(g.steps[g.edges["u"].to_numpy()] == step))
+    edges = g.edges.filter(g.steps.gather(g.edges["u"]) == step)
     return nodes, edges
 
 
@@ -461,13 +459,12 @@ def path_edges(trace: Trace, arrivals: pl.DataFrame | None = None) -> pl.DataFra
     if g.ends.height == 0:
         return pl.DataFrame(schema=schema)
     edges = g.edges
-    weight = np.where(edges["work"].to_numpy(), edges["ns"].to_numpy(), 0)
-    found = heaviest_paths(g.times, edges["u"].to_numpy(), edges["v"].to_numpy(), weight,
+    weight = edges.select(pl.when("work").then("ns").otherwise(0))
+    found = heaviest_paths(g.times, edges["u"], edges["v"], weight.to_series(),
                            g.ends["source"].to_list(), g.ends["sink"].to_list())
-    chosen = edges[np.concatenate([ids for _, ids, _ in found])]
+    chosen = edges[pl.Series("row", [i for _, ids, _ in found for i in ids], pl.Int64)]
     return chosen.select(
-        step=pl.Series(g.steps[chosen["u"].to_numpy()]), start=pl.Series(g.times[chosen["u"].to_numpy()]),
-        end=pl.Series(g.times[chosen["v"].to_numpy()]), ns="ns",
+        step=g.steps.gather(chosen["u"]), start=g.times.gather(chosen["u"]), end=g.times.gather(chosen["v"]), ns="ns",
         category=pl.when(pl.col("work")).then(pl.col("category")).otherwise(pl.lit("waiting")),
         kind="kind", name="name", event="event", row="row").cast(schema)
 
