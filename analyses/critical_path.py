@@ -38,12 +38,11 @@ recorded) has a graph of device work alone, over each step's device span: what t
 is not told, and the gaps between the device's work are `waiting`.
 
 Every edge goes forward in time (one that would go back — clock skew — is dropped); all
-steps' graphs are built at once, with no edge between two steps. A work edge weighs its duration, any other 0. The critical path is the S → T path
-of greatest weight. Every S → T path spends exactly the span (durations telescope), so the
-heaviest path is the one with the least weight-0 time: a shortest path over `span − weight`
-(Dijkstra, `scipy.sparse.csgraph`; all such costs are ≥ 0). Its length `path_ns` plus its
-`waiting` time is the span, exactly; its time splits into host, runtime, compute, comm, copy
-and waiting.
+steps' graphs are built at once, with no edge between two steps. A work edge weighs its
+duration, any other 0. The critical path is the S → T path of greatest weight, found by one
+pass over the nodes in time order (`heaviest_paths`). Every S → T path spends exactly the span
+(durations telescope), so its length `path_ns` plus its `waiting` time is the span, exactly;
+its time splits into host, runtime, compute, comm, copy and waiting.
 """
 
 from __future__ import annotations
