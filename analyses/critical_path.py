@@ -92,19 +92,21 @@ def heaviest_paths(times, u, v, weight, sources: list[int], sinks: list[int]) ->
     edges = (edges.join(through.rename({"node": "u"}), on="u", how="left")
              .with_columns(v_through=pl.col("v").is_in(through["node"].implode()),
                            head=pl.coalesce("into", "e")).sort("e"))
-    head = edges["head"]  # → the chain's first edge, by pointer jumping
+    head = edges["head"]  # → the chain's first edge, and how far from it: by pointer jumping
+    far = (head != edges["e"]).cast(pl.Int64)
     for _ in range(64):
         jumped = head.gather(head)
         if jumped.equals(head):
             break
-        head = jumped
-    edges = edges.with_columns(head=head, chained=head.gather(head) == head)  # else on a pass-through cycle: unreached
+        far, head = far + far.gather(head), jumped
+    edges = edges.with_columns(head=head, far=far, chained=head.gather(head) == head)  # else on a cycle: unreached
     chained = edges.filter("chained")
     chains = (chained.group_by("head").agg(w=pl.col("w").sum())
               .join(chained.filter(pl.col("e") == pl.col("head")).select("head", "u"), on="head")
               .join(chained.filter(~pl.col("v_through")).select("head", "v"), on="head"))
 
-    tied = edges.filter(times.gather(edges["u"]) == times.gather(edges["v"])).select("u", "v").rows()
+    chains = chains.with_columns(tu=times.gather(chains["u"]), tv=times.gather(chains["v"]))
+    tied = chains.filter(pl.col("tu") == pl.col("tv")).select("u", "v").rows()
     depth = dict.fromkeys((b for _, b in tied), 0)  # the most Δt = 0 edges into a node, in a row (≤ 64)
     for _ in range(64 if tied else 0):
         deeper = False
@@ -113,11 +115,11 @@ def heaviest_paths(times, u, v, weight, sources: list[int], sinks: list[int]) ->
                 depth[b], deeper = depth.get(a, 0) + 1, True
         if not deeper:
             break
-    depths = pl.Series("depth", [0] * n, pl.Int64).scatter(list(depth), list(depth.values())) if depth else 0
-    by_time = pl.DataFrame({"time": times}).with_columns(depth=depths).with_row_index("node").sort("time", "depth", "node")
-    rank = pl.Series("rank", [0] * n, pl.Int64).scatter(by_time["node"], pl.int_range(n, eager=True))
-    chains = chains.with_columns(ru=rank.gather(chains["u"]), rv=rank.gather(chains["v"])).sort("ru", "head")
-    backward = bool((chains["rv"] <= chains["ru"]).any())
+    deep = {k: d for k, d in depth.items() if d}
+    chains = chains.with_columns(du=pl.col("u").replace_strict(deep, default=0, return_dtype=pl.Int64),
+                                 dv=pl.col("v").replace_strict(deep, default=0, return_dtype=pl.Int64))
+    chains = chains.sort("tu", "du", "u", "head")  # by tail: time, then Δt = 0 edges into it
+    backward = chains.select(((pl.col("tv") == pl.col("tu")) & (pl.col("dv") <= pl.col("du"))).any()).item()
     tails, heads, weights = chains["u"].to_list(), chains["v"].to_list(), chains["w"].to_list()
     best, before = [-1] * n, [-1] * n  # heaviest way in from a source (-1: none), its edge
     for source in sources:
@@ -129,22 +131,22 @@ def heaviest_paths(times, u, v, weight, sources: list[int], sinks: list[int]) ->
             way = best[tail]
             if way >= 0 and way + w > best[to]:
                 best[to], before[to], gained = way + w, e, backward
-    firsts, on_path = chains["head"].to_list(), []
+    firsts, on_path, step = chains["head"].to_list(), [], []
     for k, (source, sink) in enumerate(zip(sources, sinks)):
         node = sink
         while best[sink] >= 0 and node != source:
-            on_path.append((firsts[before[node]], k))
+            on_path.append(firsts[before[node]])
+            step.append(k)
             node = tails[before[node]]
-    path = pl.DataFrame(on_path, schema={"head": pl.Int64, "k": pl.Int64}, orient="row")
-    walked = chained.join(path, on="head")
-    walked = walked.with_columns(r=rank.gather(walked["u"])).sort("k", "r").partition_by("k", as_dict=True)
+    path = pl.DataFrame({"head": on_path, "k": step}, schema={"head": pl.Int64, "k": pl.Int64})
+    walked = (chained.join(path.with_columns(back=pl.int_range(pl.len())), on="head")
+              .sort("k", "back", "far", descending=[False, True, False]).partition_by("k", as_dict=True))
     found = []
     for k, (source, sink) in enumerate(zip(sources, sinks)):
         if best[sink] < 0:
             found.append(([], [], 0))
             continue
-        ids = walked[(k,)]["e"].to_list()
-        found.append(([source, *walked[(k,)]["v"].to_list()], ids, best[sink]))
+        found.append(([source, *walked[(k,)]["v"].to_list()], walked[(k,)]["e"].to_list(), best[sink]))
     return found
 
 
