@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import multiprocessing
 import os
 import re
 import socket
@@ -21,6 +22,12 @@ from tracekit.core.errors import TracekitError
 
 # NVLink multicast off: NCCL NVLS, PyTorch symmetric memory, NVSHMEM (shared machines).
 MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+# Workers are forked from one server process that has imported torch, dynamo and the worker
+# (seconds of imports, once per run instead of once per worker and per fresh start). The server
+# is a fresh interpreter, not this process: nothing of the launcher's state (an initialised CUDA
+# driver, a factory module's globals) reaches the workers.
+START_METHOD = "forkserver"
+WORKER_PRELOAD = ["torch", "torch._dynamo", "tracekit.runners.worker"]
 
 
 class ProfileError(TracekitError):
@@ -170,12 +177,13 @@ def profile(cfg: dict) -> dict:
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     cfg = {**cfg, "run_id": uuid.uuid4().hex[:12]}
+    multiprocessing.set_forkserver_preload(WORKER_PRELOAD)
     results, start, between = {}, 0, None
     with tempfile.TemporaryDirectory(prefix="tracekit-workers-") as state:
         while start < len(plan):
             launch = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=cfg["nproc"], run_id=cfg["run_id"],
                                   rdzv_backend="c10d", rdzv_endpoint=f"127.0.0.1:{free_port()}", max_restarts=0,
-                                  monitor_interval=0.5)
+                                  monitor_interval=0.5, start_method=START_METHOD)
             try:
                 with quiet_elastic():
                     results = elastic_launch(launch, worker_main)(cfg, start, results, state)[0]

@@ -46,9 +46,9 @@ def misbehaving():
     """The example's workload; on rank 1, what `TK_MISBEHAVE` (comma-separated, one per call of
     this factory on rank 1 in the whole run, counted in `TK_MARKS` across fresh workers) says:
     `raise` (the factory fails on this rank only), `abort-after-teardown` (SIGABRT right after
-    this variant's process group is destroyed), `abort-at-exit` (SIGABRT as the interpreter
-    exits), `stuck-teardown` (destroying the group never returns), `abort` (SIGABRT now), `ok`."""
-    import atexit
+    this variant's process group is destroyed), `abort-at-exit` (SIGABRT as the worker process
+    exits: in multiprocessing's exit finalizers, as a forked worker runs no atexit handlers), `stuck-teardown` (destroying the group never returns), `abort` (SIGABRT now), `ok`."""
+    import multiprocessing.util
     import threading
 
     import torch.distributed as dist
@@ -64,7 +64,7 @@ def misbehaving():
     if what == "abort":
         os.abort()
     if what == "abort-at-exit":
-        atexit.register(os.abort)
+        multiprocessing.util.Finalize(None, os.abort, exitpriority=0)
     destroy = dist.destroy_process_group
     if what == "abort-after-teardown":
         dist.destroy_process_group = lambda *a: (destroy(*a), os.abort())
