@@ -52,7 +52,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from tracekit.analyses.comms import collective_kernels
-from tracekit.analyses.timeline import SYNC_APIS
+from tracekit.analyses.timeline import SYNC_APIS, kept
 from tracekit.core.model import Trace
 
 CATEGORIES = ("host", "runtime", "compute", "comm", "copy", "waiting")
@@ -454,7 +454,16 @@ def dependency_graph(trace: Trace, step: int, arrivals: pl.DataFrame | None = No
 
 def path_edges(trace: Trace, arrivals: pl.DataFrame | None = None) -> pl.DataFrame:
     """The critical path of every step as its edges in time order: step, start, end, ns,
-    category, kind, name, event (host event index), row (into trace.gpu)."""
+    category, kind, name, event (host event index), row (into trace.gpu). Without arrivals it
+    depends on the trace alone, so it is kept with it (`timeline.kept`: a later command on the
+    same trace reads it from the trace cache)."""
+    if arrivals is None:
+        return kept(trace, "critical-path-edges", lambda: heaviest_path_edges(trace, None))
+    return heaviest_path_edges(trace, arrivals)
+
+
+def heaviest_path_edges(trace: Trace, arrivals: pl.DataFrame | None) -> pl.DataFrame:
+    """`path_edges`, computed."""
     schema = {"step": pl.Int64, "start": pl.Int64, "end": pl.Int64, "ns": pl.Int64, **EDGE}
     g = graph(trace, arrivals)
     if g.ends.height == 0:
@@ -474,8 +483,17 @@ def critical_path(trace: Trace, arrivals: pl.DataFrame | None = None, top: int |
     """One row per step: span_ns, path_ns (the path's weight: its time not waiting), its time
     by category — host_ns, runtime_ns, compute_ns, comm_ns, copy_ns, waiting_ns (they sum to
     span_ns) — and items [{category, kind, name, ns}]: the path's time by what spent it (a
-    wait named `<kind>: <what>`), largest first (`top` kept). A step with no events: figures null."""
-    edges = path_edges(trace, arrivals)
+    wait named `<kind>: <what>`), largest first (`top` kept). A step with no events: figures
+    null. Without arrivals, kept with the trace like `path_edges`."""
+    if arrivals is None:
+        whole = kept(trace, "critical-path", lambda: path_split(trace, path_edges(trace)))
+    else:
+        whole = path_split(trace, path_edges(trace, arrivals))
+    return whole.with_columns(pl.col("items").list.head(top)) if top else whole
+
+
+def path_split(trace: Trace, edges: pl.DataFrame) -> pl.DataFrame:
+    """`critical_path` of the trace's path edges (`path_edges`), every item kept."""
     split = (edges.group_by("step").agg(
         span_ns=pl.col("ns").sum(), path_ns=pl.col("ns").filter(pl.col("category") != "waiting").sum(),
         **{f"{c}_ns": pl.col("ns").filter(pl.col("category") == c).sum() for c in CATEGORIES}))
@@ -484,8 +502,7 @@ def critical_path(trace: Trace, arrivals: pl.DataFrame | None = None, top: int |
         .when(waiting).then(pl.col("kind")).otherwise(pl.col("name"))
     items = (edges.filter(pl.col("ns") > 0).with_columns(name=named).group_by("step", "category", "kind", "name")
              .agg(ns=pl.col("ns").sum()).sort("step", "ns", "name", descending=[False, True, False], nulls_last=True)
-             .group_by("step", maintain_order=True).agg(items=pl.struct("category", "kind", "name", "ns")
-                                                        .head(top or 10**9)))
+             .group_by("step", maintain_order=True).agg(items=pl.struct("category", "kind", "name", "ns")))
     return (trace.steps.select("step").join(split.join(items, on="step", how="left"), on="step", how="left")
             .with_columns(pl.col("items").cast(ITEMS)).sort("step"))
 
