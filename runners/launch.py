@@ -6,16 +6,19 @@ starts `nproc` workers on this node through torch's elastic launch API.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import logging
 import multiprocessing
 import os
 import re
+import signal
 import socket
 import sys
 import tempfile
 import uuid
+from multiprocessing import forkserver
 from pathlib import Path
 
 from tracekit.core.errors import TracekitError
@@ -28,6 +31,19 @@ MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1
 # driver, a factory module's globals) reaches the workers.
 START_METHOD = "forkserver"
 WORKER_PRELOAD = ["torch", "torch._dynamo", "tracekit.runners.worker"]
+
+
+def start_worker_server() -> None:
+    """Start the server the workers are forked from (`START_METHOD`), if it is not running; the
+    workers get its environment, so multicast is off in it. It ends with this process, at once:
+    not after its imports (a mistake found meanwhile) or its teardown of torch (seconds, holding
+    this process's stdout and stderr open)."""
+    if forkserver._forkserver._forkserver_pid is not None:
+        return
+    os.environ.update(MULTICAST_OFF)
+    multiprocessing.set_forkserver_preload(WORKER_PRELOAD)
+    forkserver.ensure_running()
+    atexit.register(os.kill, forkserver._forkserver._forkserver_pid, signal.SIGKILL)
 
 
 class ProfileError(TracekitError):
@@ -67,6 +83,8 @@ def make_config(options: dict) -> dict:
         check_variants(o["variants"])
     except ValueError as e:
         raise ProfileError(str(e)) from None
+    if "RANK" not in os.environ:
+        start_worker_server()  # its imports overlap this process's own
 
     import torch
 
@@ -177,7 +195,7 @@ def profile(cfg: dict) -> dict:
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     cfg = {**cfg, "run_id": uuid.uuid4().hex[:12]}
-    multiprocessing.set_forkserver_preload(WORKER_PRELOAD)
+    start_worker_server()
     results, start, between = {}, 0, None
     with tempfile.TemporaryDirectory(prefix="tracekit-workers-") as state:
         while start < len(plan):

@@ -13,7 +13,9 @@ variant's prefix and destroyed after it, with a timeout (`collective_timeout_s`)
 agree on a variant's outcome through that store, not through a collective: a rank that
 raises or runs out of memory reports so at once and ends its group (on gloo its peers'
 pending collectives then fail at once; on NCCL they end at the timeout), its peers report
-too, and every rank goes on with the next variant on a fresh group.
+too, and every rank goes on with the next variant on a fresh group. Before the model's first
+collective the ranks also agree, through the store, that each has built it (`Built`): a rank
+whose factory fails ends the variant on every rank at once, on any backend.
 
 Started by the launcher, each rank also keeps, in the launcher's state folder, where it is in
 the plan (`rank<r>.json`: the runs agreed so far with their results, and the run it is in)
@@ -149,9 +151,10 @@ def param_checksum(model: torch.nn.Module, wrapped: torch.nn.Module, wrap: str) 
 
 
 def run_variant(variant: str, cfg: dict, rank: int, device: torch.device, out: Path, record: bool,
-                say=None) -> dict:
+                say=None, built=lambda: None) -> dict:
     """Measure one variant on this rank (and record it when `record`); returns its measurements.
-    `say(line)` gives a sign of life (`Progress`)."""
+    `say(line)` gives a sign of life (`Progress`); `built()` is called once the model is built,
+    before its first collective (`Built.here`)."""
     progress = Progress(say)
     mixed = cfg["precision"] == "bf16"
     wrap = VARIANTS[variant]["wrap"]
@@ -165,6 +168,7 @@ def run_variant(variant: str, cfg: dict, rank: int, device: torch.device, out: P
             and batch_size >= int(oom.rsplit(":", 1)[1]):
         raise torch.OutOfMemoryError(f"injected out of memory ({OOM_HOOK}) at batch {batch_size}")
     model = workload.model.to(device)
+    built()
     total_numel = sum(p.numel() for p in model.parameters())
     parallel = parallelize(model, workload.blocks, variant, device, mixed)
     model = parallel.model
@@ -588,17 +592,49 @@ def run_agreed(variant: str, cfg: dict, rank: int, world: int, device: torch.dev
     agreed by every rank through the store. A rank that fails ends its group before it waits
     for the others (module docstring); the caller ends the group of a run that did not fail."""
     timeout = cfg["collective_timeout_s"]
+    built = Built(store, f"{prefix}/built", rank, world, timeout)
     try:
         init_group(store, prefix, backend, rank, world, device, timeout)
-        mine = {"status": "ok", "message": "", "ranks": [run_variant(variant, cfg, rank, device, out, record, say)]}
+        mine = {"status": "ok", "message": "", "ranks": [run_variant(variant, cfg, rank, device, out, record, say,
+                                                                     built.here)]}
     except torch.OutOfMemoryError as e:
         mine = {"status": "oom", "message": str(e).splitlines()[0], "at": time.time()}
     except Exception as e:  # recorded; the other variants still run
         mine = {"status": "error", "message": f"{type(e).__name__}: {e}".splitlines()[0],
                 "traceback": traceback.format_exc(), "at": time.time()}
     if mine["status"] != "ok":
+        built.failed(mine["message"])
         end_group(True, min(TEARDOWN_S, timeout))
     return merge_ranks(agreed(store, f"{prefix}/status", rank, world, mine, 2 * timeout))
+
+
+class BuildFailedElsewhere(RuntimeError):
+    """Another rank failed while building the model: this one never wraps it."""
+
+
+class Built:
+    """The ranks' agreement, through the store, that each has built the model, before its first
+    collective (wrapping: DDP's and FSDP's constructors talk to every rank). A rank that fails
+    while building says so there at once (`failed`): its peers end the variant with its error
+    instead of waiting in a collective for the timeout, whatever the backend (on NCCL a peer's
+    death does not end a pending collective)."""
+
+    def __init__(self, store, key: str, rank: int, world: int, timeout_s: float):
+        self.store, self.key, self.rank, self.world, self.timeout_s = store, key, rank, world, timeout_s
+        self.arrived = False
+
+    def here(self) -> None:
+        """This rank built its model; raises BuildFailedElsewhere if another rank failed to."""
+        self.arrived = True
+        peers = agreed(self.store, self.key, self.rank, self.world, {"error": ""}, self.timeout_s)
+        failed = [(r, p["error"]) for r, p in enumerate(peers) if p["error"]]
+        if failed:
+            raise BuildFailedElsewhere(f"rank {failed[0][0]} failed while building: {failed[0][1]}")
+
+    def failed(self, message: str) -> None:
+        """This rank failed before it built its model (after, its peers are past the agreement)."""
+        if not self.arrived:
+            self.store.set(f"{self.key}/{self.rank}", json.dumps({"error": message}))
 
 
 def repeat_orders(variants: list[str], repeats: int) -> list[list[str]]:
