@@ -68,45 +68,50 @@ def longest_path(times, u, v, weight, source: int, sink: int) -> tuple[list[int]
     return nodes, found
 
 
-def heaviest_paths(times, u, v, weight, sources: list[int], sinks: list[int]) -> list[tuple[list[int], list[int], int]]:
-    """For each (source, sink) pair of disconnected parts of one graph: the heaviest path's
-    nodes, its edges (indices into u, v) and its weight. times, u, v, weight: integer sequences.
-
-    Chains first: a node with one edge in and one out only passes its way on, so each run of
-    edges through such nodes is one edge of their summed weight (host lanes are mostly that).
-    Every edge goes forward in time, so nodes in time order — equal times ordered by how many
-    Δt = 0 edges lead to them — are in topological order, and one pass over the edges in their
-    tail's order gives each node its heaviest way in (max over its in-edges of that of u +
-    weight) before passing it on. Δt = 0 cycles (they weigh 0; none in real traces so far)
-    leave edges that go back in that order: then passes repeat until nothing gains. Of equal
-    ways in, the first edge counts."""
-    times = pl.Series("time", times, pl.Int64)
-    n = len(times)
+def chained_edges(u, v, weight, ends: list[int]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """A node with one edge in and one out (not in `ends`) only passes its way on, so each run
+    of edges through such nodes is one edge of their summed weight (host lanes are mostly
+    that). (edges: e, u, v, w, head = the first edge of its run, far = its place in the run;
+    runs: head, u, v, w), by pointer jumping. Edges on a cycle of such nodes, which nothing
+    reaches, are left out."""
     edges = pl.DataFrame({"u": u, "v": v, "w": weight}, schema={"u": pl.Int64, "v": pl.Int64, "w": pl.Int64})
     edges = edges.with_columns(e=pl.int_range(pl.len(), dtype=pl.Int64))
-    ends = pl.Series([*sources, *sinks], dtype=pl.Int64)
     ins = edges.group_by("v").agg(into=pl.col("e").first(), n_in=pl.len())
     single_out = edges.group_by("u").len().filter(pl.col("len") == 1)["u"]
     through = ins.filter((pl.col("n_in") == 1) & pl.col("v").is_in(single_out.implode())
-                         & ~pl.col("v").is_in(ends.implode())).select(node="v", into="into")
+                         & ~pl.col("v").is_in(pl.Series(ends, dtype=pl.Int64).implode())).select(node="v", into="into")
     edges = (edges.join(through.rename({"node": "u"}), on="u", how="left")
              .with_columns(v_through=pl.col("v").is_in(through["node"].implode()),
                            head=pl.coalesce("into", "e")).sort("e"))
-    head = edges["head"]  # → the chain's first edge, and how far from it: by pointer jumping
+    head = edges["head"]
     far = (head != edges["e"]).cast(pl.Int64)
     for _ in range(64):
         jumped = head.gather(head)
         if jumped.equals(head):
             break
         far, head = far + far.gather(head), jumped
-    edges = edges.with_columns(head=head, far=far, chained=head.gather(head) == head)  # else on a cycle: unreached
-    chained = edges.filter("chained")
-    chains = (chained.group_by("head").agg(w=pl.col("w").sum())
-              .join(chained.filter(pl.col("e") == pl.col("head")).select("head", "u"), on="head")
-              .join(chained.filter(~pl.col("v_through")).select("head", "v"), on="head"))
+    edges = edges.with_columns(head=head, far=far).filter(head.gather(head) == head)
+    runs = (edges.group_by("head").agg(w=pl.col("w").sum())
+            .join(edges.filter(pl.col("e") == pl.col("head")).select("head", "u"), on="head")
+            .join(edges.filter(~pl.col("v_through")).select("head", "v"), on="head"))
+    return edges, runs
 
-    chains = chains.with_columns(tu=times.gather(chains["u"]), tv=times.gather(chains["v"]))
-    tied = chains.filter(pl.col("tu") == pl.col("tv")).select("u", "v").rows()
+
+def heaviest_paths(times, u, v, weight, sources: list[int], sinks: list[int]) -> list[tuple[list[int], list[int], int]]:
+    """For each (source, sink) pair of disconnected parts of one graph: the heaviest path's
+    nodes, its edges (indices into u, v) and its weight. times, u, v, weight: integer sequences.
+
+    Over the graph of runs (`chained_edges`): every edge goes forward in time, so nodes in
+    time order — equal times ordered by how many Δt = 0 edges lead to them — are in
+    topological order, and one pass over the edges in their tail's order gives each node its
+    heaviest way in (max over its in-edges of that of u + weight) before passing it on. A Δt = 0
+    cycle (it weighs 0) leaves edges that go back in that order: then passes repeat until
+    nothing gains. Of equal ways in, the first edge counts."""
+    times = pl.Series("time", times, pl.Int64)
+    n = len(times)
+    chained, runs = chained_edges(u, v, weight, [*sources, *sinks])
+    runs = runs.with_columns(tu=times.gather(runs["u"]), tv=times.gather(runs["v"]))
+    tied = runs.filter(pl.col("tu") == pl.col("tv")).select("u", "v").rows()
     depth = dict.fromkeys((b for _, b in tied), 0)  # the most Δt = 0 edges into a node, in a row (≤ 64)
     for _ in range(64 if tied else 0):
         deeper = False
@@ -116,11 +121,11 @@ def heaviest_paths(times, u, v, weight, sources: list[int], sinks: list[int]) ->
         if not deeper:
             break
     deep = {k: d for k, d in depth.items() if d}
-    chains = chains.with_columns(du=pl.col("u").replace_strict(deep, default=0, return_dtype=pl.Int64),
+    runs = runs.with_columns(du=pl.col("u").replace_strict(deep, default=0, return_dtype=pl.Int64),
                                  dv=pl.col("v").replace_strict(deep, default=0, return_dtype=pl.Int64))
-    chains = chains.sort("tu", "du", "u", "head")  # by tail: time, then Δt = 0 edges into it
-    backward = chains.select(((pl.col("tv") == pl.col("tu")) & (pl.col("dv") <= pl.col("du"))).any()).item()
-    tails, heads, weights = chains["u"].to_list(), chains["v"].to_list(), chains["w"].to_list()
+    runs = runs.sort("tu", "du", "u", "head")  # by tail: time, then Δt = 0 edges into it
+    backward = runs.select(((pl.col("tv") == pl.col("tu")) & (pl.col("dv") <= pl.col("du"))).any()).item()
+    tails, heads, weights = runs["u"].to_list(), runs["v"].to_list(), runs["w"].to_list()
     best, before = [-1] * n, [-1] * n  # heaviest way in from a source (-1: none), its edge
     for source in sources:
         best[source] = 0
@@ -131,7 +136,7 @@ def heaviest_paths(times, u, v, weight, sources: list[int], sinks: list[int]) ->
             way = best[tail]
             if way >= 0 and way + w > best[to]:
                 best[to], before[to], gained = way + w, e, backward
-    firsts, on_path, step = chains["head"].to_list(), [], []
+    firsts, on_path, step = runs["head"].to_list(), [], []
     for k, (source, sink) in enumerate(zip(sources, sinks)):
         node = sink
         while best[sink] >= 0 and node != source:
