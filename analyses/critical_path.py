@@ -38,25 +38,21 @@ recorded) has a graph of device work alone, over each step's device span: what t
 is not told, and the gaps between the device's work are `waiting`.
 
 Every edge goes forward in time (one that would go back — clock skew — is dropped); all
-steps' graphs are built at once, with no edge between two steps. A work edge weighs its duration, any other 0. The critical path is the S → T path
-of greatest weight. Every S → T path spends exactly the span (durations telescope), so the
-heaviest path is the one with the least weight-0 time: a shortest path over `span − weight`
-(Dijkstra, `scipy.sparse.csgraph`; all such costs are ≥ 0). Its length `path_ns` plus its
-`waiting` time is the span, exactly; its time splits into host, runtime, compute, comm, copy
-and waiting.
+steps' graphs are built at once, with no edge between two steps. A work edge weighs its
+duration, any other 0. The critical path is the S → T path of greatest weight, found by one
+pass over the nodes in time order (`heaviest_paths`). Every S → T path spends exactly the span
+(durations telescope), so its length `path_ns` plus its `waiting` time is the span, exactly;
+its time splits into host, runtime, compute, comm, copy and waiting.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import polars as pl
-from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import dijkstra
 
 from tracekit.analyses.comms import collective_kernels
-from tracekit.analyses.timeline import SYNC_APIS
+from tracekit.analyses.timeline import SYNC_APIS, kept
 from tracekit.core.model import Trace
 
 CATEGORIES = ("host", "runtime", "compute", "comm", "copy", "waiting")
@@ -65,49 +61,97 @@ EDGE = {"category": pl.String, "kind": pl.String, "name": pl.String, "event": pl
 ITEMS = pl.List(pl.Struct({"category": pl.String, "kind": pl.String, "name": pl.String, "ns": pl.Int64}))
 
 
-def longest_path(times: np.ndarray, u: np.ndarray, v: np.ndarray, weight: np.ndarray,
-                 source: int, sink: int) -> tuple[list[int], int]:
+def longest_path(times, u, v, weight, source: int, sink: int) -> tuple[list[int], int]:
     """(nodes of the heaviest source → sink path, its weight; [] and 0 when none). `times[n]`:
     node n's time; every edge goes forward (`times[v] ≥ times[u]`) and weighs at most its Δt."""
     (nodes, _, found), = heaviest_paths(times, u, v, weight, [source], [sink])
     return nodes, found
 
 
-def heaviest_paths(times: np.ndarray, u: np.ndarray, v: np.ndarray, weight: np.ndarray,
-                   sources: list[int], sinks: list[int]) -> list[tuple[list[int], np.ndarray, int]]:
+def chained_edges(u, v, weight, ends: list[int]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """A node with one edge in and one out (not in `ends`) only passes its way on, so each run
+    of edges through such nodes is one edge of their summed weight (host lanes are mostly
+    that). (edges: e, u, v, w, head = the first edge of its run, far = its place in the run;
+    runs: head, u, v, w), by pointer jumping. Edges on a cycle of such nodes, which nothing
+    reaches, are left out."""
+    edges = pl.DataFrame({"u": u, "v": v, "w": weight}, schema={"u": pl.Int64, "v": pl.Int64, "w": pl.Int64})
+    edges = edges.with_columns(e=pl.int_range(pl.len(), dtype=pl.Int64))
+    ins = edges.group_by("v").agg(into=pl.col("e").first(), n_in=pl.len())
+    single_out = edges.group_by("u").len().filter(pl.col("len") == 1)["u"]
+    through = ins.filter((pl.col("n_in") == 1) & pl.col("v").is_in(single_out.implode())
+                         & ~pl.col("v").is_in(pl.Series(ends, dtype=pl.Int64).implode())).select(node="v", into="into")
+    edges = (edges.join(through.rename({"node": "u"}), on="u", how="left")
+             .with_columns(v_through=pl.col("v").is_in(through["node"].implode()),
+                           head=pl.coalesce("into", "e")).sort("e"))
+    head = edges["head"]
+    far = (head != edges["e"]).cast(pl.Int64)
+    for _ in range(64):
+        jumped = head.gather(head)
+        if jumped.equals(head):
+            break
+        far, head = far + far.gather(head), jumped
+    edges = edges.with_columns(head=head, far=far).filter(head.gather(head) == head)
+    runs = (edges.group_by("head").agg(w=pl.col("w").sum())
+            .join(edges.filter(pl.col("e") == pl.col("head")).select("head", "u"), on="head")
+            .join(edges.filter(~pl.col("v_through")).select("head", "v"), on="head"))
+    return edges, runs
+
+
+def heaviest_paths(times, u, v, weight, sources: list[int], sinks: list[int]) -> list[tuple[list[int], list[int], int]]:
     """For each (source, sink) pair of disconnected parts of one graph: the heaviest path's
-    nodes, its edges (indices into u, v) and its weight. Since every source → sink path spends
-    times[sink] − times[source], the heaviest is the shortest over cost Δt − weight (≥ 0): one
-    Dijkstra from a super source with a zero-cost edge to every source. Of parallel edges the
-    cheapest counts, the heavier of equal cost."""
-    n, m = len(times), len(u)
-    weight = np.asarray(weight, np.int64)
-    cost = np.concatenate([(times[v] - times[u]) - weight, np.zeros(len(sources), np.int64)])
-    u = np.concatenate([u, np.full(len(sources), n)]).astype(np.int64)
-    v = np.concatenate([v, np.asarray(sources, np.int64)]).astype(np.int64)
-    ids = np.concatenate([np.arange(m), np.full(len(sources), -1)])
-    keys = u * (n + 1) + v
-    rank = cost * 2 + np.concatenate([weight == 0, np.zeros(len(sources), bool)])  # equal cost: the heavier first
-    order = np.lexsort((rank, keys))
-    keys, u, v, cost, ids = keys[order], u[order], v[order], cost[order], ids[order]
-    first = np.ones(len(u), bool)
-    first[1:] = keys[1:] != keys[:-1]
-    keys, u, v, cost, ids = keys[first], u[first], v[first], cost[first], ids[first]
-    graph = csr_matrix((cost.astype(np.float64), (u, v)), shape=(n + 1, n + 1))
-    dist, pred = dijkstra(graph, indices=n, return_predecessors=True)
-    before = pred.tolist()
+    nodes, its edges (indices into u, v) and its weight. times, u, v, weight: integer sequences.
+
+    Over the graph of runs (`chained_edges`): every edge goes forward in time, so nodes in
+    time order — equal times ordered by how many Δt = 0 edges lead to them — are in
+    topological order, and one pass over the edges in their tail's order gives each node its
+    heaviest way in (max over its in-edges of that of u + weight) before passing it on. A Δt = 0
+    cycle (it weighs 0) leaves edges that go back in that order: then passes repeat until
+    nothing gains. Of equal ways in, the first edge counts."""
+    times = pl.Series("time", times, pl.Int64)
+    n = len(times)
+    chained, runs = chained_edges(u, v, weight, [*sources, *sinks])
+    runs = runs.with_columns(tu=times.gather(runs["u"]), tv=times.gather(runs["v"]))
+    tied = runs.filter(pl.col("tu") == pl.col("tv")).select("u", "v").rows()
+    depth = dict.fromkeys((b for _, b in tied), 0)  # the most Δt = 0 edges into a node, in a row (≤ 64)
+    for _ in range(64 if tied else 0):
+        deeper = False
+        for a, b in tied:
+            if depth.get(a, 0) + 1 > depth[b] and depth[b] < 64:
+                depth[b], deeper = depth.get(a, 0) + 1, True
+        if not deeper:
+            break
+    deep = {k: d for k, d in depth.items() if d}
+    runs = runs.with_columns(du=pl.col("u").replace_strict(deep, default=0, return_dtype=pl.Int64),
+                                 dv=pl.col("v").replace_strict(deep, default=0, return_dtype=pl.Int64))
+    runs = runs.sort("tu", "du", "u", "head")  # by tail: time, then Δt = 0 edges into it
+    backward = runs.select(((pl.col("tv") == pl.col("tu")) & (pl.col("dv") <= pl.col("du"))).any()).item()
+    tails, heads, weights = runs["u"].to_list(), runs["v"].to_list(), runs["w"].to_list()
+    best, before = [-1] * n, [-1] * n  # heaviest way in from a source (-1: none), its edge
+    for source in sources:
+        best[source] = 0
+    gained = True
+    while gained:
+        gained = False
+        for e, tail, to, w in zip(range(len(tails)), tails, heads, weights):
+            way = best[tail]
+            if way >= 0 and way + w > best[to]:
+                best[to], before[to], gained = way + w, e, backward
+    firsts, on_path, step = runs["head"].to_list(), [], []
+    for k, (source, sink) in enumerate(zip(sources, sinks)):
+        node = sink
+        while best[sink] >= 0 and node != source:
+            on_path.append(firsts[before[node]])
+            step.append(k)
+            node = tails[before[node]]
+    path = pl.DataFrame({"head": on_path, "k": step}, schema={"head": pl.Int64, "k": pl.Int64})
+    walked = (chained.join(path.with_columns(back=pl.int_range(pl.len())), on="head")
+              .sort("k", "back", "far", descending=[False, True, False]).partition_by("k", as_dict=True))
     found = []
-    for source, sink in zip(sources, sinks):
-        if not np.isfinite(dist[sink]):
-            found.append(([], np.zeros(0, np.int64), 0))
+    for k, (source, sink) in enumerate(zip(sources, sinks)):
+        if best[sink] < 0:
+            found.append(([], [], 0))
             continue
-        path = [sink]
-        while path[-1] != source:
-            path.append(before[path[-1]])
-        path.reverse()
-        nodes = np.asarray(path, np.int64)
-        edges = ids[np.searchsorted(keys, nodes[:-1] * (n + 1) + nodes[1:])]
-        found.append((path, edges, int(times[sink] - times[source] - round(dist[sink]))))
+        found.append(([source, *walked[(k,)]["v"].to_list()], walked[(k,)]["e"].to_list(), best[sink]))
     return found
 
 
@@ -161,25 +205,35 @@ def host_lanes(host: pl.DataFrame, edges: Edges, unrecorded: bool = False) -> pl
             "event", "step", "tid", time="end", is_start=pl.lit(False), node=pl.col("event") * 2 + 1,
             key=pl.when(pl.col("end") == pl.col("start")).then(1).otherwise(0), tie=-pl.col("start")),
     ]).with_columns(pl.col("event").cast(pl.Int64), pl.col("node").cast(pl.Int64))
-    # at one time: ends (inner first), then zero-length events, then starts (outer first)
+    # at one time: ends (inner first), then zero-length events, then starts (outer first). Each
+    # lane (step, tid) opens and closes every event it holds, so the running depth over all
+    # lanes is each lane's own, and an event open at depth d was opened in its own lane.
     bounds = bounds.sort("step", "tid", "time", "key", "tie", "node").with_columns(
-        depth=pl.when(pl.col("is_start")).then(1).otherwise(-1).cum_sum().over("step", "tid"))
+        depth=pl.when(pl.col("is_start")).then(1).otherwise(-1).cum_sum())
     bounds = bounds.with_columns(
-        owner=pl.when(pl.col("is_start")).then(pl.col("event")).forward_fill().over("step", "tid", "depth"))
+        owner=pl.when(pl.col("is_start")).then(pl.col("event")).forward_fill().over("depth"))
     bounds = bounds.with_columns(owner=pl.when(pl.col("depth") > 0).then(pl.col("owner")))
     owners = host.with_row_index("event").select(pl.col("event").cast(pl.Int64).alias("owner"),
                                                  o_kind="kind", o_name="name", o_start="start", o_end="end")
-    seg = bounds.with_columns(v=pl.col("node").shift(-1).over("step", "tid"),
-                              t_next=pl.col("time").shift(-1).over("step", "tid")
+    same_lane = (pl.col("step").shift(-1) == pl.col("step")) & (pl.col("tid").shift(-1) == pl.col("tid"))
+    seg = bounds.with_columns(v=pl.when(same_lane).then(pl.col("node").shift(-1)),
+                              t_next=pl.col("time").shift(-1)
                               ).filter(pl.col("v").is_not_null()).join(owners, on="owner", how="left")
-    # annotations waiting on another thread's op (the main thread inside backward)
-    cpu = host.filter(pl.col("kind") == "op").select(c_step="step", c_tid="tid", c_start="start", c_end="end")
-    busy_elsewhere = (seg.filter(pl.col("o_kind") == "annotation")
-                      .join_where(cpu, pl.col("c_start") < pl.col("t_next"), pl.col("c_end") > pl.col("time"))
-                      .filter((pl.col("c_tid") != pl.col("tid")) & (pl.col("c_step") == pl.col("step")))
-                      .select("node").unique())
+    # annotations waiting on another thread's op (the main thread inside backward): the latest
+    # end of the other threads' ops that start before the segment ends lies after its start
+    waiting_on = seg.filter(pl.col("o_kind") == "annotation").select("node", "step", "tid", "time", "t_next")
+    ops = host.filter(pl.col("kind") == "op").select("step", "tid", c_start="start", c_end="end")
+    busy_elsewhere = []
+    for tid in waiting_on["tid"].unique().to_list():  # few threads
+        others = (ops.filter(pl.col("tid") != tid).group_by("step", "c_start").agg(pl.col("c_end").max())
+                  .sort("step", "c_start").with_columns(c_end=pl.col("c_end").cum_max().over("step")))
+        mine = waiting_on.filter(pl.col("tid") == tid).sort("t_next")
+        busy_elsewhere.append(mine.join_asof(others, left_on="t_next", right_on="c_start", by="step",
+                                             strategy="backward", allow_exact_matches=False, check_sortedness=False)
+                              .filter(pl.col("c_end") > pl.col("time"))["node"])
     sync = pl.col("o_name").is_in(SYNC_APIS)
-    seg = seg.with_columns(elsewhere=pl.col("node").is_in(busy_elsewhere["node"].implode()))
+    busy = pl.concat(busy_elsewhere) if busy_elsewhere else pl.Series("node", [], pl.Int64)
+    seg = seg.with_columns(elsewhere=pl.col("node").is_in(busy.implode()))
     edges.add(seg.select(
         u="node", v="v", work=pl.col("owner").is_not_null() & ~sync & ~pl.col("elsewhere"),
         category=pl.when(pl.col("owner").is_null() | sync | pl.col("elsewhere")).then(pl.lit("waiting"))
@@ -189,10 +243,11 @@ def host_lanes(host: pl.DataFrame, edges: Edges, unrecorded: bool = False) -> pl
         .when((pl.col("o_kind") == "annotation") & unrecorded).then(pl.lit("ops not recorded")).otherwise(pl.lit("self")),
         name=pl.when(pl.col("owner").is_null()).then(pl.lit(None, pl.String)).otherwise(pl.col("o_name")),
         event="owner"))
-    top = bounds.filter(pl.col("is_start") & (pl.col("depth") == 1))
+    by_time = bounds.select("step", "tid", o_time="time", u="node").sort("o_time")
+    top = bounds.filter(pl.col("is_start") & (pl.col("depth") == 1)).sort("time")
     for tid in bounds["tid"].unique().to_list():  # thread order: few threads
-        others = bounds.filter(pl.col("tid") != tid).select("step", o_time="time", u="node").sort("o_time")
-        mine = top.filter(pl.col("tid") == tid).sort("time")
+        others = by_time.filter(pl.col("tid") != tid).drop("tid")
+        mine = top.filter(pl.col("tid") == tid)
         if others.height and mine.height:
             handoff = mine.join_asof(others, left_on="time", right_on="o_time", by="step", strategy="backward",
                                      check_sortedness=False)
@@ -223,8 +278,8 @@ class Graph:
     ns = Δt ≥ 0, work, category, kind, name, event, row; no edge between two steps), and per
     step its source and sink nodes (`ends`: step, source, sink)."""
 
-    times: np.ndarray
-    steps: np.ndarray
+    times: pl.Series
+    steps: pl.Series
     edges: pl.DataFrame
     ends: pl.DataFrame
     host: pl.DataFrame
@@ -272,43 +327,35 @@ def graph(trace: Trace, arrivals: pl.DataFrame | None = None) -> Graph:
                    "step", begin=pl.when(pl.col("n_host").is_not_null()).then(pl.col("cpu_start")).otherwise("g_start"),
                    finish=pl.max_horizontal(pl.when(pl.col("n_host").is_not_null()).then(pl.col("cpu_end")), "g_end"),
                    source=n_nodes + 2 * pl.col("k").cast(pl.Int64), sink=n_nodes + 2 * pl.col("k").cast(pl.Int64) + 1))
-    times = np.zeros(n_nodes + 2 * windows.height, np.int64)
-    steps = np.zeros(len(times), np.int64)
+    placed = [acts.select(node=column, time=value, step="step") for column, value in (("node_start", "start"),
+                                                                                     ("node_end", "end"))]
     if n_host:
-        times[bounds["node"].to_numpy()] = bounds["time"].to_numpy()
-        steps[bounds["node"].to_numpy()] = bounds["step"].to_numpy()
+        placed.append(bounds.select("node", "time", "step"))
         calls = host.with_row_index("event").filter(pl.col("kind") == "call").select(
             pl.col("event").cast(pl.Int64), "name", "correlation", "start", "end")
         launch = calls.join(acts.select("correlation", "node_start"), on="correlation")
         edges.add(launch.select(u=pl.col("event") * 2, v="node_start", work=pl.lit(False)),
                   category="waiting", kind="launch")
         sync_edges(trace, calls, acts, edges)
-    for column, value in (("node_start", "start"), ("node_end", "end")):
-        times[acts[column].to_numpy()] = acts[value].to_numpy()
-        steps[acts[column].to_numpy()] = acts["step"].to_numpy()
     if split.height:
-        mid = split.join(acts.select("row", "step"), on="row")
-        times[mid["node"].to_numpy()], steps[mid["node"].to_numpy()] = mid["arrival"].to_numpy(), mid["step"].to_numpy()
-    for column, value in (("source", "begin"), ("sink", "finish")):
-        times[windows[column].to_numpy()] = windows[value].to_numpy()
-        steps[windows[column].to_numpy()] = windows["step"].to_numpy()
+        placed.append(split.join(acts.select("row", "step"), on="row").select("node", time="arrival", step="step"))
+    placed += [windows.select(node=column, time=value, step="step") for column, value in (("source", "begin"),
+                                                                                         ("sink", "finish"))]
+    nodes = pl.concat([p.cast(pl.Int64) for p in placed]).sort("node")  # every node 0 … n, once
+    times, steps = nodes["time"], nodes["step"]
     frame = edges.frame().filter(pl.col("u").is_not_null() & pl.col("v").is_not_null())
-    u, v = frame["u"].to_numpy(), frame["v"].to_numpy()
-    frame = frame.with_columns(ns=pl.Series(times[v] - times[u]), same=pl.Series(steps[u] == steps[v]))
-    frame = frame.filter((pl.col("ns") >= 0) & pl.col("same")).drop("same")
+    frame = frame.with_columns(ns=times.gather(frame["v"]) - times.gather(frame["u"]))
+    frame = frame.filter((pl.col("ns") >= 0) & (steps.gather(frame["u"]) == steps.gather(frame["v"])))
     # S → a node nothing else leads to, a node that leads nowhere → T: any other S or T edge
     # would weigh 0 beside a path through real edges weighing ≥ 0, so it could not be heavier
-    into = np.bincount(frame["v"].to_numpy(), minlength=n_nodes)[:n_nodes]
-    out = np.bincount(frame["u"].to_numpy(), minlength=n_nodes)[:n_nodes]
-    nodes = pl.DataFrame({"node": np.arange(n_nodes, dtype=np.int64), "step": steps[:n_nodes], "into": into, "out": out})
-    ends = nodes.join(windows.select("step", "source", "sink"), on="step")
+    inner = nodes.head(n_nodes).select("node", "step").join(windows.select("step", "source", "sink"), on="step")
     edges = Edges()
-    edges.add(ends.filter(pl.col("into") == 0).select(u="source", v="node", work=pl.lit(False)), category="waiting",
-              kind="start")
-    edges.add(ends.filter(pl.col("out") == 0).select(u="node", v="sink", work=pl.lit(False)), category="waiting",
-              kind="end")
+    edges.add(inner.join(frame.select(node="v"), on="node", how="anti").select(u="source", v="node", work=pl.lit(False)),
+              category="waiting", kind="start")
+    edges.add(inner.join(frame.select(node="u"), on="node", how="anti").select(u="node", v="sink", work=pl.lit(False)),
+              category="waiting", kind="end")
     extra = edges.frame()
-    extra = extra.with_columns(ns=pl.Series(times[extra["v"].to_numpy()] - times[extra["u"].to_numpy()], dtype=pl.Int64))
+    extra = extra.with_columns(ns=times.gather(extra["v"]) - times.gather(extra["u"]))
     frame = pl.concat([frame, extra.filter(pl.col("ns") >= 0)])
     return Graph(times, steps, frame, windows.select("step", "source", "sink"), host, gpu)
 
@@ -400,31 +447,39 @@ def dependency_graph(trace: Trace, step: int, arrivals: pl.DataFrame | None = No
             node=2 * n_host + 2 * pl.col("i").cast(pl.Int64)),
     ]).drop("i")
     nodes = pl.concat([nodes.with_columns(end=pl.lit(False)), nodes.with_columns(end=pl.lit(True), node=pl.col("node") + 1)])
-    every = pl.DataFrame({"node": np.arange(len(g.times), dtype=np.int64), "time": g.times, "step": g.steps})
+    every = pl.DataFrame({"time": g.times, "step": g.steps}).with_columns(node=pl.int_range(pl.len(), dtype=pl.Int64))
     ends = g.ends.filter(pl.col("step") == step)
     nodes = every.filter(pl.col("step") == step).join(nodes, on="node", how="left").with_columns(
         table=pl.when(pl.col("node").is_in(ends["source"].implode())).then(pl.lit("source"))
         .when(pl.col("node").is_in(ends["sink"].implode())).then(pl.lit("sink"))
         .otherwise(pl.col("table").fill_null("arrival"))).drop("step")
-    edges = g.edges.filter(pl.Series(g.steps[g.edges["u"].to_numpy()] == step))
+    edges = g.edges.filter(g.steps.gather(g.edges["u"]) == step)
     return nodes, edges
 
 
 def path_edges(trace: Trace, arrivals: pl.DataFrame | None = None) -> pl.DataFrame:
     """The critical path of every step as its edges in time order: step, start, end, ns,
-    category, kind, name, event (host event index), row (into trace.gpu)."""
+    category, kind, name, event (host event index), row (into trace.gpu). Without arrivals it
+    depends on the trace alone, so it is kept with it (`timeline.kept`: a later command on the
+    same trace reads it from the trace cache)."""
+    if arrivals is None:
+        return kept(trace, "critical-path-edges", lambda: heaviest_path_edges(trace, None))
+    return heaviest_path_edges(trace, arrivals)
+
+
+def heaviest_path_edges(trace: Trace, arrivals: pl.DataFrame | None) -> pl.DataFrame:
+    """`path_edges`, computed."""
     schema = {"step": pl.Int64, "start": pl.Int64, "end": pl.Int64, "ns": pl.Int64, **EDGE}
     g = graph(trace, arrivals)
     if g.ends.height == 0:
         return pl.DataFrame(schema=schema)
     edges = g.edges
-    weight = np.where(edges["work"].to_numpy(), edges["ns"].to_numpy(), 0)
-    found = heaviest_paths(g.times, edges["u"].to_numpy(), edges["v"].to_numpy(), weight,
+    weight = edges.select(pl.when("work").then("ns").otherwise(0))
+    found = heaviest_paths(g.times, edges["u"], edges["v"], weight.to_series(),
                            g.ends["source"].to_list(), g.ends["sink"].to_list())
-    chosen = edges[np.concatenate([ids for _, ids, _ in found])]
+    chosen = edges[pl.Series("row", [i for _, ids, _ in found for i in ids], pl.Int64)]
     return chosen.select(
-        step=pl.Series(g.steps[chosen["u"].to_numpy()]), start=pl.Series(g.times[chosen["u"].to_numpy()]),
-        end=pl.Series(g.times[chosen["v"].to_numpy()]), ns="ns",
+        step=g.steps.gather(chosen["u"]), start=g.times.gather(chosen["u"]), end=g.times.gather(chosen["v"]), ns="ns",
         category=pl.when(pl.col("work")).then(pl.col("category")).otherwise(pl.lit("waiting")),
         kind="kind", name="name", event="event", row="row").cast(schema)
 
@@ -433,8 +488,17 @@ def critical_path(trace: Trace, arrivals: pl.DataFrame | None = None, top: int |
     """One row per step: span_ns, path_ns (the path's weight: its time not waiting), its time
     by category — host_ns, runtime_ns, compute_ns, comm_ns, copy_ns, waiting_ns (they sum to
     span_ns) — and items [{category, kind, name, ns}]: the path's time by what spent it (a
-    wait named `<kind>: <what>`), largest first (`top` kept). A step with no events: figures null."""
-    edges = path_edges(trace, arrivals)
+    wait named `<kind>: <what>`), largest first (`top` kept). A step with no events: figures
+    null. Without arrivals, kept with the trace like `path_edges`."""
+    if arrivals is None:
+        whole = kept(trace, "critical-path", lambda: path_split(trace, path_edges(trace)))
+    else:
+        whole = path_split(trace, path_edges(trace, arrivals))
+    return whole.with_columns(pl.col("items").list.head(top)) if top else whole
+
+
+def path_split(trace: Trace, edges: pl.DataFrame) -> pl.DataFrame:
+    """`critical_path` of the trace's path edges (`path_edges`), every item kept."""
     split = (edges.group_by("step").agg(
         span_ns=pl.col("ns").sum(), path_ns=pl.col("ns").filter(pl.col("category") != "waiting").sum(),
         **{f"{c}_ns": pl.col("ns").filter(pl.col("category") == c).sum() for c in CATEGORIES}))
@@ -443,8 +507,7 @@ def critical_path(trace: Trace, arrivals: pl.DataFrame | None = None, top: int |
         .when(waiting).then(pl.col("kind")).otherwise(pl.col("name"))
     items = (edges.filter(pl.col("ns") > 0).with_columns(name=named).group_by("step", "category", "kind", "name")
              .agg(ns=pl.col("ns").sum()).sort("step", "ns", "name", descending=[False, True, False], nulls_last=True)
-             .group_by("step", maintain_order=True).agg(items=pl.struct("category", "kind", "name", "ns")
-                                                        .head(top or 10**9)))
+             .group_by("step", maintain_order=True).agg(items=pl.struct("category", "kind", "name", "ns")))
     return (trace.steps.select("step").join(split.join(items, on="step", how="left"), on="step", how="left")
             .with_columns(pl.col("items").cast(ITEMS)).sort("step"))
 

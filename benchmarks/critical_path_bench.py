@@ -9,14 +9,16 @@ least `--mb` MB built by replicating the embedded H200 FSDP1 trace over many ste
 1. the analysis alone, the trace loaded once (each analysis on a fresh copy of the loaded
    trace, so that neither finds the other's kept timeline): `breakdown`, `critical_path`
    (`critical_path.py`), `roofline` (`flops.py`) and `kernels` (now with TFLOP/s);
-2. the whole command, cache warm: `tracekit breakdown FILE` against `tracekit critical-path FILE`.
-The best of `--repeat` runs each. Ratios, not thresholds: nothing here is asserted in the tests.
+2. the whole command, cache warm: `tracekit breakdown FILE` against `tracekit critical-path FILE`,
+   in `--repeat` alternated pairs: medians, and the median ratio with its min–max.
+The analyses: the best of `--repeat` runs each. Ratios, not thresholds: nothing here is asserted in the tests.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import statistics
 import sys
 import tempfile
 import time
@@ -60,10 +62,15 @@ def analyses(path: Path, repeat: int) -> None:
 
 
 def commands(path: Path, repeat: int) -> None:
+    """`repeat` pairs, breakdown and critical-path in turn, so that the machine's drift hits
+    both alike: the median of the per-pair ratios, and their spread."""
     cli_seconds("breakdown", path)  # fills the cache
-    base = min(cli_seconds("breakdown", path) for _ in range(repeat))
-    seconds = min(cli_seconds("critical-path", path) for _ in range(repeat))
-    print(f"| {path.parent.name}/{path.name} | {base:.3f} | {seconds:.3f} | {seconds / base:.2f} |")
+    cli_seconds("critical-path", path)
+    pairs = [(cli_seconds("breakdown", path), cli_seconds("critical-path", path)) for _ in range(repeat)]
+    ratios = sorted(cp / base for base, cp in pairs)
+    base, cp = statistics.median(b for b, _ in pairs), statistics.median(c for _, c in pairs)
+    print(f"| {path.parent.name}/{path.name} | {base:.3f} | {cp:.3f} | {statistics.median(ratios):.2f} "
+          f"({ratios[0]:.2f}–{ratios[-1]:.2f}) |")
 
 
 def main() -> None:
@@ -78,7 +85,7 @@ def main() -> None:
         print("| trace | size | breakdown | critical_path | roofline | kernels |\n|---|---|---|---|---|---|")
         for path in paths:
             analyses(path, args.repeat)
-        print("\nwhole command, cache warm, seconds\n")
+        print("\nwhole command, cache warm, alternated pairs: median seconds, median ratio (min–max)\n")
         print("| trace | breakdown | critical-path | ratio |\n|---|---|---|---|")
         for path in paths:
             commands(path, args.repeat)
