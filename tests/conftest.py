@@ -19,3 +19,16 @@ DATA = Path(__file__).parent / "data"
 os.environ.setdefault("COLUMNS", "100")
 # The trace cache of the test session: its own folder, never the user's.
 os.environ.setdefault("TRACEKIT_CACHE_DIR", tempfile.mkdtemp(prefix="tracekit-test-cache-"))
+
+
+def pytest_collection_modifyitems(items):
+    """With tests in several processes (`--dist loadgroup`), the tests that share a module- or
+    session-scoped fixture (a profile run, an export) stay in one process, so that it is made once."""
+    import pytest
+
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        shared = sorted(name for name, defs in (info.name2fixturedefs.items() if info else ())
+                        if defs and defs[-1].scope in ("module", "session") and defs[-1].baseid)
+        if shared:
+            item.add_marker(pytest.mark.xdist_group(f"{item.module.__name__}:{','.join(shared)}"))

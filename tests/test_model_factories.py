@@ -12,8 +12,6 @@ import torch
 
 import tracekit
 
-pytestmark = pytest.mark.xdist_group("example-run")  # the module's fixture is made once, in one test process
-
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "mlp_stack.py"
 VARIANTS = ["ddp", "fsdp1", "fsdp2"]
@@ -93,7 +91,7 @@ def no_blocks():
     return workload
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # made once, whatever order the tests run in
 def example_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("model") / "run"
     result = tracekit_cli("profile", "--device", "cpu", "--nproc", 2, "--model", f"{EXAMPLE}:mlp_stack", "--variants",

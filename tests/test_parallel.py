@@ -9,8 +9,6 @@ from conftest import DATA
 
 from tracekit.front.cli import main
 
-pytestmark = pytest.mark.xdist_group("parallel-run")  # the module's fixture is made once, in one test process
-
 RUN = DATA / "h200x2-small"
 VERBS = [("summary", RUN / "fsdp2"), ("comms", RUN / "fsdp1"), ("syncs", RUN / "fsdp1"),
          ("diff", RUN / "fsdp1", RUN / "fsdp2")]

@@ -17,8 +17,6 @@ from tracekit.analyses.timeline import timeline as step_timeline
 from tracekit.front.cli import main
 from tracekit.front.serve import make_server, ui_link
 
-pytestmark = pytest.mark.xdist_group("perfetto-export")  # the module's fixture is made once, in one test process
-
 FSDP1 = DATA / "h200x2-small" / "fsdp1"
 
 

@@ -11,8 +11,6 @@ import tracekit
 from tracekit.analyses.summary import summary
 from tracekit.analyses.checks import count_check
 
-pytestmark = pytest.mark.xdist_group("profile-run")  # the module's fixture is made once, in one test process
-
 VARIANTS = ["ddp", "fsdp1", "fsdp2"]
 
 
@@ -33,7 +31,7 @@ def one_worker_here(monkeypatch) -> None:
         monkeypatch.setenv(key, value)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # made once, whatever order the tests run in
 def out(tmp_path_factory):
     out = tmp_path_factory.mktemp("profile") / "run"
     result = tracekit_cli("profile", "--device", "cpu", "--nproc", 2, "--preset", "tiny", "--variants",
