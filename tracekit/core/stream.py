@@ -99,8 +99,9 @@ class EventStream:
                 break
             end = cut + kept  # the separator's comma: it becomes the "]"
             buf[0], buf[end] = ord("["), ord("]")
-            with memoryview(buf)[:end + 1] as piece:  # no copy; released before `buf` changes
-                yield piece
+            # a copy (milliseconds a piece): the events' raw fields (msgspec.Raw) point into it and
+            # may outlive it, so it must not be a view of `buf`, which changes next
+            yield bytes(memoryview(buf)[:end + 1])
             del buf[:cut + len(separator) - 2]  # the byte before the next "{" is the next buf[0]
             if eof and buf.rfind(separator) == -1:
                 break
