@@ -21,12 +21,6 @@ os.environ.setdefault("COLUMNS", "100")
 os.environ.setdefault("TRACEKIT_CACHE_DIR", tempfile.mkdtemp(prefix="tracekit-test-cache-"))
 
 
-def pytest_xdist_auto_num_workers(config):
-    """`-n auto`: one test process per core and one more, which runs while the others' profile
-    runs wait (for their peers, a timeout, a worker's start)."""
-    return (os.cpu_count() or 1) + 1
-
-
 RUNS_FIRST = ("test_profile_cpu.py", "test_model_factories.py")  # tests that launch profile runs (seconds each)
 
 
