@@ -83,7 +83,7 @@ def make_config(options: dict) -> dict:
         check_variants(o["variants"])
     except ValueError as e:
         raise ProfileError(str(e)) from None
-    if "RANK" not in os.environ:
+    if not under_torchrun():
         start_worker_server()  # its imports overlap this process's own
 
     import torch
@@ -127,10 +127,15 @@ def model_info(cfg: dict) -> dict:
         raise ProfileError(str(e)) from None
 
 
+def under_torchrun() -> bool:
+    """Whether this process is one rank of a run that torchrun/srun started (not the launcher)."""
+    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
+
+
 def refuse_existing_out(out: Path, overwrite: bool) -> None:
     """An existing OUT refused at once, before torch is imported (seconds), when this process
     launches the workers; under torchrun/srun `prepare_out` asks every rank."""
-    if "RANK" not in os.environ and out.exists() and not overwrite:
+    if not under_torchrun() and out.exists() and not overwrite:
         raise ProfileError(f"{out} exists; pass --overwrite to write into it")
 
 
@@ -138,12 +143,9 @@ def prepare_out(out: Path, overwrite: bool) -> None:
     """Make OUT; an existing one is refused (ProfileError) unless `overwrite`. Under
     torchrun/srun every rank calls this: each says through the store whether it found OUT
     before rank 0 made it, so every rank refuses, or none."""
-    if "RANK" in os.environ and "WORLD_SIZE" in os.environ and not overwrite:
-        existed = out_existed_everywhere(out)
-    else:
-        existed = out.exists() and not overwrite
-    if existed:
+    if under_torchrun() and not overwrite and out_existed_everywhere(out):
         raise ProfileError(f"{out} exists; pass --overwrite to write into it")
+    refuse_existing_out(out, overwrite)
     if os.environ.get("RANK", "0") == "0" or overwrite:
         out.mkdir(parents=True, exist_ok=True)
 
@@ -190,7 +192,7 @@ def profile(cfg: dict) -> dict:
 
     os.environ.update(MULTICAST_OFF)
     plan = runs(cfg)
-    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+    if under_torchrun():
         # every rank of this process's run must name it alike, without talking: the run and OUT
         cfg = {**cfg, "run_id": f"{os.environ.get('TORCHELASTIC_RUN_ID', 'run')}:{cfg['out']}"}
         results = worker_main(cfg)

@@ -21,16 +21,10 @@ os.environ.setdefault("COLUMNS", "100")
 os.environ.setdefault("TRACEKIT_CACHE_DIR", tempfile.mkdtemp(prefix="tracekit-test-cache-"))
 
 
-RUNS_FIRST = ("test_profile_cpu.py", "test_model_factories.py")  # tests that launch profile runs (seconds each)
-
-
 def pytest_collection_modifyitems(items):
     """With tests in several processes (`--dist loadgroup`), the tests that share a module- or
-    session-scoped fixture (a profile run, an export) stay in one process, so that it is made once;
-    the tests that launch profile runs go first, so that no process is left with them at the end."""
+    session-scoped fixture (a profile run, an export) stay in one process, so that it is made once."""
     import pytest
-
-    items.sort(key=lambda item: item.path.name not in RUNS_FIRST)  # stable: the order is kept otherwise
 
     for item in items:
         info = getattr(item, "_fixtureinfo", None)
