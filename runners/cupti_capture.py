@@ -5,8 +5,9 @@ What is recorded: kernels (CONCURRENT_KERNEL: NCCL's and CUDA-graph-launched one
 copies (MEMCPY) and memsets (MEMSET), nothing else — no runtime or driver API records, no
 Kineto. CUPTI writes the records into one buffer (`BUFFER_BYTES`) that it asks for when the
 capture is enabled; it hands the buffer back only when it is full or flushed, so no Python
-runs inside the recorded steps unless a step fills it. After the last step the activity
-kinds are disabled and the buffer flushed (`DeviceCapture.stop`).
+runs inside the recorded steps unless a step fills it. After the last step of a round the
+activity kinds are disabled and the buffer flushed (`DeviceCapture.stop`); the next round
+enables them again into the same capture, so one trace holds every round's steps.
 
 Steps and phases. Without runtime records a kernel's launching call is not in the trace, so
 the runner marks the stream itself: at each phase-clock mark (`runners/clock.py`) it issues
@@ -163,15 +164,18 @@ def is_marker(record: dict) -> bool:
     return record["kind"] == "memset" and record["bytes"] == 1 and record["value"] == MARK_VALUE
 
 
-def kineto_trace(records: list[dict], steps: list[tuple[int, list[tuple[str | None, int]]]], *, pid: int, tid: int,
-                 base_ns: int, meta: dict | None = None) -> dict:
-    """A Kineto trace (as JSON) of the activity `records` (`as_record`) of recorded `steps`:
-    per step (number, its phase-clock marks [(phase or None for the start, wall ns)]), whose
-    marks were the capture's markers in that order. Only what was launched between the first
-    marker and the last is kept (not the warm-up step before them). Timestamps are µs since `base_ns` (three
-    decimals, as Kineto writes them); `meta` adds top-level keys (`deviceProperties`,
-    `distributedInfo`, …). Raises ValueError when the markers found are not the marks given."""
+def kineto_trace(records: list[dict], blocks: list[list[tuple[int, list[tuple[str | None, int]]]]], *, pid: int,
+                 tid: int, base_ns: int, meta: dict | None = None) -> dict:
+    """A Kineto trace (as JSON) of the activity `records` (`as_record`) of the recorded steps in
+    `blocks` (the capture's rounds, in order; `record_steps` runs one a round): per step
+    (number, its phase-clock marks [(phase or None for the start, wall ns)]), whose marks were
+    the capture's markers in that order. Only what was launched inside a block, between its
+    first marker and its last, is kept (not the warm-up step before each). Timestamps are µs
+    since `base_ns` (three decimals, as Kineto writes them); `meta` adds top-level keys
+    (`deviceProperties`, `distributedInfo`, …). Raises ValueError when the markers found are
+    not the marks given."""
     markers = sorted(r["correlation_id"] for r in records if is_marker(r))
+    steps = [s for block in blocks for s in block]
     wanted = sum(len(marks) for _, marks in steps)
     if len(markers) != wanted or not wanted:
         raise ValueError(f"the capture holds {len(markers)} marker memsets where the runner made {wanted}")
@@ -193,7 +197,13 @@ def kineto_trace(records: list[dict], steps: list[tuple[int, list[tuple[str | No
             ranges.append((markers[at], markers[at + 1], ext))
             at += 1
         at += 1
-    kept = [r for r in records if not is_marker(r) and markers[0] < r["correlation_id"] < markers[-1]]
+    spans, at = [], 0  # each block's first and last marker
+    for block in blocks:
+        n = sum(len(marks) for _, marks in block)
+        if n:
+            spans.append((markers[at], markers[at + n - 1]))
+        at += n
+    kept = [r for r in records if not is_marker(r) and any(a < r["correlation_id"] < b for a, b in spans)]
     events += [activity_event(r, us, launched_in(r["correlation_id"], ranges)) for r in kept]
     devices = sorted({r["device_id"] for r in kept})
     streams = sorted({(r["device_id"], r["stream_id"]) for r in kept})
@@ -255,10 +265,11 @@ def trace_meta(device) -> dict:
     return {"deviceProperties": props, **({"distributedInfo": info} if info else {})}
 
 
-def write_trace(path, capture: DeviceCapture, steps, device) -> None:
-    """Writes the capture's records with the steps' marks (`kineto_trace`) to the gzipped `path`."""
+def write_trace(path, capture: DeviceCapture, blocks, device) -> None:
+    """Writes the capture's records with the steps' marks, block by block (`kineto_trace`), to
+    the gzipped `path`."""
     base = min((r["start"] for r in capture.records), default=0) // 10**9 * 10**9
-    trace = kineto_trace(capture.records, steps, pid=os.getpid(), tid=threading.get_native_id(), base_ns=base,
+    trace = kineto_trace(capture.records, blocks, pid=os.getpid(), tid=threading.get_native_id(), base_ns=base,
                          meta=trace_meta(device))
     with gzip.open(path, "wt", compresslevel=6) as f:
         json.dump(trace, f, separators=(",", ":"))

@@ -25,6 +25,9 @@ from tracekit.core.errors import TracekitError
 
 # NVLink multicast off: NCCL NVLS, PyTorch symmetric memory, NVSHMEM (shared machines).
 MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+# cupti mode's rounds (C R C R … C): a round's recorded block is weighed against the control
+# blocks right beside it, which a host whose speed drifts for seconds moves with it
+PROFILE_ROUNDS = 5
 # Workers are forked from one server process that has imported torch, dynamo and the worker
 # (seconds of imports, once per run instead of once per worker and per fresh start). The server
 # is a fresh interpreter, not this process: nothing of the launcher's state (an initialised CUDA
@@ -71,6 +74,10 @@ def make_config(options: dict) -> dict:
               "--batch (per rank) and --global-batch (in total) exclude each other"),
              (o["warmup"] >= 1 and o["steps"] >= 1, "--warmup and --steps must be at least 1"),
              (o["profile_steps"] >= 0, "--profile-steps must be 0 or more"),
+             (o.get("profile_rounds") is None or o["profile_rounds"] >= 1, "--profile-rounds must be at least 1"),
+             (o.get("profile_rounds") in (None, 1) or o["profile_mode"] == "cupti",
+              f"--profile-rounds {o.get('profile_rounds')}: only the cupti mode captures in rounds "
+              f"(--profile-mode {o['profile_mode']} records one block)"),
              (o["repeats"] >= 1, "--repeats must be at least 1"),
              (o["checkpoint"] in (None, *MODES), f"--checkpoint: {' or '.join(MODES)}"),
              (o["checkpoint_every"] >= 1, "--checkpoint-every must be at least 1"),
@@ -108,7 +115,8 @@ def make_config(options: dict) -> dict:
     except ValueError as e:
         raise ProfileError(str(e)) from None
     cfg = {**o, "device": device, "nproc": world, "global_batch": None if own else config.batch * world,
-           "precision": o["precision"] or ("bf16" if device == "cuda" else "fp32")}
+           "precision": o["precision"] or ("bf16" if device == "cuda" else "fp32"),
+           "profile_rounds": o.get("profile_rounds") or (PROFILE_ROUNDS if o["profile_mode"] == "cupti" else 1)}
     return {**cfg, "model_info": model_info(cfg)}
 
 

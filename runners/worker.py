@@ -324,42 +324,76 @@ class Progress:
 
 def recorded_figures(step, back, cfg: dict, device: torch.device, out: Path, variant: str, rank: int) -> dict:
     """The recorded steps: `--profile-steps` steps in `--profile-mode` (the trace `diff`
-    attributes), each with its times, phases and runtime counts, between two runs of the same
-    procedure without the profiler (`control_step_ms`, their phases `control_phase_ms`;
-    `profiler_overhead` = median recorded ÷ median control step); then, in `cupti`, `device`
-    and `lean` modes, one `full` step into `names/` (names and blame). Every block trains on
-    the same batches (`back()` before each). Where a `cupti` capture cannot run
-    (`capture_mode`), the steps are recorded in `device` mode and `capture_note` says why."""
+    attributes), each with its times, phases and runtime counts, alternated with the same
+    procedure without the profiler, the control blocks: C R C in `device`, `lean`, `light` and
+    `full` modes, C R C R … C with `--profile-rounds` R blocks in `cupti` mode, whose capture
+    is restarted at no cost and whose one trace holds every round's steps (`control_step_ms`,
+    their phases `control_phase_ms`; `profiler_overhead`, round by round). Then, in
+    `cupti`, `device` and `lean` modes, one `full` step into `names/` (names and blame). Every
+    block trains on the same batches (`back()` before each). Where a `cupti` capture cannot run
+    (`capture_mode`), the steps are recorded in `device` mode, in one round, and
+    `capture_note` says why."""
     steps = cfg["profile_steps"]
-    before = record_steps(step, cfg, device, None, steps)
-    back()
     path = out / variant / TRACE_NAME.format(rank=rank)
     mode, note = capture_mode(cfg["profile_mode"], device)
+    capture = DeviceCapture(device) if mode == "cupti" else None
+
+    def block(mode):
+        back()
+        return record_steps(step, cfg, device, mode, steps, path, capture if mode == "cupti" else None)
+    controls = [block(None)]
     try:
-        main = record_steps(step, cfg, device, mode, steps, path)
+        recorded = [block(mode)]
     except CaptureUnavailable as e:  # CUPTI refused (another client holds it)
         mode, note = "device", str(e)
-        back()
-        main = record_steps(step, cfg, device, mode, steps, path)
+        recorded = [block(mode)]
+    controls.append(block(None))
+    for _ in range(cfg["profile_rounds"] - 1 if mode == "cupti" else 0):
+        recorded.append(block(mode))
+        controls.append(block(None))
     if note:
         log(rank, f"{variant}: recorded in device mode, not cupti: {note}")
-    main = {**main, "trace": str(path.relative_to(out)), **({"capture_note": note} if note else {})}
-    back()
-    after = record_steps(step, cfg, device, None, steps)
-    control = before["step_ms"] + after["step_ms"]
-    control_phases = {clock: None if before["phase_ms"][clock] is None else
-                      {p: before["phase_ms"][clock][p] + after["phase_ms"][clock][p] for p in before["phase_ms"][clock]}
-                      for clock in ("host", "device")}
-    recorded = [main]
+    if mode == "cupti":
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp.json.gz")
+        numbers = iter(range(1, steps * len(recorded) + 1))
+        write_trace(tmp, capture, [[(next(numbers), marks) for marks in r["wall_marks"]] for r in recorded], device)
+        os.replace(tmp, path)
+    main = {**joined(recorded), "trace": str(path.relative_to(out)), "rounds": len(recorded),
+            **({"capture_note": note} if note else {})}
+    control = joined(controls)
+    kept = [main]
     if mode in ("cupti", "device", "lean"):
         back()
-        path = out / variant / NAMES_TRACE_NAME.format(rank=rank)
-        recorded.append({**record_steps(step, cfg, device, "full", 1, path), "trace": str(path.relative_to(out))})
-    return {"recorded": recorded, "trace": main["trace"], "profile_mode": main["mode"],
+        names = out / variant / NAMES_TRACE_NAME.format(rank=rank)
+        named = record_steps(step, cfg, device, "full", 1, names)
+        kept.append({**{k: v for k, v in named.items() if k != "wall_marks"}, "trace": str(names.relative_to(out))})
+    return {"recorded": kept, "trace": main["trace"], "profile_mode": main["mode"],
             "profiled_step_ms": main["step_ms"], "runtime_counts_per_step": main["runtime_counts_per_step"],
-            "runtime_counts": main["runtime_counts_per_step"][-1], "control_step_ms": control,
-            "control_phase_ms": control_phases,
-            "profiler_overhead": round(statistics.median(main["step_ms"]) / statistics.median(control), 3)}
+            "runtime_counts": main["runtime_counts_per_step"][-1], "control_step_ms": control["step_ms"],
+            "control_phase_ms": control["phase_ms"],
+            **profiler_overhead([r["step_ms"] for r in recorded], [c["step_ms"] for c in controls])}
+
+
+def joined(blocks: list[dict]) -> dict:
+    """The blocks' (`record_steps`) figures as one: their steps' times, phases and runtime
+    counts, block after block."""
+    phases = {clock: None if blocks[0]["phase_ms"][clock] is None else
+              {p: [x for b in blocks for x in b["phase_ms"][clock][p]] for p in blocks[0]["phase_ms"][clock]}
+              for clock in blocks[0]["phase_ms"]}
+    return {"mode": blocks[0]["mode"], "step_ms": [x for b in blocks for x in b["step_ms"]], "phase_ms": phases,
+            "runtime_counts_per_step": [x for b in blocks for x in b["runtime_counts_per_step"]]}
+
+
+def profiler_overhead(recorded: list[list[float]], controls: list[list[float]]) -> dict:
+    """What the recording cost (docs/metrics.md): for round i, its recorded block's median step
+    (ms) ÷ the mean of the median steps of the control blocks right before (i) and after (i + 1)
+    it (`profiler_overhead_by_round`); `profiler_overhead` is the median of those. A host whose
+    speed drifts for seconds moves a round's recorded block and its two neighbours together,
+    so each round's ratio cancels the drift that pooling every step would keep."""
+    rounds = [statistics.median(r) / ((statistics.median(controls[i]) + statistics.median(controls[i + 1])) / 2)
+              for i, r in enumerate(recorded)]
+    return {"profiler_overhead": round(statistics.median(rounds), 3),
+            "profiler_overhead_by_round": [round(x, 3) for x in rounds]}
 
 
 def capture_mode(mode: str, device: torch.device) -> tuple[str, str | None]:
@@ -381,22 +415,22 @@ def model_state_bytes(local_params: int) -> dict:
             "total": 16 * local_params}
 
 
-def record_steps(step, cfg: dict, device: torch.device, mode: str | None, steps: int, path: Path | None = None) -> dict:
-    """`steps` training steps recorded in `mode` into `path`, after one warm-up step of the
-    profiler; with `mode` None, the same procedure without a profiler (the control). The GPU
-    is drained before the first step and after the last, never between them (as in training);
-    a step's time (`step_ms`) is its span on the device clock (the host clock off CUDA),
-    first phase mark to last. Python's cycle collector does not run inside. In `cupti` mode
-    CUPTI records from before the warm-up step (its first launches after being enabled cost
-    hundreds of ms: the warm-up step pays them) and the trace keeps what was launched from the
-    first step's start mark on; the phase clocks mark the stream at each mark."""
-    prof, capture = contextlib.nullcontext(), None
-    if mode is not None:
+def record_steps(step, cfg: dict, device: torch.device, mode: str | None, steps: int, path: Path | None = None,
+                 capture: DeviceCapture | None = None) -> dict:
+    """`steps` training steps recorded in `mode` (into `path`; in `cupti` mode into `capture`,
+    whose trace the caller writes), after one warm-up step of the profiler; with `mode` None,
+    the same procedure without a profiler (the control). The GPU is drained before the first
+    step and after the last, never between them (as in training); a step's time (`step_ms`) is
+    its span on the device clock (the host clock off CUDA), first phase mark to last; its
+    phase clock's wall marks are `wall_marks`. Python's cycle collector does not run inside. In
+    `cupti` mode CUPTI records from before the warm-up step (its first launches after being
+    enabled cost hundreds of ms: the warm-up step pays them) and the trace keeps what was
+    launched from the first step's start mark on; the phase clocks mark the stream at each mark."""
+    prof = contextlib.nullcontext()
+    kineto = mode not in (None, "cupti")
+    if kineto:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp.json.gz")
-    if mode == "cupti":
-        capture = DeviceCapture(device)
-    elif mode is not None:
         prof = profiler(device, mode, steps, cfg["with_stack"], lambda p: p.export_chrome_trace(str(tmp)))
     clocks, counts = [], []
     with without_gc_pauses(), prof:
@@ -407,7 +441,7 @@ def record_steps(step, cfg: dict, device: torch.device, mode: str | None, steps:
                 raise CaptureUnavailable(f"CUPTI refused the capture ({type(e).__name__}: {e})".splitlines()[0])
         step(PhaseClock(device))  # the profiler's warm-up step
         synchronize(device)
-        advance = prof.step if capture is None and mode is not None else lambda: None
+        advance = prof.step if kineto else lambda: None
         advance()
         try:
             for _ in range(steps):
@@ -422,15 +456,13 @@ def record_steps(step, cfg: dict, device: torch.device, mode: str | None, steps:
                 synchronize(device)
                 capture.stop()
     synchronize(device)
-    if capture is not None:
-        write_trace(tmp, capture, [(i + 1, c.wall_marks()) for i, c in enumerate(clocks)], device)
-    elif mode is not None and marks_written(mode, device):
-        write_marks(tmp, clocks)
-    if mode is not None:
+    if kineto:
+        if marks_written(mode, device):
+            write_marks(tmp, clocks)
         os.replace(tmp, path)
     phases = columns([c.ms() for c in clocks], PHASES[:3])
     return {"mode": mode, "step_ms": phases["device" if device.type == "cuda" else "host"]["step"],
-            "phase_ms": phases, "runtime_counts_per_step": counts}
+            "phase_ms": phases, "runtime_counts_per_step": counts, "wall_marks": [c.wall_marks() for c in clocks]}
 
 
 class CaptureUnavailable(Exception):

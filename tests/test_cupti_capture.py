@@ -59,7 +59,7 @@ def two_steps():
 
 def written(tmp_path, records, steps):
     path = tmp_path / "rank0.pt.trace.json.gz"
-    trace = kineto_trace(records, steps, pid=610, tid=610, base_ns=T0 // 10**9 * 10**9,
+    trace = kineto_trace(records, [steps], pid=610, tid=610, base_ns=T0 // 10**9 * 10**9,
                          meta={"distributedInfo": {"backend": "nccl", "rank": 0, "world_size": 1}})
     with gzip.open(path, "wt") as f:
         json.dump(trace, f)
@@ -104,7 +104,29 @@ def test_demangled_names_agree_with_cxxfilt():
 def test_a_capture_whose_markers_are_not_the_marks_is_refused(tmp_path):
     records, steps = two_steps()
     with pytest.raises(ValueError, match="7 marker memsets where the runner made 8"):
-        kineto_trace(records[1:], steps, pid=1, tid=1, base_ns=0)
+        kineto_trace(records[1:], [steps], pid=1, tid=1, base_ns=0)
+
+
+def test_rounds_keep_their_steps_and_drop_the_warm_up_steps_between_them(tmp_path):
+    """Two rounds of one step each (`--profile-rounds 2`): the second round's warm-up step
+    (correlation 45, launched after round 1's last marker and before round 2's first) is
+    dropped, where inside one block it would be kept unplaced (45 in the test above)."""
+    records, (first, second) = two_steps()
+    path = tmp_path / "rank0.pt.trace.json.gz"
+    with gzip.open(path, "wt") as f:
+        json.dump(kineto_trace(records, [[first], [second]], pid=610, tid=610, base_ns=T0 // 10**9 * 10**9), f)
+    trace = tracekit.load(path)
+    assert sorted(trace.gpu["correlation"].to_list()) == [11, 12, 13, 21, 22, 23, 35, 51, 61, 71]
+    assert trace.steps["step"].to_list() == [1, 2] and trace.gpu["step"].null_count() == 0
+
+
+def test_the_profiler_overhead_is_each_rounds_block_against_its_two_neighbours():
+    """Control blocks of 100, 120, 140 ms (median steps) around recorded blocks of 121 and 143:
+    round 1 121 ÷ 110, round 2 143 ÷ 130, both 1.1; pooling every step would say 123 ÷ 120."""
+    from tracekit.runners.worker import profiler_overhead
+
+    got = profiler_overhead([[121.0, 120.0, 125.0], [143.0]], [[100.0], [119.0, 120.0, 121.0], [140.0]])
+    assert got == {"profiler_overhead": 1.1, "profiler_overhead_by_round": [1.1, 1.1]}
 
 
 def test_the_step_time_every_verb_sees_is_the_marks_span(tmp_path):

@@ -287,6 +287,9 @@ def test_a_bad_factory_is_one_line_before_any_worker(tmp_path, model, problem):
     (["--nproc", -2], "--nproc -2: at least 1 worker"),
     (["--variants", "ddp,fsdp2,ddp"], "variant(s) named twice: ddp (use --repeats to run a variant again)"),
     (["--steps", 0, "--profile-steps", 0], "--warmup and --steps must be at least 1"),
+    (["--profile-rounds", 0], "--profile-rounds must be at least 1"),
+    (["--profile-mode", "full", "--profile-rounds", 3], "--profile-rounds 3: only the cupti mode captures in rounds "
+                                                        "(--profile-mode full records one block)"),
     (["--model", f"{EXAMPLE}:mlp_stack", "--seq", 8], f"--seq: the model of --model {EXAMPLE}:mlp_stack has its own "
                                                      "shapes"),
 ])

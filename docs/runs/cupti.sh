@@ -6,9 +6,9 @@
 #   docs/runs/cupti.sh ab OUT                  # cupti against cupti-bare (no marks), many rounds:
 #                                              # large/16, medium/4, large/16 fsdp2-compile
 #   docs/runs/cupti.sh launch NAME PRESET BATCH OUT   # one default-mode launch into OUT/NAME
-# A launch: fsdp1,fsdp2,fsdp2-compile, 20 timed steps, --repeats ${REPEATS:-3}, 3 recorded steps in the
-# default mode, then report, check and diff fsdp1 fsdp2 beside its manifest; packed as
-# OUT/NAME.tgz (traces with their names/ steps).
+# A launch: fsdp1,fsdp2,fsdp2-compile, 20 timed steps, --repeats ${REPEATS:-3}, ${PROFILE_STEPS:-1} recorded
+# step(s) in the default mode (cupti, in its default rounds), then report, check and diff fsdp1 fsdp2 beside
+# its manifest; packed as OUT/NAME.tgz (traces with their names/ steps).
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 quiet() { grep -v -e USDT -e _warn_once -e "Profiler clears"; }
@@ -46,7 +46,8 @@ launch)
   name=$2 preset=$3 batch=$4 out=$5; mkdir -p "$out"
   echo "$name: $(date -u +%T)"
   timeout "${LIMIT:-400}" tracekit profile --nproc 1 --preset "$preset" --batch "$batch" \
-    --variants fsdp1,fsdp2,fsdp2-compile --steps 20 --profile-steps 3 --repeats "${REPEATS:-3}" --no-report --out "$out/$name" 2>&1 | quiet
+    --variants fsdp1,fsdp2,fsdp2-compile --steps 20 --profile-steps "${PROFILE_STEPS:-1}" --repeats "${REPEATS:-3}" \
+    --no-report --out "$out/$name" 2>&1 | quiet
   tracekit check "$out/$name" --format json > "$out/$name/check.json" 2> "$out/$name/check.err"
   tracekit diff "$out/$name/fsdp1" "$out/$name/fsdp2" > "$out/$name/diff.txt" 2>&1
   echo "$name done: $(date -u +%T)"
@@ -54,7 +55,8 @@ launch)
 import json, sys
 for v, d in json.load(open(sys.argv[1]))['variants'].items():
     r = (d.get('ranks') or [{}])[0]
-    print(v, d['status'], 'recorded/control', r.get('profiler_overhead'), 'recorded/timed', r.get('recorded_to_timed'),
+    print(v, d['status'], 'recorded/control', r.get('profiler_overhead'), r.get('profiler_overhead_by_round'),
+          'recorded/timed', r.get('recorded_to_timed'),
           'recorded', [round(x) for x in r.get('profiled_step_ms', [])], 'control', [round(x) for x in r.get('control_step_ms', [])])
 " "$out/$name/manifest.json"
   tail -3 "$out/$name/check.json"; grep -i -m3 "unexplained\|outside" "$out/$name/diff.txt"

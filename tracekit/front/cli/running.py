@@ -50,6 +50,11 @@ from .comparing import show_report
                    "the same through torch.profiler, with runtime calls; lean: device activity and annotations; "
                    "light: every CPU op; full: every CPU op with shapes (and stacks with --with-stack). "
                    "docs/profile.md.")
+@click.option("--profile-rounds", type=int, default=None,
+              help="cupti mode: capture the recorded steps in this many rounds, each between two blocks of the same "
+                   "steps unprofiled (C R C R ... C), one trace holding every round's steps; what the recording cost "
+                   "is then measured against the steps run right beside it [default: 5 in cupti mode; 1, the only "
+                   "choice, in the others].")
 @click.option("--repeats", type=int, default=1, show_default=True,
               help="Run the whole variant matrix this many times, the order alternated (A B, B A, ...); the "
                    "report's intervals are then across repeats. Traces are recorded in the last repeat.")
@@ -119,7 +124,8 @@ def capacity(out, variants, presets, batches, seq, overwrite, fmt, **options):
     except ValueError:
         raise click.BadParameter("whole numbers, e.g. 1,2,4,8", param_hint="--batches") from None
     prepare_out(Path(out), overwrite)  # every rank under torchrun: each refuses an existing OUT
-    defaults = {"seed": 0, "inputs": "fixed", "with_stack": False, "profile_mode": "cupti", "repeats": 1,
+    defaults = {"seed": 0, "inputs": "fixed", "with_stack": False, "profile_mode": "cupti", "profile_rounds": None,
+                "repeats": 1,
                 "checkpoint_every": 5,
                 "keep_checkpoints": False, "global_batch": None,
                 "overrides": {"blocks": None, "hidden": None, "heads": None, "seq": seq, "batch": None}}
