@@ -354,6 +354,7 @@ def recorded_figures(step, back, cfg: dict, device: torch.device, out: Path, var
     if note:
         log(rank, f"{variant}: recorded in device mode, not cupti: {note}")
     if mode == "cupti":
+        path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp.json.gz")
         numbers = iter(range(1, steps * len(recorded) + 1))
         write_trace(tmp, capture, [[(next(numbers), marks) for marks in r["wall_marks"]] for r in recorded], device)

@@ -129,6 +129,59 @@ def test_the_profiler_overhead_is_each_rounds_block_against_its_two_neighbours()
     assert got == {"profiler_overhead": 1.1, "profiler_overhead_by_round": [1.1, 1.1]}
 
 
+def test_the_runner_alternates_rounds_and_writes_one_trace_of_their_steps(tmp_path, monkeypatch):
+    """`recorded_figures` in cupti mode, 3 rounds of 2 steps, on CPU with a stand-in capture
+    (its markers and one kernel per phase as records, numbered from one counter as CUPTI
+    numbers calls): the blocks run C R C R C R C, then the `full` naming step; every block
+    replays the same batches; one trace holds the 6 recorded steps, each with its 3 kernels."""
+    import torch
+
+    from tracekit.runners import worker
+
+    order, batches, counter, state = [], [], iter(range(1, 10**6)), {"batch": 0}
+
+    class Capture:
+        def __init__(self, device):
+            self.records, self.on = [], False
+            state["capture"] = self
+
+        def start(self):
+            self.on = True
+
+        def stop(self):
+            self.on = False
+
+        def mark(self):
+            self.records.append(marker(next(counter), 0))
+
+    def step(clock):
+        on = state["capture"].on
+        order.append("R" if on else "C")
+        batches.append(state["batch"])
+        state["batch"] += 1
+        clock.start()
+        for phase in ("forward", "backward", "optimizer"):
+            with clock.phase(phase):
+                if on:
+                    state["capture"].records.append(kernel(phase, next(counter), 0, 1))
+
+    def back():
+        state["batch"] = 0
+    monkeypatch.setattr(worker, "capture_mode", lambda mode, device: ("cupti", None))
+    monkeypatch.setattr(worker, "DeviceCapture", Capture)
+    monkeypatch.setattr("tracekit.runners.cupti_capture.trace_meta", lambda device: {})
+    cfg = {"profile_steps": 2, "profile_mode": "cupti", "profile_rounds": 3, "with_stack": False}
+    got = worker.recorded_figures(step, back, cfg, torch.device("cpu"), tmp_path, "fsdp2", 0)
+    assert "".join(order) == "CCC" + "RRRCCC" * 3 + "CC"  # each block its warm-up step, then 2; names: 1
+    assert batches == [0, 1, 2] * 7 + [0, 1]
+    assert len(got["profiled_step_ms"]) == 6 and len(got["control_step_ms"]) == 8
+    assert len(got["profiler_overhead_by_round"]) == 3 and got["recorded"][0]["rounds"] == 3
+    assert [r["trace"] for r in got["recorded"]] == ["fsdp2/rank0.pt.trace.json.gz", "fsdp2/names/rank0.pt.trace.json.gz"]
+    trace = tracekit.load(tmp_path / got["trace"])
+    assert trace.steps["step"].to_list() == [1, 2, 3, 4, 5, 6]
+    assert trace.gpu.group_by("step").len().sort("step")["len"].to_list() == [3] * 6
+
+
 def test_the_step_time_every_verb_sees_is_the_marks_span(tmp_path):
     """What the loaded trace calls a step is the runner's ProfilerStep#N (wall clock, 9 ms each)."""
     path, _ = written(tmp_path, *two_steps())
