@@ -155,7 +155,7 @@ def main() -> None:
         if capture is not None:
             capture.stop()
         if mode == "cupti":
-            trace = kineto_trace(capture.records, [(i + 1, c.wall_marks()) for i, c in enumerate(clocks)],
+            trace = kineto_trace(capture.records, [[(i + 1, c.wall_marks()) for i, c in enumerate(clocks)]],
                                  pid=0, tid=0, base_ns=0)
             records.setdefault(mode, []).append(round(sum(e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
                                                           for e in trace["traceEvents"]) / args.steps, 1))
