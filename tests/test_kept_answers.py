@@ -28,7 +28,7 @@ PROBE = ("import atexit, sys\n"
          "main()\n")
 CUPTI = DATA / "h200x1-cupti"
 COMMANDS = {"summary": ["summary", CUPTI / "fsdp2"], "syncs": ["syncs", CUPTI / "fsdp2"],
-            "comms": ["comms", CUPTI / "fsdp2"], "overlap": ["overlap", CUPTI / "fsdp2"],
+            "comms": ["comms", CUPTI / "fsdp2"], "overlap": ["overlap", "--scope", "hta", CUPTI / "fsdp2"],
             "breakdown": ["breakdown", "--format", "json", CUPTI / "fsdp2"],
             "kernels": ["kernels", "--top=5", CUPTI / "fsdp2"], "critical-path": ["critical-path", CUPTI / "fsdp2"],
             "lint": ["lint", CUPTI / "fsdp2"], "diff": ["diff", CUPTI, "fsdp1", "fsdp2"], "report": ["report", CUPTI],
@@ -56,13 +56,18 @@ def kept_files(tmp_path) -> list:
 
 @pytest.mark.parametrize("name", COMMANDS)
 def test_a_kept_answer_is_the_computed_one_printed_without_polars(tmp_path, name):
+    """With the cache off (the oracle), cold (the traces decoded), from the trace cache, and kept."""
     args = COMMANDS[name]
     oracle = tracekit(tmp_path, *args, cache_on=False)
     assert oracle.status == 0, oracle.err
     first = tracekit(tmp_path, *args)
     assert "polars" in first.heavy and len(kept_files(tmp_path)) == 1
+    shutil.rmtree(tmp_path / "cache" / cache.ANSWERS)
+    cached = tracekit(tmp_path, *args)  # from the trace cache: its tables decoded as used, lint's material kept
+    assert "tracekit.core.loading" in cached.heavy and len(kept_files(tmp_path)) == 1
     again = tracekit(tmp_path, *args)
-    assert (again.out, again.err, again.status) == (oracle.out, oracle.err, 0) == (first.out, first.err, 0)
+    assert (again.out, again.err, again.status) == (oracle.out, oracle.err, 0)
+    assert (first.out, first.err, cached.out, cached.err) == (oracle.out, oracle.err, oracle.out, oracle.err)
     assert again.heavy == set()
 
 

@@ -126,19 +126,22 @@ def key(identity: dict, comm_kernels: tuple[str, ...]) -> str:
 
 
 def read(entry_key: str) -> Trace | None:
-    """The cached trace, or None (absent, unreadable, or of another schema)."""
-    from .model import Trace
+    """The cached trace, or None (absent, unreadable, or of another schema). Its tables' bytes
+    are read now and each is decoded when first used (`model.StoredTrace`)."""
+    from .model import StoredTrace
 
     entry = folder() / entry_key
     try:
         info = json.loads((entry / "trace.json").read_text())
         if info.pop("schema") != SCHEMA:
             return None
-        tables = {name: read_table(entry / f"{name}.arrow") for name in TABLES}
+        stored = {name: (entry / f"{name}.arrow").read_bytes() for name in TABLES}
+        if not all(b[:6] == b[-6:] == b"ARROW1" for b in stored.values()):
+            return None
         os.utime(entry / "trace.json")  # recently used
     except Exception:  # a corrupt entry is a miss: it is written again
         return None
-    return Trace(**info, **tables, derived=Derived(entry))
+    return StoredTrace(stored=stored, **info, derived=Derived(entry))
 
 
 def write(entry_key: str, trace: Trace) -> None:
