@@ -19,7 +19,7 @@ The key is a hash of all that the output can depend on:
   version and the name and version of every installed distribution, tracekit's own among them
   (an upgrade, or an edit of tracekit's source, gives fresh answers).
 
-A command whose inputs cannot be told without the network (a URL) has no key.
+A command whose inputs cannot be told without the network (a URL), or cannot be read, has no key.
 """
 
 from __future__ import annotations
@@ -40,12 +40,16 @@ STREAMS = ("stdout", "stderr")
 
 def key(argv: list[str]) -> str | None:
     """The key of the command `argv` (the program, then its arguments) here and now; None when
-    an argument is a URL."""
+    an argument is a URL, or what names the inputs cannot be read (a folder removed or not
+    readable: the command then runs as if nothing were kept)."""
     if any(files.is_url(word) for word in argv[1:]):
         return None
     words = normalised(argv[1:])
-    text = json.dumps({"program": argv[0], "words": words, "folder": os.getcwd(), "inputs": inputs(words),
-                       "environment": environment(), "code": code()}, sort_keys=True)
+    try:
+        text = json.dumps({"program": argv[0], "words": words, "folder": os.getcwd(), "inputs": inputs(words),
+                           "environment": environment(), "code": code()}, sort_keys=True)
+    except OSError:
+        return None
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
