@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from tracekit.analyses.comms import collective_kernels, counts_per_group
-from tracekit.analyses.timeline import timeline
+from tracekit.analyses.timeline import kept, timeline
 from tracekit.core.files import name
 from tracekit.core.model import Trace
 
@@ -46,11 +46,16 @@ class Checked:
 
 
 def checked(trace: Trace, analysis=None) -> Checked:
-    """`analysis(trace)` (none without one) with the trace's own lint material."""
+    """`analysis(trace)` (none without one) with the trace's own lint material, kept with the
+    trace (`timeline.kept`), so that a cached trace decodes no table for it that the analysis
+    does not need (its ops, the largest, among them)."""
     value = analysis(trace) if analysis is not None else None
-    kernels = collective_kernels(trace)
-    return Checked(trace_findings(trace), first_collectives(kernels, trace.origin_us), counts_per_group(kernels),
-                   trace.has_gpu, value)
+    if "lint-first-collectives" not in trace.derived or "lint-group-counts" not in trace.derived:
+        kernels = collective_kernels(trace)
+        trace.derived["lint-first-collectives"] = first_collectives(kernels, trace.origin_us)
+        trace.derived["lint-group-counts"] = counts_per_group(kernels)
+    return Checked(kept(trace, "lint-findings", lambda: trace_findings(trace)), trace.derived["lint-first-collectives"],
+                   trace.derived["lint-group-counts"], trace.has_gpu, value)
 
 
 def itself(trace: Trace) -> Trace:

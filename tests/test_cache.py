@@ -28,7 +28,7 @@ def test_a_hit_gives_the_same_output_without_decoding(tmp_path, monkeypatch):
     monkeypatch.setenv("TRACEKIT_CACHE_DIR", str(tmp_path / "cache"))
     path = trace_file(tmp_path)
     cold = summary_json(path)
-    cache._writer.submit(lambda: None).result()  # the background writes are done
+    cache.writer().submit(lambda: None).result()  # the background writes are done
     assert cache.info()["entries"] == 1
 
     def no_decoding(*args):
@@ -44,10 +44,10 @@ def test_a_changed_file_another_schema_or_no_cache_is_a_miss(tmp_path, monkeypat
     monkeypatch.setenv("TRACEKIT_CACHE_DIR", str(tmp_path / "cache"))
     path = trace_file(tmp_path)
     first = json.loads(summary_json(path))["traces"][0]["steps"][0]["gpu_span_ns"]
-    cache._writer.submit(lambda: None).result()
+    cache.writer().submit(lambda: None).result()
     trace_file(tmp_path, dur=50.0)  # the same path, another size and time
     assert json.loads(summary_json(path))["traces"][0]["steps"][0]["gpu_span_ns"] != first
-    cache._writer.submit(lambda: None).result()
+    cache.writer().submit(lambda: None).result()
     decoded = []
     real = tracekit.core.loading.decode
     monkeypatch.setattr(tracekit.core.loading, "decode", lambda *a: decoded.append(1) or real(*a))
@@ -62,11 +62,11 @@ def test_a_corrupt_entry_is_ignored_and_written_again(tmp_path, monkeypatch):
     monkeypatch.setenv("TRACEKIT_CACHE_DIR", str(tmp_path / "cache"))
     path = trace_file(tmp_path)
     cold = summary_json(path)
-    cache._writer.submit(lambda: None).result()
+    cache.writer().submit(lambda: None).result()
     (entry,) = (tmp_path / "cache").iterdir()
     (entry / "gpu.arrow").write_bytes(b"not arrow")
     assert summary_json(path) == cold
-    cache._writer.submit(lambda: None).result()
+    cache.writer().submit(lambda: None).result()
     assert (entry / "gpu.arrow").read_bytes()[:6] == b"ARROW1"
 
 
@@ -77,7 +77,7 @@ def test_the_cache_is_bounded_and_can_be_cleared(tmp_path, monkeypatch):
         folder = tmp_path / name
         folder.mkdir()
         summary_json(trace_file(folder))
-        cache._writer.submit(lambda: None).result()
+        cache.writer().submit(lambda: None).result()
     assert cache.info()["entries"] <= 1
     result = CliRunner().invoke(main, ["cache", "clear"])
     assert result.exit_code == 0 and cache.info()["entries"] == 0
@@ -89,7 +89,7 @@ def test_a_rewrite_with_the_same_size_and_mtime_is_a_miss(tmp_path, monkeypatch)
     path = trace_file(tmp_path, dur=5.0)
     before = os.stat(path)
     first = json.loads(summary_json(path))["traces"][0]["steps"][0]["gpu_span_ns"]
-    cache._writer.submit(lambda: None).result()
+    cache.writer().submit(lambda: None).result()
     (tmp_path / "new").mkdir()
     other = trace_file(tmp_path / "new", dur=7.0)  # same length of text: 5.0 → 7.0
     os.replace(other, path)

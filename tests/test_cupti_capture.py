@@ -267,7 +267,7 @@ def test_a_named_table_is_not_read_back_from_before_naming(tmp_path, monkeypatch
     monkeypatch.setenv("TRACEKIT_CACHE_DIR", str(tmp_path / "cache"))
     path = REAL / "fsdp2" / "rank0.pt.trace.json.gz"
     unnamed = all_items(tracekit.load(path))
-    cache._writer.submit(lambda: None).result()
+    cache.writer().submit(lambda: None).result()
     again = tracekit.load(path)
     named_beside(again)
     items = all_items(again)
@@ -285,12 +285,12 @@ def test_reading_the_cache_prints_nothing(tmp_path, monkeypatch, capfd):
     monkeypatch.setenv("TRACEKIT_CACHE_DIR", str(tmp_path / "cache"))
     path = REAL / "fsdp2" / "rank0.pt.trace.json.gz"
     tracekit.load(path)
-    cache._writer.submit(lambda: None).result()
+    cache.writer().submit(lambda: None).result()
     capfd.readouterr()
     cached = tracekit.load(path)
     from tracekit.analyses.timeline import timeline
     timeline(cached, "step")
-    cache._writer.submit(lambda: None).result()
+    cache.writer().submit(lambda: None).result()
     timeline(tracekit.load(path), "step")
     assert capfd.readouterr().err == ""
 

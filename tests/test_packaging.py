@@ -26,7 +26,7 @@ def test_wheel_holds_tracekit_runners_analyses_and_the_sample(tmp_path):
                    "tracekit/data/fsdp1_rank0.trace.json.gz"):
         assert module in names, module
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
-    assert "tracekit = tracekit.front.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "tracekit = tracekit.front.start:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
 
 
 def test_analysing_works_without_torch():

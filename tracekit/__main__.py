@@ -1,5 +1,5 @@
 """`python -m tracekit` is the `tracekit` command."""
 
-from .front.cli import main
+from .front.start import main
 
 main()

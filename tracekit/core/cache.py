@@ -13,6 +13,11 @@ for `cache info`, `cache clear` and the size bound. An entry that cannot be read
 and written again, never trusted. The cache is `TRACEKIT_CACHE_DIR`, else the user's cache
 folder (`~/.cache/tracekit` on Linux), and is kept under `TRACEKIT_CACHE_MAX_GB` (default 20)
 by removing the entries used least recently. `TRACEKIT_NO_CACHE=1` (or `--no-cache`) skips it.
+
+The same folder keeps whole commands' answers (`answers/`, `answers.py`): they count towards the
+bound, and `cache info`/`cache clear` show and remove them with the traces. Importing this module
+is cheap (no polars, no thread pool: they come with the first table read or written), so that a
+kept answer is printed without them.
 """
 
 from __future__ import annotations
@@ -22,18 +27,25 @@ import hashlib
 import json
 import os
 import shutil
-import uuid
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import polars as pl
-
-from .model import Trace
-
+# polars and the trace model (`pl`, `Trace` in the annotations) are imported where they are used
 SCHEMA = 11  # bump when the loaded tables, the analyses' kept tables or their meaning change
 TABLES = ("gpu", "calls", "ops", "marks", "steps")
-_writer = ThreadPoolExecutor(max_workers=1)  # writes overlap the analysis; finished before exit
-atexit.register(_writer.shutdown, wait=True)
+ANSWERS = "answers"  # the folder of the kept answers (`answers.py`), one file each
+_writer = None
+
+
+def writer():
+    """The one thread that writes entries, so that writes overlap the analysis; its writes are
+    finished before the process exits."""
+    global _writer
+    if _writer is None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _writer = ThreadPoolExecutor(max_workers=1)
+        atexit.register(_writer.shutdown, wait=True)
+    return _writer
 
 
 class Derived(dict):
@@ -72,19 +84,23 @@ class Derived(dict):
         return dict.__getitem__(self, key)
 
     def __setitem__(self, key, value) -> None:
+        import polars as pl
+
         dict.__setitem__(self, key, value)
         if isinstance(key, str) and isinstance(value, pl.DataFrame):
-            _writer.submit(_write_frame, value, self._file(key))
+            writer().submit(_write_frame, value, self._file(key))
 
 
 def read_table(path: Path) -> pl.DataFrame:
     """A cached table, read from its bytes: polars would try to memory-map a path, which it
     cannot for a compressed file (polars 1.x then warns on stderr at every read)."""
+    import polars as pl
+
     return pl.read_ipc(path.read_bytes())
 
 
 def _write_frame(frame: pl.DataFrame, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
+    tmp = path.with_name(f".{path.name}.{os.urandom(16).hex()}")
     try:
         frame.write_ipc(tmp, compression="zstd")
         os.replace(tmp, path)
@@ -93,9 +109,11 @@ def _write_frame(frame: pl.DataFrame, path: Path) -> None:
 
 
 def folder() -> Path:
+    if os.environ.get("TRACEKIT_CACHE_DIR"):
+        return Path(os.environ["TRACEKIT_CACHE_DIR"])
     from platformdirs import user_cache_dir
 
-    return Path(os.environ.get("TRACEKIT_CACHE_DIR") or user_cache_dir("tracekit"))
+    return Path(user_cache_dir("tracekit"))
 
 
 def enabled() -> bool:
@@ -108,17 +126,22 @@ def key(identity: dict, comm_kernels: tuple[str, ...]) -> str:
 
 
 def read(entry_key: str) -> Trace | None:
-    """The cached trace, or None (absent, unreadable, or of another schema)."""
+    """The cached trace, or None (absent, unreadable, or of another schema). Its tables' bytes
+    are read now and each is decoded when first used (`model.StoredTrace`)."""
+    from .model import StoredTrace
+
     entry = folder() / entry_key
     try:
         info = json.loads((entry / "trace.json").read_text())
         if info.pop("schema") != SCHEMA:
             return None
-        tables = {name: read_table(entry / f"{name}.arrow") for name in TABLES}
+        stored = {name: (entry / f"{name}.arrow").read_bytes() for name in TABLES}
+        if not all(b[:6] == b[-6:] == b"ARROW1" for b in stored.values()):
+            return None
         os.utime(entry / "trace.json")  # recently used
     except Exception:  # a corrupt entry is a miss: it is written again
         return None
-    return Trace(**info, **tables, derived=Derived(entry))
+    return StoredTrace(stored=stored, **info, derived=Derived(entry))
 
 
 def write(entry_key: str, trace: Trace) -> None:
@@ -126,12 +149,12 @@ def write(entry_key: str, trace: Trace) -> None:
     folder is read now, not when the write runs)."""
     root = folder()
     trace.derived = Derived(root / entry_key)
-    _writer.submit(_write, root, entry_key, trace)
+    writer().submit(_write, root, entry_key, trace)
 
 
 def _write(root: Path, entry_key: str, trace: Trace) -> None:
     """Store `trace` under `root` (quietly skipped when it cannot be written)."""
-    tmp = root / f".tmp-{uuid.uuid4().hex}"
+    tmp = root / f".tmp-{os.urandom(16).hex()}"
     try:
         tmp.mkdir(parents=True)
         for name in TABLES:
@@ -151,11 +174,13 @@ def _write(root: Path, entry_key: str, trace: Trace) -> None:
 
 
 def entries(root: Path | None = None) -> list[tuple[Path, int, float]]:
-    """(folder, bytes, last use) of every entry, and of every unfinished write (`.tmp-…`,
-    last use: its folder's time)."""
+    """(path, bytes, last use) of every trace entry (a folder), of every unfinished write
+    (`.tmp-…`, last use: its folder's time) and of every kept answer (a file in `answers/`)."""
+    root = root or folder()
     out = []
-    for entry in (root or folder()).glob("*"):
-        if not (entry.name[:1] in "0123456789abcdef" or entry.name.startswith(".tmp-")) or not entry.is_dir():
+    for entry in root.glob("*"):
+        if entry.name == ANSWERS or not (entry.name[:1] in "0123456789abcdef" or entry.name.startswith(".tmp-")) \
+                or not entry.is_dir():
             continue
         try:
             size = sum(f.stat().st_size for f in entry.iterdir())
@@ -163,7 +188,25 @@ def entries(root: Path | None = None) -> list[tuple[Path, int, float]]:
             out.append((entry, size, used.stat().st_mtime))
         except OSError:
             continue
+    for answer in (root / ANSWERS).glob("*"):
+        try:
+            stat = answer.stat()
+        except OSError:
+            continue
+        out.append((answer, stat.st_size, stat.st_mtime))
     return out
+
+
+def remove(entry: Path) -> None:
+    """Remove an entry: a trace's folder, or an answer's file."""
+    if entry.is_dir():
+        shutil.rmtree(entry, ignore_errors=True)
+    else:
+        entry.unlink(missing_ok=True)
+
+
+def is_answer(entry: Path) -> bool:
+    return entry.parent.name == ANSWERS
 
 
 def evict(root: Path | None = None) -> None:
@@ -174,21 +217,24 @@ def evict(root: Path | None = None) -> None:
     for entry, size, _ in sorted(current, key=lambda e: e[2]):
         if total <= limit:
             break
-        shutil.rmtree(entry, ignore_errors=True)
+        remove(entry)
         total -= size
 
 
 def info() -> dict:
     current = entries()
-    return {"folder": str(folder()), "entries": len(current),
-            "unfinished": sum(e.name.startswith(".tmp-") for e, _, _ in current),
+    traces = [e for e, _, _ in current if not is_answer(e)]
+    return {"folder": str(folder()), "entries": len(traces),
+            "unfinished": sum(e.name.startswith(".tmp-") for e in traces),
+            "answers": len(current) - len(traces),
             "bytes": sum(s for _, s, _ in current),
             "max_bytes": int(float(os.environ.get("TRACEKIT_CACHE_MAX_GB", "20")) * 1e9)}
 
 
-def clear() -> int:
-    """Remove every entry; how many there were."""
-    current = entries()
-    for entry, _, _ in current:
-        shutil.rmtree(entry, ignore_errors=True)
-    return len(current)
+def clear() -> tuple[int, int]:
+    """Remove every entry: (how many traces, how many answers) there were."""
+    current = [e for e, _, _ in entries()]
+    for entry in current:
+        remove(entry)
+    answers = sum(map(is_answer, current))
+    return len(current) - answers, answers

@@ -98,6 +98,17 @@ def identity(location) -> dict:
         raise TraceError(location, f"cannot read: {e.strerror or e}") from None
 
 
+def text_size(location: str) -> int:
+    """Bytes of the file's text: its size, or a gzip file's uncompressed size as its trailer
+    gives it (modulo 4 GiB), at least the compressed size."""
+    size = os.path.getsize(location)
+    with open(location, "rb") as f:
+        if f.read(2) != b"\x1f\x8b" or size < 4:
+            return size
+        f.seek(-4, os.SEEK_END)
+        return max(size, int.from_bytes(f.read(4), "little"))
+
+
 def open_stream(location):
     """A binary file object of the file's text: gunzipped (ISA-L) when it is gzip."""
     from isal import igzip

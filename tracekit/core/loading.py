@@ -248,9 +248,9 @@ PARALLEL_BYTES = 48 << 20
 def in_pieces(path) -> tuple[list, object, dict]:
     """(per-piece tables, the top level, facts): a local file of at least PARALLEL_BYTES of
     one event per line decoded by one process per core (`split.py`), else a block at a time."""
-    from . import split  # multiprocessing and its kin: only for a file decoded here, not a cached one
+    if cores() > 1 and not files.is_url(path) and files.text_size(path) >= PARALLEL_BYTES:
+        from . import split  # multiprocessing and its kin: only for a file decoded in processes
 
-    if cores() > 1 and not files.is_url(path) and split.text_size(path) >= PARALLEL_BYTES:
         try:
             return in_processes(path, cores() - 1)
         except (Unsplittable, split.Failed, OSError):  # OSError: no room for the gunzipped text

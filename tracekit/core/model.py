@@ -50,6 +50,26 @@ class Trace:
         return self.steps["step"].to_list()
 
 
+class StoredTrace(Trace):
+    """A `Trace` read from the trace cache (`cache.read`): each table is held as its Arrow IPC
+    bytes and decoded when first used, so that a verb pays only for the tables it reads."""
+
+    def __init__(self, stored: dict[str, bytes] | None = None, **fields):
+        """`stored`: table name → bytes, for the tables not given in `fields` (none where
+        `dataclasses.replace` makes a copy: it gives every field)."""
+        self.stored = stored or {}
+        super().__init__(**dict.fromkeys(self.stored), **fields)
+        for name in self.stored:
+            delattr(self, name)  # not decoded yet: `__getattr__` decodes it
+
+    def __getattr__(self, name: str):  # only for attributes not set: a table not decoded yet
+        stored = self.__dict__.get("stored", {})
+        if name not in stored:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        setattr(self, name, pl.read_ipc(stored.pop(name)))
+        return getattr(self, name)
+
+
 @dataclass
 class Run:
     """The traces of one run, ordered by rank. `facts`: files skipped (not traces) and the

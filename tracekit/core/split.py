@@ -43,17 +43,6 @@ class Failed(Exception):
     """A piece or a worker failed: decode the file in one process."""
 
 
-def text_size(location: str) -> int:
-    """Bytes of the file's text: its size, or a gzip file's uncompressed size as its trailer
-    gives it (modulo 4 GiB), at least the compressed size."""
-    size = os.path.getsize(location)
-    with open(location, "rb") as f:
-        if f.read(2) != b"\x1f\x8b" or size < 4:
-            return size
-        f.seek(-4, os.SEEK_END)
-        return max(size, int.from_bytes(f.read(4), "little"))
-
-
 def plain_text(location: str, folder: str) -> str:
     """The file's text as a file: `location` itself, or gunzipped into `folder`."""
     with open(location, "rb") as f:

@@ -54,13 +54,14 @@ def open_command(file, port, browser):
 
 @main.group()
 def cache():
-    """The trace cache: decoded traces (and the timeline) kept for later commands."""
+    """The trace cache: decoded traces (and the timeline) kept for later commands, and the
+    answers of read-only commands (printed again when nothing they read has changed)."""
 
 
 @cache.command("info")
 @format_option
 def cache_info(fmt):
-    """Where the cache is, how many traces and bytes it holds, and its bound."""
+    """Where the cache is, how many traces, answers and bytes it holds, and its bound."""
     from tracekit.core.cache import info
     from tracekit.front.render import json_text
     from tracekit.front.views import size_text
@@ -69,17 +70,19 @@ def cache_info(fmt):
     if fmt == "json":
         emit(json_text(found))
         return
-    emit(f"folder: {found['folder']}\nentries: {found['entries']}\nsize: {size_text(found['bytes'])}\n"
+    emit(f"folder: {found['folder']}\nentries: {found['entries']}\nanswers: {found['answers']}\n"
+         f"size: {size_text(found['bytes'])}\n"
          f"bound: {size_text(found['max_bytes'])} = {found['max_bytes'] / 1e9:g} GB (TRACEKIT_CACHE_MAX_GB, "
          "in GB of 10⁹ bytes)")
 
 
 @cache.command("clear")
 def cache_clear():
-    """Remove every cached trace."""
+    """Remove every cached trace and kept answer."""
     from tracekit.core.cache import clear
 
-    click.echo(f"tracekit: removed {clear()} cached trace(s)", err=True)
+    traces, answers = clear()
+    click.echo(f"tracekit: removed {traces} cached trace(s) and {answers} kept answer(s)", err=True)
 
 
 @main.group()

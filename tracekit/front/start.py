@@ -1,0 +1,99 @@
+"""How the `tracekit` command starts (`tracekit`, `python -m tracekit`): a read-only verb whose
+answer is kept (`tracekit/core/answers.py`) prints it before click, polars or any analysis is
+imported; any other command runs the click group (`cli/`), and a read-only verb's answer is kept
+when it exited 0.
+
+Never kept: the verbs that write files (export, plot, profile, capacity, and diff or report with
+`--plot`), serve (open) or show the cache; a command with `--no-cache` or `TRACEKIT_NO_CACHE=1`;
+one that started worker processes or a Dask client (their stderr is not recorded here); one whose
+inputs changed while it ran."""
+
+from __future__ import annotations
+
+import io
+import sys
+
+from tracekit.core import answers, cache
+
+READ_ONLY = frozenset({"summary", "syncs", "comms", "overlap", "breakdown", "kernels", "critical-path", "lint",
+                       "diff", "report", "check"})
+
+
+def main() -> None:
+    """The command: `sys.argv`'s answer, kept or computed."""
+    entry = answers.key(sys.argv) if keepable(sys.argv[1:]) else None
+    kept = answers.read(entry) if entry else None
+    if kept:
+        replay(kept["output"])
+        sys.exit(kept["status"])
+    if entry is None:
+        from .cli import main as command
+
+        return command()
+    sys.exit(kept_after(entry))
+
+
+def kept_after(entry: str) -> int:
+    """Run the command, its output recorded as it goes out, and keep its answer when it exited 0
+    and may be kept; its exit status."""
+    output: list[tuple[str, str]] = []
+    status = 0
+    streams = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = Recorded(sys.stdout, "stdout", output), Recorded(sys.stderr, "stderr", output)
+    try:
+        from .cli import main as command
+
+        command()
+    except SystemExit as e:
+        status = e.code
+    finally:
+        sys.stdout, sys.stderr = streams
+    # worker processes write to the terminal themselves, past the recording
+    if status in (0, None) and "multiprocessing" not in sys.modules and answers.key(sys.argv) == entry:
+        answers.write(entry, output)
+    return status
+
+
+def keepable(words: list[str]) -> bool:
+    """Whether the answer of `tracekit WORDS` may be kept (the module's docstring says which)."""
+    return bool(words) and words[0] in READ_ONLY and cache.enabled() \
+        and not any(w in ("--no-cache", "--plot") or w.startswith("--plot=") for w in words)
+
+
+def replay(output: list[list[str]]) -> None:
+    for stream, text in output:
+        getattr(sys, stream).write(text)
+        getattr(sys, stream).flush()
+
+
+class Recorded(io.TextIOBase):
+    """A text stream that writes through to `stream` and records each write as (name, text)
+    in `output`."""
+
+    def __init__(self, stream, name: str, output: list):
+        self.stream, self.name, self.output = stream, name, output
+
+    def write(self, text: str) -> int:
+        written = self.stream.write(text)
+        self.output.append((self.name, text))
+        return written
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def isatty(self) -> bool:
+        return self.stream.isatty()
+
+    def fileno(self) -> int:
+        return self.stream.fileno()
+
+    def writable(self) -> bool:
+        return True
+
+    @property
+    def encoding(self):
+        return self.stream.encoding
+
+    @property
+    def errors(self):
+        return self.stream.errors
