@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from tracekit.analyses.aggregate import is_count
 from tracekit.analyses.comms import collective_kernels
 from tracekit.analyses.critical_path import on_path
 from tracekit.analyses.flops import kernel_work
@@ -407,10 +408,17 @@ def aggregate(diffs: list[Diff], top: int, by: str, spread: pl.DataFrame | None)
 
 
 def rank_mean(diff: Diff, ranks: int) -> Diff:
-    """A sum over `ranks` ranks as the mean rank: every figure ÷ `ranks` (floats; the items
-    still sum to the step's Δ, up to rounding)."""
+    """A sum over `ranks` ranks as the mean rank: every figure ÷ `ranks`, a count to a tenth
+    (4.5 calls per rank), a time or size to the whole ns or byte (the items still sum to the
+    step's Δ, up to rounding)."""
+    def per_rank(column: str, dtype) -> pl.Expr:
+        value = pl.col(column) / ranks
+        if is_count(column, dtype):
+            return value.round(1)
+        return value.round(0).cast(dtype) if dtype.is_integer() else value
+
     def mean(frame):
-        return frame.with_columns(pl.col(c) / ranks for c, t in frame.schema.items() if t.is_numeric())
+        return frame.with_columns(per_rank(c, t) for c, t in frame.schema.items() if t.is_numeric())
 
     return Diff(None, diff.a_step, diff.b_step, diff.a_step_ns / ranks, diff.b_step_ns / ranks, mean(diff.items),
                 mean(diff.all_items), mean(diff.syncs), mean(diff.collectives))

@@ -280,6 +280,123 @@ def test_step_numbers_and_decimals_read_as_one_column(tmp_path):
     assert "GB (TRACEKIT_CACHE_MAX_GB, in GB of 10⁹ bytes)" in cli("cache", "info").stdout
 
 
+def per_step_and_statistic(*args):
+    """The steps of the one trace of `args`, without and with `--agg mean`: (steps, statistic row)."""
+    steps = json.loads(cli(*args, "--format", "json").stdout)["traces"][0]["steps"]
+    (row,) = [s for s in json.loads(cli(*args, "--agg", "mean", "--format", "json").stdout)["traces"][0]["steps"]
+              if s["step"] is None]
+    return steps, row
+
+
+def mean_per_key(steps, ledger: str, key, figure: str, rate: bool = False) -> dict:
+    """Brute force: per record key, the figure's mean over the steps — a step without the key
+    counting 0, or, for a rate, left out; a step whose record has no figure (null) left out."""
+    values = {}
+    for step in steps:
+        for record in step[ledger]:
+            values.setdefault(key(record), []).append(record[figure])
+    means = {}
+    for k, v in values.items():
+        known = [x for x in v if x is not None]
+        counted = len(known) if rate else len(steps) - (len(v) - len(known))
+        means[k] = sum(known) / counted if known else None
+    return means
+
+
+def test_a_statistic_row_of_counts_is_their_mean_per_step():
+    """`--agg mean` against a brute force over the steps' own JSON. The lean FSDP2 trace's rank 1:
+    181 and 190 `Event Sync` records are 185.5 per step (it printed 90 and 95, two rows, each the
+    half of one step cut to a whole number), 2 `cudaStreamSynchronize` per step one row of 2 (two
+    rows of 1: each step's blame chains made it a key of its own). HTA's sampled trace by op:
+    `aten::mm` one row (its category `compute` in one step, `mixed` in the other made two), and
+    `aten::item`, in one of the two steps, 0.5 launches per step whose mean duration stays
+    2 µs (it halved: a rate is not 0 in a step without the kernel)."""
+    lean = DATA / "h200x2-lean" / "fsdp2" / "rank1.pt.trace.json.gz"
+    steps, row = per_step_and_statistic("syncs", lean)
+    innermost = lambda r: (r["api"], (r["blame"] or [None])[0])  # noqa: E731  the record's key
+    shown = [innermost(r) for r in row["calls"]]
+    assert len(shown) == len(set(shown))
+    assert {innermost(r): r["count"] for r in row["calls"]} == pytest.approx(mean_per_key(steps, "calls", innermost, "count"))
+    assert {innermost(r): r["count"] for r in row["calls"]}["cuda_sync: Event Sync", None] == 185.5
+    blocked = {k: v for k, v in mean_per_key(steps, "calls", innermost, "blocked_ns").items() if k[0] == "cudaStreamSynchronize"}
+    assert [r["blocked_ns"] for r in row["calls"] if r["api"] == "cudaStreamSynchronize"] == [round(v) for v in blocked.values()]
+
+    sampled = DATA / "external" / "hta-tests-data" / "trace_filter" / "sampled_rank-0.json.gz"
+    steps, row = per_step_and_statistic("kernels", "--by", "op", "--top", "1000", sampled)
+    by_op = {r["op"]: r for r in row["kernels"]}
+    assert len(by_op) == len(row["kernels"])
+    assert {op: r["count"] for op, r in by_op.items()} == pytest.approx(
+        mean_per_key(steps, "kernels", lambda r: r["op"], "count"), abs=0.05)
+    assert {op: r["mean_ns"] for op, r in by_op.items()} == pytest.approx(
+        mean_per_key(steps, "kernels", lambda r: r["op"], "mean_ns", rate=True), abs=0.5)
+    categories = {op: {r["category"] for s in steps for r in s["kernels"] if r["op"] == op} for op in by_op}
+    assert {op: r["category"] for op, r in by_op.items()} == {op: c.pop() if len(c) == 1 else "mixed"
+                                                              for op, c in categories.items()}
+    assert (by_op["aten::item"]["count"], by_op["aten::item"]["mean_ns"], by_op["aten::mm"]["category"]) == (0.5, 2000, "mixed")
+    table = cli("kernels", "--by", "op", "--agg", "mean", sampled).stdout
+    assert re.search(r"^ +0 +mean +116\.0 ", table, re.M) and re.search(r"^ +0 +551 +116\.0 ", table, re.M)
+
+
+def test_a_statistic_keeps_the_device_and_stream_that_name_a_record():
+    """A collective in one of two steps: 0.5 per step, on its own device and stream (a number
+    that names something is a key, not a figure to average: it read device 0.5)."""
+    from tracekit.analyses.aggregate import with_aggregate
+    record = {"kind": "all_reduce", "device": 1, "stream": 7, "count": 1, "bytes": 1000, "kernel_ns": 11}
+    frame = pl.DataFrame({"step": [1, 2], "collectives": [[record], []]})
+    (statistic,) = with_aggregate(frame, "mean").filter(pl.col("agg") == "mean")["collectives"].to_list()
+    assert statistic == [{"kind": "all_reduce", "device": 1, "stream": 7, "count": 0.5, "bytes": 500, "kernel_ns": 6}]
+
+
+def test_a_diff_over_the_mean_rank_says_so_and_keeps_counts_to_a_tenth():
+    """`diff --ranks mean` of two 2-rank runs: its syncs and collectives are each count's mean
+    over the ranks (brute force over the ranks' own diffs), to a tenth, under a heading that says
+    they are per rank (`0.5` and `1234.5` counts read as a bug)."""
+    a, b = DATA / "h200x2-small" / "ddp", DATA / "h200x2-small" / "fsdp1"
+    doc = json.loads(cli("diff", "--ranks", "mean", "--format", "json", a, b).stdout)
+    for table, key in (("syncs", "api"), ("collectives", "kind")):
+        for side in ("a_count", "b_count"):
+            per_rank = {}
+            for rank in doc["ranks"]:
+                for row in rank[table]:
+                    per_rank[row[key]] = per_rank.get(row[key], 0) + row[side] / len(doc["ranks"])
+            assert {row[key]: row[side] for row in doc[table]} == {k: round(v, 1) for k, v in per_rank.items()}
+    text = cli("diff", "--ranks", "mean", a, b).stdout
+    assert "syncs, mean per rank:" in text and "collectives, mean per rank:" in text
+
+
+def markdown_columns(text: str) -> dict[tuple[int, str], list[str]]:
+    """Each Markdown table's columns: (the table's number, a column's name) → its cells."""
+    blocks = re.findall(r"(?:^\|.*\n?)+", text, re.M)
+    columns = {}
+    for number, block in enumerate(blocks):
+        head, _, *rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in block.splitlines()]
+        for row in rows:
+            for name, value in zip(head, row):
+                columns.setdefault((number, name), []).append(value)
+    return columns
+
+
+@pytest.mark.parametrize("args", [
+    ("kernels", DATA / "external" / "hta-simple-add"),
+    ("summary", "--agg", "mean", DATA / "external" / "hta-tests-data" / "negative_queue_length_values_check"),
+    ("comms", "--agg", "mean", DATA / "external" / "hta-tests-data" / "nccl_parser_config"),
+    ("kernels", DATA / "h200x2-blocks4" / "fsdp2-compile" / "rank1.pt.trace.json.gz"),
+    ("diff", "--ranks", "mean", DATA / "h200x2-small" / "ddp", DATA / "h200x2-small" / "fsdp1")],
+    ids=["kernels-simple-add", "summary-agg", "comms-agg", "kernels-compile", "diff-rank-mean"])
+def test_markdown_numbers_keep_one_number_of_decimals_per_column(args):
+    """In these real traces' Markdown a float column mixed decimals (42.8 beside 47.38, 2 beside
+    1.46, 1 beside 0.5 and 1234.5 counts); each float column now has the decimals its values
+    need, the same on every row, and no number is in scientific notation."""
+    text = cli(*args, "--format", "md").stdout
+    assert not re.search(r"\|\s*-?\d+(\.\d+)?e[+-]?\d+\s*\|", text)
+    columns = markdown_columns(text)
+    assert columns
+    for name, cells in columns.items():
+        numbers = [c for c in cells if re.fullmatch(r"-?\d+(\.\d+)?", c)]
+        decimals = {len(c.partition(".")[2]) for c in numbers}
+        assert len(decimals) <= 1, (name, sorted(decimals), numbers[:5])
+
+
 def test_breakdown_top_keeps_the_largest_parts_and_the_sum():
     """The TensorBoard ResNet-50 trace: 73 lines of parts by default before; `--top 3` keeps
     the three largest parts per step and one `other` part, and the parts still add up to
