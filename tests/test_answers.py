@@ -364,6 +364,22 @@ def test_a_diff_over_the_mean_rank_says_so_and_keeps_counts_to_a_tenth():
     assert "syncs, mean per rank:" in text and "collectives, mean per rank:" in text
 
 
+def test_diff_of_one_trace_with_one_of_another_rank():
+    """HTA's trace-diff pair: its control is rank 3 of 8, its test rank 1 of 2 (HTA's diff takes
+    a rank per side); `diff` refused them, "no rank in common". One trace against one trace is
+    compared, under A's rank, with a warning; each side's step time is its step's GPU span as
+    `summary` gives it."""
+    folder = DATA / "external" / "hta-tests-data" / "trace_diff"
+    a, b = folder / "control" / "control.json.gz", folder / "test" / "test.json.gz"
+    result = cli("diff", "--format", "json", a, b)
+    assert result.exit_code == 0, result.stderr
+    assert "A is rank 3 of world size 8, B rank 1 of 2" in " ".join(result.stderr.split())
+    doc = json.loads(result.stdout)
+    spans = [{s["step"]: s["gpu_span_ns"] for s in json.loads(cli("summary", "--format", "json", p).stdout)["traces"][0]["steps"]}
+             for p in (a, b)]
+    assert (doc["rank"], doc["a_step_ns"], doc["b_step_ns"]) == (3, spans[0][doc["step"]], spans[1][doc["b_step"]])
+
+
 def markdown_columns(text: str) -> dict[tuple[int, str], list[str]]:
     """Each Markdown table's columns: (the table's number, a column's name) → its cells."""
     blocks = re.findall(r"(?:^\|.*\n?)+", text, re.M)
