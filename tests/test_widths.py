@@ -91,3 +91,23 @@ def test_every_default_table_of_several_runs_fits_100_columns(path, monkeypatch)
     monkeypatch.setenv("COLUMNS", str(WIDTH))
     wide = widest([tracekit.load(run).traces for run in runs_in(str(path))], ("mean", "median"))
     assert all(w <= WIDTH for w in wide.values()), {v: w for v, w in wide.items() if w > WIDTH}
+
+
+DIFF_PAIRS = [(DATA / "h200x2-small" / "ddp", DATA / "h200x2-small" / "fsdp1"),
+              (DATA / "wild" / "tracelens" / "h100" / "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz",
+               DATA / "wild" / "tracelens" / "mi300" / "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"),
+              (DATA / "external" / "hta-tests-data" / "trace_diff" / "control" / "control.json.gz",
+               DATA / "external" / "hta-tests-data" / "trace_diff" / "test" / "test.json.gz")]
+
+
+@pytest.mark.parametrize("pair", DIFF_PAIRS, ids=lambda p: p[0].parent.name)
+def test_diff_fits_100_columns(pair):
+    """`diff` of real pairs, each and over ranks: its header wraps after a long path (the
+    TraceLens H100 against MI300 pair took 111 columns), its tables fit."""
+    from click.testing import CliRunner
+
+    from tracekit.front.cli import main
+    for ranks in ("each", "mean"):
+        result = CliRunner(env={"COLUMNS": str(WIDTH)}).invoke(main, ["diff", "--ranks", ranks, *map(str, pair)])
+        assert result.exit_code == 0, result.stderr
+        assert max(map(len, result.stdout.splitlines())) <= WIDTH

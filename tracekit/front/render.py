@@ -208,8 +208,13 @@ def real_text(real: dict) -> str:
 
 
 def diff_blocks(a_path: str, b_path: str, diff, result, ranks: str, fmt: str, layout: Layout) -> list[str]:
-    """One diff's header, items, syncs and collectives."""
-    parts = [diff_head(a_path, b_path, diff, result, ranks), render_frame(diff.items, fmt, "diff.items", layout)]
+    """One diff's header (in a table, each line wrapped to the terminal after its path), items,
+    syncs and collectives."""
+    head = diff_head(a_path, b_path, diff, result, ranks)
+    if fmt == "table":
+        head = "\n".join(textwrap.fill(line, terminal_width(), subsequent_indent="  ", break_long_words=False,
+                                        break_on_hyphens=False) for line in head.splitlines())
+    parts = [head, render_frame(diff.items, fmt, "diff.items", layout)]
     per_rank = ", mean per rank" if diff.rank is None and ranks == "mean" else ""  # counts such as 4.5
     for title, frame in (("syncs", diff.syncs), ("collectives", diff.collectives)):
         if frame.height:
