@@ -380,6 +380,22 @@ def test_diff_of_one_trace_with_one_of_another_rank():
     assert (doc["rank"], doc["a_step_ns"], doc["b_step_ns"]) == (3, spans[0][doc["step"]], spans[1][doc["b_step"]])
 
 
+def test_intervals_and_sizes_keep_their_decimals_in_the_report():
+    """h200x2-blocks4's report: the step's 95 % interval read `[12.31, 18.582]` and peak memory
+    `2.6 GiB` beside `3.53 GiB`; an interval is in ms as every ms figure (3 decimals, the JSON's
+    bounds), a size has 2 decimals on every row."""
+    run = DATA / "h200x2-blocks4"
+    bounds = {tuple(r["d_step_ms_ci"]) for r in json.loads(cli("report", "--format", "json", run).stdout)["variants"]
+              if r["d_step_ms_ci"]}
+    text = cli("report", run).stdout
+    shown = re.findall(r"\[(-?[\d,]+\.\d+), (-?[\d,]+\.\d+)\]", text)
+    assert shown and all(len(x.partition(".")[2]) == 3 for pair in shown for x in pair)
+    assert {(float(lo), float(hi)) for lo, hi in shown} >= bounds and (12.31, 18.582) in bounds
+    sizes = re.findall(r"\d+(?:\.\d+)? GiB", text)
+    assert sizes and all(re.fullmatch(r"\d+\.\d\d GiB", x) for x in sizes)
+    assert "real Δ (timed steps): B − A = +15.446 ms [+12.310, +18.582] (95 %)" in text
+
+
 def markdown_columns(text: str) -> dict[tuple[int, str], list[str]]:
     """Each Markdown table's columns: (the table's number, a column's name) → its cells."""
     blocks = re.findall(r"(?:^\|.*\n?)+", text, re.M)

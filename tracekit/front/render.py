@@ -91,6 +91,9 @@ def render_frame(frame: pl.DataFrame, fmt: str, view: str | None = None, layout:
     as JSON text), or the terminal table of `view` (`views.py`)."""
     if fmt == "json":
         return json_text(frame.to_dicts())
+    if fmt == "table":  # the intervals (`d_ms_ci`) in ms as every ms figure: [12.310, 18.582], not [12.31, 18.582]
+        frame = frame.with_columns(pl.col(c).map_elements(interval_text, return_dtype=pl.String)
+                                   for c, t in frame.schema.items() if t == pl.List(pl.Float64))
     frame = flattened(frame)
     if fmt == "csv":
         return frame.write_csv()
@@ -105,6 +108,11 @@ def render_frame(frame: pl.DataFrame, fmt: str, view: str | None = None, layout:
                 c for c in shown.default if c not in shown.telling)), layout)))
         return text
     return markdown(frame)
+
+
+def interval_text(bounds, sign: str = "") -> str:
+    """An interval of ms, 3 decimals as every ms figure: `[12.310, 18.582]` (`sign` "+": signed)."""
+    return "[" + ", ".join(f"{b:{sign},.3f}" for b in bounds) + "]"
 
 
 def markdown(frame: pl.DataFrame) -> str:
@@ -200,7 +208,8 @@ def real_text(real: dict) -> str:
                        f"{real[f'{side.lower()}_profiler_overhead']}×, {real[f'{side.lower()}_recorded_to_timed']}×"
                        for side, rank in sides)
     step = real["step"]
-    return (f"real Δ (timed steps): B − A = {step['d_ms']:+.3f} ms {step['d_ms_ci']} (95 %): {step['verdict']}"
+    return (f"real Δ (timed steps): B − A = {step['d_ms']:+.3f} ms {interval_text(step['d_ms_ci'], '+')} (95 %): "
+            f"{step['verdict']}"
             + ("\nrecorded steps ÷ the unprofiled steps around them (the profiler's cost), ÷ the timed steps:"
                + recorded if recorded else "")
             + "\nB − A per phase, ms: real (the timed steps' timers), recorded (the recorded steps'"

@@ -117,10 +117,12 @@ def is_bytes(name: str) -> bool:
 
 
 def human_bytes(expr: pl.Expr) -> pl.Expr:
-    """Bytes as text in the largest binary unit of at least 1 (2 decimals), e.g. `3.53 GiB`."""
+    """Bytes as text in the largest binary unit of at least 1, 2 decimals always (`3.53 GiB`,
+    `2.60 GiB`: not `2.6 GiB` beside it)."""
     text = None
     for power, unit in ((30, "GiB"), (20, "MiB"), (10, "KiB")):
-        part = pl.format("{} " + unit, (expr / 2**power).round(2))
+        hundredths = (expr / 2**power * 100).round(0).cast(pl.Int64)
+        part = pl.format("{}.{} " + unit, hundredths // 100, (hundredths % 100).cast(pl.String).str.zfill(2))
         text = pl.when(expr >= 2**power).then(part) if text is None else text.when(expr >= 2**power).then(part)
     return text.otherwise(pl.format("{} B", expr))
 
