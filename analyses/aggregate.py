@@ -7,12 +7,14 @@ step, never cut to 4 —, a time's or a size's to the whole ns or byte, any othe
 decimals. In a ledger (a list of records, such as breakdown's `parts`), each record's numbers
 get it per key, a step without the key counting as 0 (a null figure of a step that has the key
 — an unknown `tflops` — stays out of the statistic), except in a rate — `mean_*`, `*_gbps`,
-`tflops`, `pct_peak`, a ratio of the record's own figures —, where such a step stays out. A record's key is its text fields, the
-numbers that name something (`device`, `stream`) and the innermost name of a list of names
-(syncs' `blame`, whose list is the record's own from the first step that has the key); a kernels
-group named by its kernel or op has its `category` and `coll_kind` over the steps (their one
-value, else `mixed`) and is keyed by its name alone; a list of records inside a record (syncs'
-`chains`) has no statistic and is null there. p90 is the 90th percentile, linearly interpolated.
+`tflops`, `pct_peak`, a ratio of the record's own figures —, where such a step stays out.
+
+A record's key is its text fields, the numbers that name something (`device`, `stream`) and
+the innermost name of a list of names (syncs' `blame`, whose list is the record's own from the
+first step that has the key); a kernels group named by its kernel or op is keyed by that name
+alone, its `category` and `coll_kind` over the steps their one value, else `mixed`; a list of
+records inside a record (syncs' `chains`) has no statistic and is null there. p90 is the 90th
+percentile, linearly interpolated.
 """
 
 from __future__ import annotations

@@ -131,7 +131,8 @@ MOST_PLACES = 6  # a float's decimals in Markdown at most (a mean over 3 ranks: 
 def places(values: pl.Series) -> int:
     """The decimals the column's finite values need in full (their shortest exact text), at
     most `MOST_PLACES`."""
-    needed = [max(0, -Decimal(repr(v)).normalize().as_tuple().exponent) for v in values.drop_nulls() if math.isfinite(v)]
+    needed = [max(0, -Decimal(repr(v)).normalize().as_tuple().exponent)
+              for v in values.drop_nulls() if math.isfinite(v)]
     return min(max(needed, default=0), MOST_PLACES)
 
 
