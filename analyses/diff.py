@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from tracekit.analyses.aggregate import is_count
 from tracekit.analyses.comms import collective_kernels
 from tracekit.analyses.critical_path import on_path
 from tracekit.analyses.flops import kernel_work
@@ -340,8 +341,10 @@ def combine(a_side: list[Material], b_side: list[Material], steps="all", top: in
             by: str = "kernel") -> RunDiff:
     """Per-rank diffs, their sum, and warnings, for the ranks both sides have."""
     warnings = []
-    a_ranks, b_ranks = {m.rank: m for m in a_side}, {m.rank: m for m in b_side}
-    if len(a_ranks) != len(b_ranks) or {m.world_size for m in a_side} != {m.world_size for m in b_side}:
+    a_ranks, b_ranks = by_rank(a_side, b_side)
+    if len(a_side) == len(b_side) == 1:
+        warnings += one_with_one(a_side[0], b_side[0])
+    elif len(a_ranks) != len(b_ranks) or {m.world_size for m in a_side} != {m.world_size for m in b_side}:
         warnings.append(f"A has {len(a_ranks)} rank(s) (world size {a_side[0].world_size}), B has "
                         f"{len(b_ranks)} (world size {b_side[0].world_size}): comparing the ranks both have")
     for side, materials in (("A", a_side), ("B", b_side)):
@@ -382,10 +385,27 @@ def diff_runs(a_traces: list[Trace], b_traces: list[Trace], steps="all", top: in
               by: str = "kernel") -> RunDiff:
     """`combine` of the traces' materials, each rank's diff with its per-activity items."""
     result = combine([material(t, by) for t in a_traces], [material(t, by) for t in b_traces], steps, top, by)
-    traces = {("a", t.rank): t for t in a_traces} | {("b", t.rank): t for t in b_traces}
+    a_ranks, b_ranks = by_rank(a_traces, b_traces)
     for d in result.per_rank:
-        d.a_items, d.b_items = step_items(traces["a", d.rank], d.a_step), step_items(traces["b", d.rank], d.b_step)
+        d.a_items, d.b_items = step_items(a_ranks[d.rank], d.a_step), step_items(b_ranks[d.rank], d.b_step)
     return result
+
+
+def one_with_one(a: Material, b: Material) -> list[str]:
+    """The warning when a single trace is compared with a single trace of another rank or world."""
+    if (a.rank, a.world_size) == (b.rank, b.world_size):
+        return []
+    return [f"A is rank {a.rank} of world size {a.world_size}, B rank {b.rank} of {b.world_size}: the one trace "
+            f"of each side is compared with the other, as rank {a.rank}"]
+
+
+def by_rank(a_side: list, b_side: list) -> tuple[dict, dict]:
+    """Each side's traces (or materials) by rank; one trace against one trace is a pair
+    whatever ranks they claim (HTA's trace diff takes a rank per side), under A's rank."""
+    a_ranks, b_ranks = {x.rank: x for x in a_side}, {x.rank: x for x in b_side}
+    if len(a_side) == len(b_side) == 1:
+        b_ranks = {a_side[0].rank: b_side[0]}
+    return a_ranks, b_ranks
 
 
 def aggregate(diffs: list[Diff], top: int, by: str, spread: pl.DataFrame | None) -> Diff:
@@ -407,10 +427,17 @@ def aggregate(diffs: list[Diff], top: int, by: str, spread: pl.DataFrame | None)
 
 
 def rank_mean(diff: Diff, ranks: int) -> Diff:
-    """A sum over `ranks` ranks as the mean rank: every figure ÷ `ranks` (floats; the items
-    still sum to the step's Δ, up to rounding)."""
+    """A sum over `ranks` ranks as the mean rank: every figure ÷ `ranks`, a count to a tenth
+    (4.5 calls per rank), a time or size to the whole ns or byte (the items still sum to the
+    step's Δ, up to rounding)."""
+    def per_rank(column: str, dtype) -> pl.Expr:
+        value = pl.col(column) / ranks
+        if is_count(column, dtype):
+            return value.round(1)
+        return value.round(0).cast(dtype) if dtype.is_integer() else value
+
     def mean(frame):
-        return frame.with_columns(pl.col(c) / ranks for c, t in frame.schema.items() if t.is_numeric())
+        return frame.with_columns(per_rank(c, t) for c, t in frame.schema.items() if t.is_numeric())
 
     return Diff(None, diff.a_step, diff.b_step, diff.a_step_ns / ranks, diff.b_step_ns / ranks, mean(diff.items),
                 mean(diff.all_items), mean(diff.syncs), mean(diff.collectives))

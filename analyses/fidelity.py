@@ -198,7 +198,8 @@ def fidelity_warnings(real: dict, table: pl.DataFrame, sides: bool = True) -> li
     for r in table.filter(~pl.col("within") & ~pl.col("verdict").str.starts_with("too few")).iter_rows(named=True):
         where = "the step" if r["phase"] == "step" else f"the {r['phase']} phase"
         out.append(f"{where}: the trace attributes {r['attributed_d_ms']:+.3f} ms but the timed steps say "
-                   f"{r['real_d_ms']:+.3f} ms {r['real_d_ms_ci']}: {r['unexplained_ms']:+.3f} ms unexplained")
+                   f"{r['real_d_ms']:+.3f} ms [{r['real_d_ms_ci'][0]:+.3f}, {r['real_d_ms_ci'][1]:+.3f}]: "
+                   f"{r['unexplained_ms']:+.3f} ms unexplained")
     for side in ("a", "b") if sides else ():
         overhead, shift = real.get(f"{side}_profiler_overhead"), real.get(f"{side}_recorded_to_timed")
         who = f"{side.upper()} rank {real.get(f'{side}_rank')}"

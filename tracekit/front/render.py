@@ -12,6 +12,8 @@ import json
 import math
 import textwrap
 from dataclasses import replace
+from decimal import Decimal
+from functools import partial
 
 import polars as pl
 
@@ -89,6 +91,9 @@ def render_frame(frame: pl.DataFrame, fmt: str, view: str | None = None, layout:
     as JSON text), or the terminal table of `view` (`views.py`)."""
     if fmt == "json":
         return json_text(frame.to_dicts())
+    if fmt == "table":  # the intervals (`d_ms_ci`) in ms as every ms figure: [12.310, 18.582], not [12.31, 18.582]
+        frame = frame.with_columns(pl.col(c).map_elements(interval_text, return_dtype=pl.String)
+                                   for c, t in frame.schema.items() if t == pl.List(pl.Float64))
     frame = flattened(frame)
     if fmt == "csv":
         return frame.write_csv()
@@ -102,9 +107,37 @@ def render_frame(frame: pl.DataFrame, fmt: str, view: str | None = None, layout:
             text = table_text(with_figures(chosen(frame, replace(shown, telling={}, default=tuple(
                 c for c in shown.default if c not in shown.telling)), layout)))
         return text
-    with pl.Config(tbl_formatting="MARKDOWN", tbl_rows=-1, tbl_cols=-1, tbl_width_chars=65_000, fmt_float="full",
+    return markdown(frame)
+
+
+def interval_text(bounds, sign: str = "") -> str:
+    """An interval of ms, 3 decimals as every ms figure: `[12.310, 18.582]` (`sign` "+": signed)."""
+    return "[" + ", ".join(f"{b:{sign},.3f}" for b in bounds) + "]"
+
+
+def markdown(frame: pl.DataFrame) -> str:
+    """A Markdown table of every value in full; a float column's values with one number of
+    decimals, the most any of them needs (`185.0` beside `185.5`, never `7.203514e6`)."""
+    frame = frame.with_columns(pl.col(c).map_elements(partial(fixed, places=places(frame[c])), return_dtype=pl.String)
+                               for c, t in frame.schema.items() if t.is_float())
+    with pl.Config(tbl_formatting="MARKDOWN", tbl_rows=-1, tbl_cols=-1, tbl_width_chars=65_000,
                    fmt_str_lengths=65_000, tbl_hide_dataframe_shape=True, tbl_hide_column_data_types=True):
         return str(frame)
+
+
+MOST_PLACES = 6  # a float's decimals in Markdown at most (a mean over 3 ranks: 1234.333333)
+
+
+def places(values: pl.Series) -> int:
+    """The decimals the column's finite values need in full (their shortest exact text), at
+    most `MOST_PLACES`."""
+    needed = [max(0, -Decimal(repr(v)).normalize().as_tuple().exponent)
+              for v in values.drop_nulls() if math.isfinite(v)]
+    return min(max(needed, default=0), MOST_PLACES)
+
+
+def fixed(value: float, places: int) -> str:
+    return f"{value:.{places}f}" if math.isfinite(value) else {"nan": "NaN"}.get(str(value), str(value))
 
 
 def render_lint(per_trace, per_run, fmt: str, layout: Layout = Layout()) -> str:
@@ -176,7 +209,8 @@ def real_text(real: dict) -> str:
                        f"{real[f'{side.lower()}_profiler_overhead']}×, {real[f'{side.lower()}_recorded_to_timed']}×"
                        for side, rank in sides)
     step = real["step"]
-    return (f"real Δ (timed steps): B − A = {step['d_ms']:+.3f} ms {step['d_ms_ci']} (95 %): {step['verdict']}"
+    return (f"real Δ (timed steps): B − A = {step['d_ms']:+.3f} ms {interval_text(step['d_ms_ci'], '+')} (95 %): "
+            f"{step['verdict']}"
             + ("\nrecorded steps ÷ the unprofiled steps around them (the profiler's cost), ÷ the timed steps:"
                + recorded if recorded else "")
             + "\nB − A per phase, ms: real (the timed steps' timers), recorded (the recorded steps'"
@@ -184,11 +218,17 @@ def real_text(real: dict) -> str:
 
 
 def diff_blocks(a_path: str, b_path: str, diff, result, ranks: str, fmt: str, layout: Layout) -> list[str]:
-    """One diff's header, items, syncs and collectives."""
-    parts = [diff_head(a_path, b_path, diff, result, ranks), render_frame(diff.items, fmt, "diff.items", layout)]
+    """One diff's header (in a table, each line wrapped to the terminal after its path), items,
+    syncs and collectives."""
+    head = diff_head(a_path, b_path, diff, result, ranks)
+    if fmt == "table":
+        head = "\n".join(textwrap.fill(line, terminal_width(), subsequent_indent="  ", break_long_words=False,
+                                        break_on_hyphens=False) for line in head.splitlines())
+    parts = [head, render_frame(diff.items, fmt, "diff.items", layout)]
+    per_rank = ", mean per rank" if diff.rank is None and ranks == "mean" else ""  # counts such as 4.5
     for title, frame in (("syncs", diff.syncs), ("collectives", diff.collectives)):
         if frame.height:
-            parts += [f"{title}:", render_frame(frame, fmt, f"diff.{title}", Layout(wide=layout.wide))]
+            parts += [f"{title}{per_rank}:", render_frame(frame, fmt, f"diff.{title}", Layout(wide=layout.wide))]
     return parts
 
 

@@ -83,7 +83,8 @@ VIEWS = {
                           {"host_pct": ("host_ns", "span_ns"), "gpu_pct": ("compute_ns", "span_ns"),
                            "comm_pct": ("comm_ns", "span_ns"), "wait_pct": ("waiting_ns", "span_ns"),
                            "runtime_pct": ("runtime_ns", "span_ns"), "copy_pct": ("copy_ns", "span_ns")},
-                          {f"items.{c}": c for c in ("category", "kind", "name", "ns")}),
+                          {f"items.{c}": c for c in ("category", "kind", "name", "ns")},
+                          kernel_names=("items.name",)),
     "report": View(("variant", "rank", "step_ms", "d_step_ms", "d_step_ms_ci", "verdict", "peak_mem", "recompiles"),
                    {"busy_pct": ("gpu_busy_ns", SPAN), "exposed_comm_pct": ("exposed_comm_ns", SPAN),
                     "idle_pct": ("idle_ns", SPAN)},
@@ -116,10 +117,12 @@ def is_bytes(name: str) -> bool:
 
 
 def human_bytes(expr: pl.Expr) -> pl.Expr:
-    """Bytes as text in the largest binary unit of at least 1 (2 decimals), e.g. `3.53 GiB`."""
+    """Bytes as text in the largest binary unit of at least 1, 2 decimals always (`3.53 GiB`,
+    `2.60 GiB`: not `2.6 GiB` beside it)."""
     text = None
     for power, unit in ((30, "GiB"), (20, "MiB"), (10, "KiB")):
-        part = pl.format("{} " + unit, (expr / 2**power).round(2))
+        hundredths = (expr / 2**power * 100).round(0).cast(pl.Int64)
+        part = pl.format("{}.{} " + unit, hundredths // 100, (hundredths % 100).cast(pl.String).str.zfill(2))
         text = pl.when(expr >= 2**power).then(part) if text is None else text.when(expr >= 2**power).then(part)
     return text.otherwise(pl.format("{} B", expr))
 
@@ -272,8 +275,9 @@ def table_text(frame: pl.DataFrame, width: int | None = None) -> str:
     """The frame as an aligned plain table (numbers right, text left, a rule under the names),
     two spaces between columns. When it is wider than `width` (default: the terminal's), first
     the names of columns narrower than their name break after an underscore (`busbw_` over
-    `gbps`), then the text columns wrap to share what the other columns leave, each kept as
-    wide as its longest word where there is room; nothing is cut."""
+    `gbps`), as many as it takes to leave the text columns their longest words (or, where that
+    cannot fit, their names), then the text columns wrap to share what the other columns leave,
+    each kept as wide as its longest word where there is room; nothing is cut."""
     width = width or terminal_width()
     columns = frame.columns
     texts = [[cell(v, decimals(frame[c]), c not in IDENTIFIERS) for v in frame[c]] for c in columns]
@@ -286,9 +290,11 @@ def table_text(frame: pl.DataFrame, width: int | None = None) -> str:
     least = {i: max(len(columns[i]), words[i]) for i in wrap}  # a text column's width with no word broken
     fixed = [i for i in range(len(columns)) if i not in wrap]
     shortest = {i: max(cells[i], max(map(len, re.findall(r"[^_]+_?|_", columns[i])))) for i in fixed}
-    if sum(shortest.values()) + sum(least.values()) + gaps <= width:  # names break only where it makes it fit
+    floor = least if sum(shortest.values()) + sum(least.values()) + gaps <= width else {
+        i: len(columns[i]) for i in wrap}  # the text columns' words break too
+    if sum(shortest.values()) + sum(floor.values()) + gaps <= width:  # names break only where it makes it fit
         for i in sorted(fixed, key=lambda i: cells[i] - sizes[i]):  # most to gain first
-            over = sum(sizes[j] for j in fixed) + sum(least.values()) + gaps - width
+            over = sum(sizes[j] for j in fixed) + sum(floor.values()) + gaps - width
             if over <= 0:
                 break
             sizes[i] = max(shortest[i], sizes[i] - over)
