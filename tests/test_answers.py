@@ -456,6 +456,18 @@ def test_argument_mistakes_say_what_would_work(tmp_path):
     assert cycle.exit_code == 2 and "--cycle 5: a trace file holds one profiling cycle" in cycle.stderr
 
 
+def test_each_cycle_of_a_folder_whose_names_carry_their_time_stamps_is_read():
+    """TensorBoard's folder of two cycles of one worker (`worker0.<stamp>.pt.trace.json.gz`):
+    `--cycle 2` is the later file's steps, what `summary` of that file alone shows (it was
+    refused as "there are 1 profiling cycle(s)": the cycle was picked twice)."""
+    folder = WILD / "tensorboard-plugin" / "resnet50_num_workers_0"
+    later = sorted(folder.glob("worker0.*.pt.trace.json.gz"))[-1]
+    for cycle in ("2", "last"):
+        got = cli("summary", "--cycle", cycle, "--format", "json", folder)
+        assert got.exit_code == 0 and got.stdout == cli("summary", "--format", "json", later).stdout
+    assert cli("summary", "--cycle", "3", folder).exit_code == 2
+
+
 def test_comms_shows_what_tells_look_alike_rows_apart():
     """HTA's NCCL trace: two broadcasts per step, Float and Long. Without the dtype the two rows
     read the same kind; the column appears because rows of one rank, step and kind differ in

@@ -122,6 +122,9 @@ def cycles_by_rank(traces: list, cycle: str) -> tuple[list, dict[str, list[str]]
     kept, others = [], {}
     for rank, group in by_rank.items():
         group.sort(key=lambda t: (t.meta["base_time_ns"] or 0, t.origin_us, t.path))
+        if len(group) == 1 and _CYCLE_NAME.match(files.name(group[0].path)):
+            kept.append(group[0])  # its cycle was chosen by its name already (`cycles_by_name`)
+            continue
         if not successive(group):
             kept.extend(group)
             continue
