@@ -161,9 +161,11 @@ def lint(paths, rank, fmt, layout, options, strict):
     from tracekit.core.runs import analyse
 
     per_trace, per_run = analysis(analyse(inputs(paths), partial(checked), **options))
+    there = sorted({t.rank for t, _ in per_trace})
     per_trace = [(t, f) for t, f in per_trace if rank is None or t.rank == rank]
     if not per_trace:
-        raise UsageError(f"--rank {rank}: no trace of rank {rank} in {', '.join(map(str, paths))}")
+        raise UsageError(f"--rank {rank}: no trace of rank {rank} in {', '.join(map(str, paths))} "
+                         f"(ranks here: {', '.join(map(str, there))})")
     emit(render_lint(per_trace, per_run, fmt, layout))
     errors = sum(int((f["severity"] == "error").sum()) for _, f in per_trace + per_run)
     if strict and errors:
