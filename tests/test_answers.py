@@ -450,6 +450,8 @@ def test_argument_mistakes_say_what_would_work(tmp_path):
     run = DATA / "h200x2-blocks4"
     swapped = CliRunner().invoke(main, ["diff", "fsdp1", "fsdp2", str(run)])
     assert swapped.exit_code == 2 and f"tracekit diff {run} fsdp1 fsdp2" in swapped.stderr
+    swapped = CliRunner().invoke(main, ["diff", str(run / "fsdp1"), str(run / "fsdp2"), str(run)])  # A and B exist
+    assert swapped.exit_code == 2 and f"tracekit diff {run} fsdp1 fsdp2" in swapped.stderr
     for verb in ("summary", "lint"):
         absent = cli(verb, "--rank", "7", DATA / "h200x2-small" / "ddp")
         assert absent.exit_code == 2 and "(ranks here: 0, 1)" in absent.stderr, verb

@@ -67,6 +67,10 @@ def diff_sides(paths: tuple) -> tuple[str, str]:
     if not Path(out).exists() and Path(variants[-1]).is_dir():
         raise UsageError(f"{out}: no such file or directory; the profile output comes first: "
                          f"tracekit diff {variants[-1]} {out} {variants[0]}")
+    if not (Path(out) / "manifest.json").is_file() and (Path(variants[-1]) / "manifest.json").is_file():
+        a, b = (Path(p).name for p in (out, variants[0]))
+        raise UsageError(f"{out}: not a profile output, {variants[-1]} is; the profile output comes first: "
+                         f"tracekit diff {variants[-1]} {a} {b}")
     existing(None, None, out)
     found = sorted(p.name for p in Path(out).iterdir() if p.is_dir() and p.name != "names") \
         if Path(out).is_dir() else []
