@@ -481,6 +481,13 @@ def test_comms_shows_what_tells_look_alike_rows_apart():
     rows = {tuple(line.split()[:4]) for line in lines[2:]}
     assert len(rows) == len(lines) - 2  # every row tells itself apart
     assert "dtype" not in cli("comms", DATA / "h200x2-small" / "ddp").stdout.splitlines()[0]
+    # HTA's 16-rank trace: three send/recv rows of one step, on streams 84, 285 and 363 (its JSON)
+    path = DATA / "external" / "hta-tests-data" / "negative_queue_length_values_check" / "rank0.json.gz"
+    streams = [c["stream"] for c in json.loads(cli("comms", "--steps", "550", "--format", "json", path).stdout)
+               ["traces"][0]["steps"][0]["collectives"]]
+    lines = cli("comms", "--steps", "550", path).stdout.splitlines()
+    assert lines[0].split()[:3] == ["rank", "kind", "stream"] and [int(x.split()[2]) for x in lines[2:]] == streams
+    assert sorted(streams) == [84, 285, 363]
 
 
 def test_timeline_picture_puts_every_rank_on_one_scale(tmp_path, monkeypatch):

@@ -63,13 +63,13 @@ VIEWS = {
                   aliases={"calls.api": "api", "calls.count": "count", "calls.blocked_ns": "blocked_ns",
                            "calls.gpu_idle_ns": "gpu_idle_ns", "calls.blame": "blame", "calls.chains": "chains"},
                   empty="no host-blocking calls (cudaDeviceSynchronize, cudaStreamSynchronize, …) in these traces"),
-    "comms": View(("run", "rank", "step", "agg", "pg", "kind", "dtype", "device", "count", "bytes", "kernel_ms",
+    "comms": View(("run", "rank", "step", "agg", "pg", "kind", "dtype", "device", "stream", "count", "bytes", "kernel_ms",
                    "exposed_ms", "busbw_gbps", "wait_ms"),
                   aliases={f"collectives.{c}": c for c in
                            ("pg", "kind", "dtype", "device", "stream", "count", "bytes", "kernel_ns", "exposed_ns",
                             "algbw_gbps", "busbw_gbps", "transfer_ns", "wait_ns", "mismatched")},
                   varied=("run", "step"), empty="no collectives (device kernels or host-side ops) in these traces",
-                  telling={c: ("path", "rank", "step", "agg", "kind") for c in ("pg", "dtype", "device")}),
+                  telling={c: ("path", "rank", "step", "agg", "kind") for c in ("pg", "dtype", "device", "stream")}),
     "kernels": View(("run", "rank", "step", "agg", "count", "total_ms", "mean_ms", "pct_of_busy", "category",
                      "coll_kind", "pct_peak", "name", "op"),
                     aliases={f"kernels.{c}": c for c in
