@@ -1,6 +1,7 @@
 """A user's mistake: one line on stderr, exit 2, nothing written — or the right output."""
 
 import json
+from pathlib import Path
 
 import pytest
 import synth
@@ -28,6 +29,18 @@ def one_line(result, *words):
 @pytest.mark.parametrize("steps", ["999", "0", "1,2"])
 def test_a_step_the_trace_has_not(verb, steps):
     one_line(cli(verb, "--steps", steps, FSDP2), "no step", "its steps: 1")
+
+
+@pytest.mark.parametrize("args, words", [
+    (["critical-path", "--rank", "9", "trace_filter"], ["no trace of rank 9", "(ranks here: 0, 1)"]),
+    (["summary", "--steps", "99999", "trace_diff"], ["no step 99999", "its steps: 1009"]),
+])
+def test_a_mistake_found_after_loading_is_one_line_without_the_traces_notes(args, words):
+    """HTA's traces whose lint notes (missing ranks, clock skew; same-rank files) go to stderr on
+    every verb: where the command then fails, they are not printed before its one line."""
+    external = Path(__file__).parent / "data" / "external" / "hta-tests-data"
+    one_line(cli(*args[:-1], external / args[-1]), *words)
+    assert cli("summary", external / args[-1]).stderr.count("tracekit: ") >= 2  # the notes, on success
 
 
 def test_a_backwards_range():

@@ -20,13 +20,18 @@ class Group(click.Group):
 
     def invoke(self, ctx):
         try:
-            return super().invoke(ctx)
+            result = super().invoke(ctx)
         except TracekitError as e:
             click.echo(f"tracekit: {e}", err=True)
             ctx.exit(2)
         except click.UsageError as e:
             click.echo(f"tracekit: {e.format_message()}", err=True)
             ctx.exit(2)
+        except (SystemExit, click.exceptions.Exit):  # a verb's own exit status: its notes stand
+            said()
+            raise
+        said()
+        return result
 
 
 @click.group(cls=Group)
@@ -95,7 +100,22 @@ def named_then(trace, analysis=None, comm_kernels: tuple = (), cache=None):
 
 
 def say(note: str) -> None:
-    """`tracekit: NOTE` on stderr, wrapped at the terminal's width."""
+    """`tracekit: NOTE` on stderr, wrapped at the terminal's width; inside a command, held until
+    it prints its answer (`said`), so that a mistake found after loading is one line alone."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return shout(note)
+    ctx.find_root().meta.setdefault("held notes", []).append(note)
+
+
+def said() -> None:
+    """The notes `say` held, on stderr now."""
+    ctx = click.get_current_context(silent=True)
+    for note in ctx.find_root().meta.pop("held notes", []) if ctx is not None else []:
+        shout(note)
+
+
+def shout(note: str) -> None:
     from tracekit.front.views import terminal_width
 
     click.echo(textwrap.fill(f"tracekit: {note}", terminal_width(), subsequent_indent="  ",
@@ -121,6 +141,7 @@ def load_traces(paths, rank: int | None, options: dict) -> list:
 
 
 def emit(text: str) -> None:
+    said()
     click.echo(text.rstrip("\n"))
 
 
@@ -161,6 +182,7 @@ def new_file(ctx, param, value):
 def wrote(path, more: str = "") -> None:
     """`tracekit: wrote PATH` on stderr, saying so when it replaced a file that was there."""
     replaced = str(path) in click.get_current_context().meta.get("existing", ())
+    said()
     click.echo(f"tracekit: wrote {path}{' (replacing the file that was there)' if replaced else ''}{more}", err=True)
 
 
