@@ -1,0 +1,541 @@
+"""The critical path's dependency graph and its heaviest paths, as numpy arrays.
+
+What the graph holds is defined in `critical_path.py`; this module builds it and finds the
+paths. It is imported only when a path is computed, so that a command reading the kept path
+from the trace cache does not import numpy (as `timeline.py` does).
+
+Nodes are integers: host event i (row of `critical_path.host_events`) has its start at 2i and
+its end at 2i + 1; device activity j (row of `device_events`) follows at 2·n_host + 2j and
++ 1; then one node per collective split at its arrival; then each step's source and sink.
+An edge is (u, v, code): `code` indexes `KINDS` (its category, kind and whether it is work,
+weighing its Δt), `event` is the host event whose self time it is (-1: none), `row` the device
+activity's row in `trace.gpu` (-1: none). Names are not carried: they are read from the host
+and device tables for the edges of the path only (`critical_path.edge_table`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from tracekit.analyses.timeline import SYNC_APIS, distinct
+from tracekit.core.model import Trace
+
+# (category, kind, work, where the edge's name comes from: the host event, the device row, none)
+KINDS = (
+    ("waiting", "thread idle", False, None), ("waiting", "blocked", False, "event"),
+    ("waiting", "other thread", False, "event"), ("runtime", "self", True, "event"),
+    ("host", "ops not recorded", True, "event"), ("host", "self", True, "event"),
+    ("waiting", "thread order", False, None),
+    ("compute", "device", True, "row"), ("comm", "device", True, "row"), ("copy", "device", True, "row"),
+    ("waiting", "collective arrival", False, "row"),
+    ("waiting", "stream order", False, None), ("waiting", "launch", False, None),
+    ("waiting", "event wait", False, None), ("waiting", "sync", False, None),
+    ("waiting", "sync (inferred)", False, None), ("waiting", "start", False, None), ("waiting", "end", False, None),
+)
+CODE = {(category, kind): code for code, (category, kind, _, _) in enumerate(KINDS)}
+WORK = np.array([work for _, _, work, _ in KINDS])
+GPU_CODE = {"comm": CODE["comm", "device"], "memcpy": CODE["copy", "device"], "memset": CODE["copy", "device"]}
+OP, ANNOTATION, CALL = 0, 1, 2  # host event kinds
+NONE = np.iinfo(np.int64).min
+
+
+@dataclass
+class Graph:
+    """Every step's graph in one: `times[n]` (ns) and `steps[n]` of node n; edges u, v, ns
+    (Δt ≥ 0), code, event, row (no edge between two steps); per step its source and sink
+    (`ends`: step, source, sink); the host and device tables the nodes index; `late`: row →
+    late_rank of the split collectives."""
+
+    times: np.ndarray
+    steps: np.ndarray
+    u: np.ndarray
+    v: np.ndarray
+    ns: np.ndarray
+    code: np.ndarray
+    event: np.ndarray
+    row: np.ndarray
+    ends: pl.DataFrame
+    host: pl.DataFrame
+    gpu: pl.DataFrame
+    late: pl.DataFrame
+
+    @property
+    def weight(self) -> np.ndarray:
+        """What each edge weighs: its Δt for work, else 0."""
+        return np.where(WORK[self.code], self.ns, 0)
+
+    def name_at(self, ids: np.ndarray) -> np.ndarray:
+        """Where the name of each edge at `ids` is in the host names followed by the device
+        names (`KINDS`); -1: it has none."""
+        code = self.code[ids]
+        named = np.array([{"event": 1, "row": 2}.get(source, 0) for *_, source in KINDS])[code]
+        at = np.searchsorted(self.gpu["row"].to_numpy(), self.row[ids])  # row → place in gpu
+        return np.select([named == 1, named == 2], [self.event[ids], self.host.height + at], -1)
+
+
+class Edges:
+    """Edges gathered as arrays, in the order added (of equal ways into a node, the pass
+    keeps the first edge: the order is part of the definition)."""
+
+    def __init__(self):
+        self.parts: list[tuple] = []
+
+    def add(self, u, v, code, event=-1, row=-1):
+        n = len(u)
+        self.parts.append(tuple(np.broadcast_to(np.asarray(x, np.int64), n) for x in (u, v, code, event, row)))
+
+    def arrays(self) -> tuple:
+        """(u, v, code, event, row)."""
+        if not self.parts:
+            return tuple(np.zeros(0, np.int64) for _ in range(5))
+        return tuple(np.concatenate(column) for column in zip(*self.parts))
+
+
+def numbers(frame: pl.DataFrame, *columns: str) -> list[np.ndarray]:
+    """Integer columns as int64 arrays, null → -1."""
+    frame = frame.select(pl.col(*columns).fill_null(-1).cast(pl.Int64))
+    return [frame[c].to_numpy() for c in columns]
+
+
+def count_before(table: list[np.ndarray], query: list[np.ndarray], inclusive: bool) -> np.ndarray:
+    """For each query row: how many rows of `table` (columns; rows in lexicographic order)
+    come before it — compare less (`inclusive`: or equal) — by one sort of both together."""
+    n = len(table[0])
+    is_query = np.r_[np.zeros(n, bool), np.ones(len(query[0]), bool)]
+    order = np.lexsort([is_query if inclusive else ~is_query,
+                        *[np.concatenate([t, q]) for t, q in zip(table, query)][::-1]])
+    asked = is_query[order]
+    found = np.empty(len(query[0]), np.int64)
+    found[order[asked] - n] = np.cumsum(~asked)[asked]
+    return found
+
+
+def last_before(groups: list, values, q_groups: list, q_values, inclusive: bool) -> np.ndarray:
+    """For each query: the last row of the table (columns `groups` and `values`, rows in
+    lexicographic order) in the query's group whose value is less (`inclusive`: or equal);
+    -1 when none."""
+    j = count_before([*groups, values], [*q_groups, q_values], inclusive) - 1
+    hit = j >= 0
+    for g, q in zip(groups, q_groups):
+        hit[hit] &= g[j[hit]] == q[hit]
+    return np.where(hit, j, -1)
+
+
+def first_after(groups: list, values, q_groups: list, q_values) -> np.ndarray:
+    """For each query: the first row of the table (as in `last_before`) in the query's group
+    whose value is greater; -1 when none."""
+    j = count_before([*groups, values], [*q_groups, q_values], inclusive=True)
+    hit = j < len(values)
+    for g, q in zip(groups, q_groups):
+        hit[hit] &= g[j[hit]] == q[hit]
+    return np.where(hit, j, -1)
+
+
+def running_max(values: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """The running maximum of `values` within each run of equal `groups` (a few runs)."""
+    out = values.copy()
+    cuts = [0, *(np.flatnonzero(groups[1:] != groups[:-1]) + 1), len(values)]
+    for a, b in zip(cuts, cuts[1:]):
+        out[a:b] = np.maximum.accumulate(values[a:b])
+    return out
+
+
+class Events:
+    """The host events as arrays (`critical_path.host_events`' order): step, tid, start, end,
+    correlation (-1: none), kind (OP, ANNOTATION, CALL), sync (a blocking call,
+    `timeline.SYNC_APIS`), device_sync (it waits for every stream)."""
+
+    def __init__(self, host: pl.DataFrame):
+        self.step, self.tid, self.start, self.end, self.correlation = numbers(
+            host, "step", "tid", "start", "end", "correlation")
+        kind, name = pl.col("kind"), pl.col("name")
+        flags = host.select(kind=pl.when(kind == "op").then(OP).when(kind == "call").then(CALL).otherwise(ANNOTATION),
+                            sync=name.is_in(SYNC_APIS),
+                            device_sync=(kind == "call") & name.str.contains("DeviceSynchronize|CtxSynchronize"))
+        self.kind, self.sync, self.device_sync = (flags[c].to_numpy() for c in ("kind", "sync", "device_sync"))
+
+
+def host_lanes(h: Events, edges: Edges, unrecorded: bool) -> dict:
+    """Adds host-order and thread-order edges; returns the boundaries in lane order (node,
+    step, tid, time, start: whether it is a start). `unrecorded`: the trace holds no CPU ops,
+    so an annotation's self time is host work of kind `ops not recorded`."""
+    # boundaries: node 2i is event i's start, 2i + 1 its end. At one time: ends (inner first),
+    # then zero-length events, then starts (outer first)
+    zero = np.repeat(h.start == h.end, 2)
+    is_start = np.tile([True, False], len(h.start))
+    key = np.where(zero, 1, np.where(is_start, 2, 0))
+    time = np.column_stack([h.start, h.end]).ravel()
+    tie = -np.column_stack([h.end, h.start]).ravel()
+    node = np.lexsort((tie, key, time, np.repeat(h.tid, 2), np.repeat(h.step, 2)))  # stable: then by node
+    b = {"node": node, "step": h.step[node // 2], "tid": h.tid[node // 2], "time": time[node], "start": is_start[node]}
+    # each lane (step, tid) opens and closes every event it holds, so the running depth over
+    # all lanes is each lane's own; the event open innermost after a boundary is the latest
+    # start at its depth (none at depth 0)
+    depth = np.cumsum(np.where(b["start"], 1, -1))
+    owner = latest_at_depth(np.where(b["start"], node // 2, -1), depth)
+    owner[depth <= 0] = -1
+    segment = np.flatnonzero((b["step"][1:] == b["step"][:-1]) & (b["tid"][1:] == b["tid"][:-1]))
+    own = owner[segment]
+    o_kind, o_sync = np.where(own >= 0, h.kind[own], -1), (own >= 0) & h.sync[own]
+    annotation = o_kind == ANNOTATION
+    by_time = TimeOrder(b)
+    elsewhere = np.zeros(len(segment), bool)
+    elsewhere[annotation] = busy_elsewhere(b, segment[annotation], h, by_time)
+    code = np.select([own < 0, o_sync, elsewhere, o_kind == CALL, annotation & unrecorded],
+                     [CODE["waiting", "thread idle"], CODE["waiting", "blocked"], CODE["waiting", "other thread"],
+                      CODE["runtime", "self"], CODE["host", "ops not recorded"]], CODE["host", "self"])
+    edges.add(node[segment], node[segment + 1], code, event=own)
+    thread_order(b, depth, by_time, edges)
+    return b
+
+
+def latest_at_depth(started: np.ndarray, depth: np.ndarray) -> np.ndarray:
+    """Per boundary: the latest `started` event (≥ 0) among the boundaries before it, itself
+    included, at the same depth; -1 when none."""
+    small = np.abs(depth).max(initial=0) < 2 ** 15
+    by_depth = np.argsort(depth.astype(np.int16) if small else depth, kind="stable")  # 16 bits: a radix sort
+    values, d = started[by_depth], depth[by_depth]
+    position = np.arange(len(values))
+    mark = (values >= 0) | np.r_[True, d[1:] != d[:-1]]  # a depth's first row stops the fill
+    filled = np.empty_like(values)
+    filled[by_depth] = values[np.maximum.accumulate(np.where(mark, position, 0))]
+    return filled
+
+
+class TimeOrder:
+    """The boundaries (`host_lanes`) in time order within each step, ties in lane order:
+    `order` (lane positions), `place` (each lane position's place in it), `first` and `last`
+    (per place: the first and the last place of its step and time)."""
+
+    def __init__(self, b: dict):
+        self.order = np.lexsort((b["time"], b["step"]))
+        n = len(self.order)
+        self.place = np.empty(n, np.int64)
+        self.place[self.order] = np.arange(n)
+        step, time = b["step"][self.order], b["time"][self.order]
+        new = np.r_[True, (step[1:] != step[:-1]) | (time[1:] != time[:-1])]
+        self.first = np.maximum.accumulate(np.where(new, np.arange(n), 0))
+        self.last = np.minimum.accumulate(np.where(np.r_[new[1:], True], np.arange(n), n)[::-1])[::-1]
+
+
+def busy_elsewhere(b: dict, segment: np.ndarray, h: Events, t: TimeOrder) -> np.ndarray:
+    """For annotation segments (lane positions): whether another thread runs a CPU op during
+    it — one of its step's ops on another thread starts before the segment ends and ends
+    after it starts (the thread waits on it, e.g. the main thread during backward)."""
+    event, step = b["node"][t.order] // 2, b["step"][t.order]
+    op_start = b["start"][t.order] & (h.kind[event] == OP)
+    s_tid = b["tid"][segment]
+    before = t.first[t.place[segment + 1]] - 1  # the last place before the segment's end
+    busy = np.zeros(len(segment), bool)
+    for thread in distinct(s_tid):  # few threads
+        # the latest end of the step's ops on other threads started so far
+        reach = running_max(np.where(op_start & (h.tid[event] != thread), h.end[event], NONE), step)
+        mine = np.flatnonzero(s_tid == thread)
+        j = before[mine]
+        found = j >= 0
+        found[found] = step[j[found]] == b["step"][segment[mine[found]]]
+        busy[mine[found]] = reach[j[found]] > b["time"][segment[mine[found]]]
+    return busy
+
+
+def thread_order(b: dict, depth: np.ndarray, t: TimeOrder, edges: Edges):
+    """A thread's top-level event starts after the latest boundary of any other thread of its
+    step at or before it (of several at one time, the last in lane order)."""
+    step, tid = b["step"][t.order], b["tid"][t.order]
+    top = t.order[b["start"][t.order] & (depth[t.order] == 1)]  # lane positions, in time order
+    places = np.arange(len(t.order))
+    for thread in distinct(b["tid"]):  # few threads
+        latest = np.maximum.accumulate(np.where(tid != thread, places, -1))  # the last other thread's place so far
+        mine = top[b["tid"][top] == thread]
+        j = latest[t.last[t.place[mine]]]
+        found = j >= 0
+        found[found] = step[j[found]] == b["step"][mine[found]]
+        edges.add(b["node"][t.order[j[found]]], b["node"][mine[found]], CODE["waiting", "thread order"])
+
+
+class Activities:
+    """The device activities as arrays (device_events' order): row, step, device, stream,
+    start, end, correlation (-1: none), node_start, node_end."""
+
+    def __init__(self, gpu: pl.DataFrame, base: int):
+        self.row, self.step, self.device, self.stream, self.start, self.end, self.correlation = numbers(
+            gpu, "row", "step", "device", "stream", "start", "end", "correlation")
+        self.node_start = base + 2 * np.arange(gpu.height, dtype=np.int64)
+        self.node_end = self.node_start + 1
+        self.code = gpu.select(pl.col("category").replace_strict(GPU_CODE, default=CODE["compute", "device"],
+                                                                 return_dtype=pl.Int64)).to_series().to_numpy()
+
+    def last_before(self, device, stream, correlation) -> np.ndarray:
+        """Per key: the end node of the last activity on (device, stream) launched before
+        `correlation`; -1 when none."""
+        known = self.launched()
+        j = last_before([self.device[known], self.stream[known]], self.correlation[known], [device, stream],
+                        correlation, inclusive=False)
+        return np.where((j >= 0) & (correlation >= 0), self.node_end[known[j]], -1) if len(known) else j
+
+    def first_after(self, device, stream, correlation) -> np.ndarray:
+        """Per key: the start node of the first activity on (device, stream) launched after
+        `correlation`; -1 when none."""
+        known = self.launched()
+        j = first_after([self.device[known], self.stream[known]], self.correlation[known], [device, stream], correlation)
+        return np.where((j >= 0) & (correlation >= 0), self.node_start[known[j]], -1) if len(known) else j
+
+    def launched(self) -> np.ndarray:
+        """The activities with a correlation id, by (device, stream, correlation)."""
+        known = np.flatnonzero(self.correlation >= 0)
+        return known[np.lexsort((self.correlation[known], self.stream[known], self.device[known]))]
+
+
+def pairs(left: np.ndarray, right: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(i, j) for every left[i] == right[j] ≥ 0, in left's order, then right's."""
+    order = np.argsort(right, kind="stable")
+    keys = right[order]
+    lo, hi = np.searchsorted(keys, left, "left"), np.searchsorted(keys, left, "right")
+    n = np.where(left >= 0, hi - lo, 0)
+    i = np.repeat(np.arange(len(left)), n)
+    j = order[np.repeat(lo, n) + np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n)]
+    return i, j
+
+
+def device_lanes(acts: Activities, split: dict, edges: Edges):
+    """Device work (start → end, or start → arrival → end for a split collective) and
+    stream order (an activity's end → the next one's start on its stream)."""
+    mid = np.full(len(acts.row), -1)
+    mid[split["at"]] = split["node"]
+    whole = mid < 0
+    edges.add(acts.node_start[whole], acts.node_end[whole], acts.code[whole], row=acts.row[whole])
+    edges.add(acts.node_start[~whole], mid[~whole], CODE["waiting", "collective arrival"], row=acts.row[~whole])
+    edges.add(mid[~whole], acts.node_end[~whole], CODE["comm", "device"], row=acts.row[~whole])
+    lane = np.lexsort((acts.end, acts.start, acts.stream, acts.device, acts.step))
+    same = ((acts.step[lane][1:] == acts.step[lane][:-1]) & (acts.device[lane][1:] == acts.device[lane][:-1])
+            & (acts.stream[lane][1:] == acts.stream[lane][:-1]))
+    edges.add(acts.node_end[lane[:-1][same]], acts.node_start[lane[1:][same]], CODE["waiting", "stream order"])
+
+
+def sync_edges(trace: Trace, h: Events, acts: Activities, edges: Edges):
+    """Launch, event-wait and sync edges (see `critical_path.py`)."""
+    calls = np.flatnonzero(h.kind == CALL)
+    i, j = pairs(h.correlation[calls], acts.correlation)
+    edges.add(2 * calls[i], acts.node_start[j], CODE["waiting", "launch"])
+    marks = trace.marks.filter(pl.col("cat") == "cuda_sync").with_columns(pl.col("device").fill_null(0))
+    kind = marks["sync_kind"].to_numpy()
+    device, stream, corr, on, record = numbers(marks, "device", "stream", "correlation", "wait_on_stream",
+                                               "wait_on_record")
+    wait = np.flatnonzero((kind == "Stream Wait Event") & (record >= 0))
+    if len(wait):
+        src = acts.last_before(device[wait], on[wait], record[wait])
+        dst = acts.first_after(device[wait], stream[wait], corr[wait])
+        both = (src >= 0) & (dst >= 0)
+        edges.add(src[both], dst[both], CODE["waiting", "event wait"])
+    blocking = calls[h.sync[calls]]
+    if not (len(blocking) and len(acts.row)):
+        return
+    b_corr, b_end = h.correlation[blocking], 2 * blocking + 1
+    i, j = pairs(b_corr, acts.correlation)  # a synchronous copy waits for its own copy
+    found = [(b_end[i], acts.node_end[j])]
+    i, m = pairs(b_corr, corr)  # the call's cuda_sync records
+    event = (kind[m] == "Event Sync") & (record[m] >= 0)
+    found.append((b_end[i][event], acts.last_before(device[m][event], on[m][event], record[m][event])))
+    synced = (kind[m] == "Stream Sync") & (stream[m] >= 0)
+    found.append((b_end[i][synced], acts.last_before(device[m][synced], stream[m][synced], b_corr[i][synced])))
+    every = blocking[h.device_sync[blocking]]  # waits for the last activity of every stream
+    lanes = np.unique(np.column_stack([acts.device, acts.stream]), axis=0)  # by a sort
+    d = np.repeat(every, len(lanes))
+    found.append((2 * d + 1, acts.last_before(np.tile(lanes[:, 0], len(every)), np.tile(lanes[:, 1], len(every)),
+                                              h.correlation[d])))
+    dst, src = (np.concatenate(c) for c in zip(*found))
+    edges.add(src[src >= 0], dst[src >= 0], CODE["waiting", "sync"])
+    unknown = blocking[~np.isin(b_end, dst)]  # no record found, not even one that led nowhere
+    edges.add(*inferred_syncs(unknown, h, acts), CODE["waiting", "sync (inferred)"])
+
+
+def inferred_syncs(calls: np.ndarray, h: Events, acts: Activities) -> tuple[np.ndarray, np.ndarray]:
+    """(src, call end node) for blocking calls without a `cuda_sync` record: the activity
+    launched before the call whose end is the latest within it (few calls)."""
+    by_end = np.argsort(acts.end, kind="stable")
+    ends = acts.end[by_end]
+    src, dst = [], []
+    for call in calls:
+        inside = by_end[np.searchsorted(ends, h.start[call], "left"):np.searchsorted(ends, h.end[call], "right")]
+        inside = inside[(acts.correlation[inside] >= 0) & (acts.correlation[inside] < h.correlation[call])]
+        if len(inside):
+            src.append(acts.node_end[inside[-1]])
+            dst.append(2 * call + 1)
+    return np.array(src, np.int64), np.array(dst, np.int64)
+
+
+def windows(trace: Trace, host_steps: np.ndarray, acts: Activities, first: int) -> dict:
+    """Per step with events: step, begin, finish (ns: its CPU window, stretched to the end of its
+    last device activity; a step without host events: its device span), source, sink (nodes
+    from `first`)."""
+    step, cpu_start, cpu_end = numbers(trace.steps.sort("step"), "step", "cpu_start", "cpu_end")
+    k = np.minimum(np.searchsorted(step, acts.step), max(len(step) - 1, 0))
+    ours = step[k] == acts.step if len(step) else np.zeros(0, bool)
+    g_start, g_end = np.full(len(step), np.iinfo(np.int64).max), np.full(len(step), NONE)
+    np.minimum.at(g_start, k[ours], acts.start[ours])
+    np.maximum.at(g_end, k[ours], acts.end[ours])
+    has_host, has_gpu = np.isin(step, host_steps), np.bincount(k[ours], minlength=len(step)) > 0
+    keep = has_host | has_gpu
+    begin = np.where(has_host, cpu_start, g_start)
+    finish = np.where(has_host, np.maximum(cpu_end, g_end), g_end)
+    source = first + 2 * np.arange(keep.sum())
+    return {"step": step[keep], "begin": begin[keep], "finish": finish[keep], "source": source, "sink": source + 1}
+
+
+def grouped_sums(keys: list[np.ndarray], values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows grouped by equal `keys` (in their lexicographic order): (a row of each group — its
+    first —, the group's sum of `values`)."""
+    order = np.lexsort(keys[::-1])
+    new = np.zeros(len(order), bool)
+    new[:1] = True
+    for key in keys:
+        ordered = key[order]
+        new[1:] |= ordered[1:] != ordered[:-1]
+    starts = np.flatnonzero(new)
+    return order[starts], np.add.reduceat(values[order], starts) if len(order) else values[:0]
+
+
+def collective_splits(acts: Activities, arrivals: pl.DataFrame | None, first: int) -> dict:
+    """The collectives whose last rank arrived after they started: at (index into acts), node
+    (from `first`), arrival (ns), late_rank."""
+    none = {"at": np.zeros(0, np.int64), "node": np.zeros(0, np.int64), "arrival": np.zeros(0, np.int64),
+            "late_rank": np.zeros(0, np.int64)}
+    if arrivals is None or not len(acts.row):
+        return none
+    row, arrival, late = numbers(arrivals, "row", "arrival", "late_rank")
+    at, k = pairs(acts.row, row)
+    keep = (arrival[k] > acts.start[at]) & (arrival[k] < acts.end[at])
+    at, k = at[keep], k[keep]
+    return {"at": at, "node": first + np.arange(len(at)), "arrival": arrival[k], "late_rank": late[k]}
+
+
+def build(trace: Trace, host: pl.DataFrame, gpu: pl.DataFrame, arrivals: pl.DataFrame | None) -> Graph:
+    """The graph of every step (`critical_path.graph`)."""
+    unrecorded = not (trace.ops["cat"] == "cpu_op").any()  # a lean capture: calls, but no CPU ops
+    edges = Edges()
+    h = Events(host)
+    times, steps = np.empty(2 * host.height, np.int64), np.empty(2 * host.height, np.int64)
+    if host.height:
+        b = host_lanes(h, edges, unrecorded)
+        times[b["node"]], steps[b["node"]] = b["time"], b["step"]
+    acts = Activities(gpu, 2 * host.height)
+    n_nodes = 2 * host.height + 2 * gpu.height
+    split = collective_splits(acts, arrivals, n_nodes)
+    n_nodes += len(split["at"])
+    device_lanes(acts, split, edges)
+    if host.height:
+        sync_edges(trace, h, acts, edges)
+    ends = windows(trace, distinct(steps), acts, n_nodes)
+    e_step, source, sink = ends["step"], ends["source"], ends["sink"]
+    times = np.concatenate([times, np.column_stack([acts.start, acts.end]).ravel(), split["arrival"],
+                            np.column_stack([ends["begin"], ends["finish"]]).ravel()])
+    steps = np.concatenate([steps, np.repeat(acts.step, 2), acts.step[split["at"]], np.repeat(e_step, 2)])
+    u, v, code, event, row = edges.arrays()
+    keep = (times[v] >= times[u]) & (steps[u] == steps[v])
+    # S → a node nothing else leads to, a node that leads nowhere → T: any other S or T edge
+    # would weigh 0 beside a path through real edges weighing ≥ 0, so it could not be heavier
+    inner = np.arange(n_nodes)
+    k = np.minimum(np.searchsorted(e_step, steps[inner]), max(len(e_step) - 1, 0))
+    inner = inner[e_step[k] == steps[inner]] if len(e_step) else inner[:0]
+    k = k[inner]
+    first = np.bincount(v[keep], minlength=n_nodes)[inner] == 0
+    last = np.bincount(u[keep], minlength=n_nodes)[inner] == 0
+    edges.add(source[k[first]], inner[first], CODE["waiting", "start"])
+    edges.add(inner[last], sink[k[last]], CODE["waiting", "end"])
+    u, v, code, event, row = edges.arrays()
+    keep = np.r_[keep, np.ones(len(u) - len(keep), bool)] & (times[v] >= times[u])
+    late = pl.DataFrame({"row": acts.row[split["at"]], "late_rank": split["late_rank"]})
+    return Graph(times, steps, u[keep], v[keep], (times[v] - times[u])[keep], code[keep], event[keep], row[keep],
+                 pl.DataFrame({c: ends[c] for c in ("step", "source", "sink")}), host, gpu, late)
+
+
+def runs_of(u, v, weight, ends) -> tuple[dict, dict]:
+    """A node with one edge in and one out (not in `ends`) only passes its way on, so each run
+    of edges through such nodes is one edge of their summed weight (host lanes are mostly
+    that). (edges — e (index into u, v), head (the first edge of its run), far (its place in
+    the run) — and runs — head, u, v, w, n (edges)), by pointer jumping. Edges on a cycle of such nodes,
+    which nothing reaches, are left out."""
+    n = int(max(u.max(initial=-1), v.max(initial=-1), *ends, -1)) + 1
+    e = np.arange(len(u))
+    through = (np.bincount(v, minlength=n) == 1) & (np.bincount(u, minlength=n) == 1)
+    through[list(ends)] = False
+    into = np.full(n, -1)
+    into[v[::-1]] = e[::-1]  # the first edge into each node
+    head = np.where(through[u], into[u], e)  # the edge before, until it is the run's first
+    far = (head != e).astype(np.int64)  # edges from head (excluded) to e (included)
+    gained = np.where(head != e, weight, 0)  # their weight
+    for _ in range(64):
+        jumped = head[head]
+        if np.array_equal(jumped, head):
+            break
+        far, gained, head = far + far[head], gained + gained[head], jumped
+    kept = head[head] == head
+    last = np.flatnonzero(kept & ~through[v])
+    first = head[last]
+    return ({"e": e[kept], "head": head[kept], "far": far[kept]},
+            {"head": first, "u": u[first], "v": v[last], "w": weight[first] + gained[last], "n": far[last] + 1})
+
+
+def heaviest_paths(times, u, v, weight, sources: list[int], sinks: list[int]) -> list[tuple[list[int], list[int], int]]:
+    """For each (source, sink) pair of disconnected parts of one graph: the heaviest path's
+    nodes, its edges (indices into u, v) and its weight. times, u, v, weight: integer arrays.
+
+    Over the graph of runs (`runs_of`): every edge goes forward in time, so nodes in time
+    order — equal times ordered by how many Δt = 0 edges lead to them — are in topological
+    order, and one pass over the edges in their tail's order gives each node its heaviest way
+    in (max over its in-edges of that of u + weight) before passing it on. A Δt = 0 cycle (it
+    weighs 0) leaves edges that go back in that order: then passes repeat until nothing
+    gains. Of equal ways in, the first edge counts."""
+    times, u, v, weight = (np.asarray(x, np.int64) for x in (times, u, v, weight))
+    chained, runs = runs_of(u, v, weight, [*sources, *sinks])
+    tu, tv = times[runs["u"]], times[runs["v"]]
+    tied = np.flatnonzero(tu == tv)
+    tied = list(zip(runs["u"][tied].tolist(), runs["v"][tied].tolist()))
+    depth = dict.fromkeys((b for _, b in tied), 0)  # the most Δt = 0 edges into a node, in a row (≤ 64)
+    for _ in range(64 if tied else 0):
+        deeper = False
+        for a, b in tied:
+            if depth.get(a, 0) + 1 > depth[b] and depth[b] < 64:
+                depth[b], deeper = depth.get(a, 0) + 1, True
+        if not deeper:
+            break
+    deep = np.zeros(len(times), np.int64)
+    deep[list(depth)] = list(depth.values())
+    du, dv = deep[runs["u"]], deep[runs["v"]]
+    order = np.lexsort((runs["head"], runs["u"], du, tu))  # by tail: time, then Δt = 0 edges into it
+    backward = bool(((tv == tu) & (dv <= du)).any())
+    tails, heads, weights = (runs[c][order].tolist() for c in ("u", "v", "w"))
+    best, before = [-1] * len(times), [-1] * len(times)  # heaviest way in from a source (-1: none), its edge
+    for source in sources:
+        best[source] = 0
+    gained = True
+    while gained:
+        gained = False
+        for e, tail, to, w in zip(range(len(tails)), tails, heads, weights):
+            way = best[tail]
+            if way >= 0 and way + w > best[to]:
+                best[to], before[to], gained = way + w, e, backward
+    walked = []  # per path, its runs (places in `order`) from source to sink
+    for source, sink in zip(sources, sinks):
+        node, back = sink, []
+        while best[sink] >= 0 and node != source:
+            back.append(before[node])
+            node = tails[before[node]]
+        walked.append(back[::-1])
+    # lay each path's runs out edge by edge: a run's edges follow its place on the path
+    runs_on = np.array([r for back in walked for r in back], np.int64)
+    n = runs["n"][order][runs_on]
+    start = np.full(len(u), -1)
+    start[runs["head"][order][runs_on]] = np.cumsum(n) - n
+    on = start[chained["head"]] >= 0
+    laid = np.empty(int(n.sum()), np.int64)
+    laid[start[chained["head"][on]] + chained["far"][on]] = chained["e"][on]
+    cuts = np.cumsum([0, *(int(runs["n"][order][back].sum()) for back in walked)])
+    found = []
+    for k, (source, sink) in enumerate(zip(sources, sinks)):
+        ids = laid[cuts[k]:cuts[k + 1]]
+        found.append((np.r_[source, v[ids]], ids, best[sink]) if best[sink] >= 0 else ([], ids[:0], 0))
+    return found
