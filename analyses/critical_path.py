@@ -69,12 +69,12 @@ def longest_path(times, u, v, weight, source: int, sink: int) -> tuple[list[int]
 def host_events(trace: Trace) -> pl.DataFrame:
     """The steps' CPU ops and runtime/driver calls: step, kind (`op`|`annotation`|`call`), name,
     tid, start, end, correlation."""
-    ops = trace.ops.filter(pl.col("step").is_not_null()).select(
+    ops = trace.ops.lazy().filter(pl.col("step").is_not_null()).select(
         "step", kind=pl.when(pl.col("cat") == "cpu_op").then(pl.lit("op")).otherwise(pl.lit("annotation")),
         name="name", tid="tid", start="start", end="end", correlation=pl.lit(None, pl.Int64))
-    calls = trace.calls.filter(pl.col("step").is_not_null()).select(
+    calls = trace.calls.lazy().filter(pl.col("step").is_not_null()).select(
         "step", kind=pl.lit("call"), name="name", tid="tid", start="start", end="end", correlation="correlation")
-    return pl.concat([ops, calls]).with_columns(pl.col("tid").fill_null(0))
+    return pl.concat([ops, calls]).with_columns(pl.col("tid").fill_null(0)).collect()
 
 
 def device_events(trace: Trace) -> pl.DataFrame:

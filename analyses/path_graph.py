@@ -39,6 +39,7 @@ CODE = {(category, kind): code for code, (category, kind, _, _) in enumerate(KIN
 WORK = np.array([work for _, _, work, _ in KINDS])
 GPU_CODE = {"comm": CODE["comm", "device"], "memcpy": CODE["copy", "device"], "memset": CODE["copy", "device"]}
 OP, ANNOTATION, CALL = 0, 1, 2  # host event kinds
+DEVICE_SYNC_APIS = [api for api in SYNC_APIS if "DeviceSynchronize" in api or "CtxSynchronize" in api]  # every stream
 NONE = np.iinfo(np.int64).min
 
 
@@ -134,6 +135,12 @@ def first_after(groups: list, values, q_groups: list, q_values) -> np.ndarray:
     return np.where(hit, j, -1)
 
 
+def distinct_runs(values: np.ndarray) -> np.ndarray:
+    """The sorted distinct values of an array of long runs of equal values (the threads of
+    boundaries in lane order), by a sort of the runs' values only."""
+    return distinct(values[np.r_[True, values[1:] != values[:-1]]]) if len(values) else values
+
+
 def running_max(values: np.ndarray, groups: np.ndarray) -> np.ndarray:
     """The running maximum of `values` within each run of equal `groups` (a few runs)."""
     out = values.copy()
@@ -154,7 +161,7 @@ class Events:
         kind, name = pl.col("kind"), pl.col("name")
         flags = host.select(kind=pl.when(kind == "op").then(OP).when(kind == "call").then(CALL).otherwise(ANNOTATION),
                             sync=name.is_in(SYNC_APIS),
-                            device_sync=(kind == "call") & name.str.contains("DeviceSynchronize|CtxSynchronize"))
+                            device_sync=(kind == "call") & name.is_in(DEVICE_SYNC_APIS))
         self.kind, self.sync, self.device_sync = (flags[c].to_numpy() for c in ("kind", "sync", "device_sync"))
 
 
@@ -162,15 +169,10 @@ def host_lanes(h: Events, edges: Edges, unrecorded: bool) -> dict:
     """Adds host-order and thread-order edges; returns the boundaries in lane order (node,
     step, tid, time, start: whether it is a start). `unrecorded`: the trace holds no CPU ops,
     so an annotation's self time is host work of kind `ops not recorded`."""
-    # boundaries: node 2i is event i's start, 2i + 1 its end. At one time: ends (inner first),
-    # then zero-length events, then starts (outer first)
-    zero = np.repeat(h.start == h.end, 2)
-    is_start = np.tile([True, False], len(h.start))
-    key = np.where(zero, 1, np.where(is_start, 2, 0))
-    time = np.column_stack([h.start, h.end]).ravel()
-    tie = -np.column_stack([h.end, h.start]).ravel()
-    node = np.lexsort((tie, key, time, np.repeat(h.tid, 2), np.repeat(h.step, 2)))  # stable: then by node
-    b = {"node": node, "step": h.step[node // 2], "tid": h.tid[node // 2], "time": time[node], "start": is_start[node]}
+    node = lane_order(h)
+    is_start = node % 2 == 0
+    b = {"node": node, "step": h.step[node // 2], "tid": h.tid[node // 2],
+         "time": np.where(is_start, h.start[node // 2], h.end[node // 2]), "start": is_start}
     # each lane (step, tid) opens and closes every event it holds, so the running depth over
     # all lanes is each lane's own; the event open innermost after a boundary is the latest
     # start at its depth (none at depth 0)
@@ -190,6 +192,29 @@ def host_lanes(h: Events, edges: Edges, unrecorded: bool) -> dict:
     edges.add(node[segment], node[segment + 1], code, event=own)
     thread_order(b, depth, by_time, edges)
     return b
+
+
+def lane_order(h: Events) -> np.ndarray:
+    """The boundaries (node 2i: event i's start, 2i + 1: its end) by step, thread and time; at
+    one time ends (inner first), then zero-length events, then starts (outer first); then by
+    node."""
+    zero = np.repeat(h.start == h.end, 2)
+    is_start = np.tile([True, False], len(h.start))
+    key = np.where(zero, 1, np.where(is_start, 2, 0))
+    time = np.column_stack([h.start, h.end]).ravel()
+    order = np.lexsort((key, time, np.repeat(h.tid, 2), np.repeat(h.step, 2)))  # stable: then by node
+    # boundaries equal in all four are few (times are in ns): only they are sorted by the tie
+    # (the other bound, latest first), a sort over all of them would cost 4x the one above
+    lane, t, k = h.step[order // 2], h.tid[order // 2], time[order]
+    same = np.r_[False, (lane[1:] == lane[:-1]) & (t[1:] == t[:-1]) & (time[order][1:] == time[order][:-1])
+                 & (key[order][1:] == key[order][:-1])]
+    tied = same | np.r_[same[1:], False]
+    if tied.any():
+        sub = order[tied]
+        group = np.cumsum(~same)[tied]
+        tie = -np.where(sub % 2 == 0, h.end[sub // 2], h.start[sub // 2])
+        order[tied] = sub[np.lexsort((tie, group))]
+    return order
 
 
 def latest_at_depth(started: np.ndarray, depth: np.ndarray) -> np.ndarray:
@@ -230,7 +255,7 @@ def busy_elsewhere(b: dict, segment: np.ndarray, h: Events, t: TimeOrder) -> np.
     s_tid = b["tid"][segment]
     before = t.first[t.place[segment + 1]] - 1  # the last place before the segment's end
     busy = np.zeros(len(segment), bool)
-    for thread in distinct(s_tid):  # few threads
+    for thread in distinct_runs(s_tid):  # few threads
         # the latest end of the step's ops on other threads started so far
         reach = running_max(np.where(op_start & (h.tid[event] != thread), h.end[event], NONE), step)
         mine = np.flatnonzero(s_tid == thread)
@@ -247,7 +272,7 @@ def thread_order(b: dict, depth: np.ndarray, t: TimeOrder, edges: Edges):
     step, tid = b["step"][t.order], b["tid"][t.order]
     top = t.order[b["start"][t.order] & (depth[t.order] == 1)]  # lane positions, in time order
     places = np.arange(len(t.order))
-    for thread in distinct(b["tid"]):  # few threads
+    for thread in distinct_runs(b["tid"]):  # few threads
         latest = np.maximum.accumulate(np.where(tid != thread, places, -1))  # the last other thread's place so far
         mine = top[b["tid"][top] == thread]
         j = latest[t.last[t.place[mine]]]
@@ -428,7 +453,7 @@ def build(trace: Trace, host: pl.DataFrame, gpu: pl.DataFrame, arrivals: pl.Data
     device_lanes(acts, split, edges)
     if host.height:
         sync_edges(trace, h, acts, edges)
-    ends = windows(trace, distinct(steps), acts, n_nodes)
+    ends = windows(trace, distinct(h.step), acts, n_nodes)
     e_step, source, sink = ends["step"], ends["source"], ends["sink"]
     times = np.concatenate([times, np.column_stack([acts.start, acts.end]).ravel(), split["arrival"],
                             np.column_stack([ends["begin"], ends["finish"]]).ravel()])
@@ -467,11 +492,15 @@ def runs_of(u, v, weight, ends) -> tuple[dict, dict]:
     head = np.where(through[u], into[u], e)  # the edge before, until it is the run's first
     far = (head != e).astype(np.int64)  # edges from head (excluded) to e (included)
     gained = np.where(head != e, weight, 0)  # their weight
+    going = np.flatnonzero(head[head] != head)  # the edges whose head is not yet their run's first
     for _ in range(64):
-        jumped = head[head]
-        if np.array_equal(jumped, head):
+        if not len(going):
             break
-        far, gained, head = far + far[head], gained + gained[head], jumped
+        before = head[going]
+        far[going] += far[before]
+        gained[going] += gained[before]
+        head[going] = head[before]
+        going = going[head[head[going]] != head[going]]
     kept = head[head] == head
     last = np.flatnonzero(kept & ~through[v])
     first = head[last]
