@@ -50,6 +50,7 @@ from __future__ import annotations
 import polars as pl
 
 from tracekit.analyses.comms import collective_kernels
+from tracekit.analyses.timeline import kept
 from tracekit.core.model import Trace
 
 CATEGORIES = ("host", "runtime", "compute", "comm", "copy", "waiting")
@@ -96,27 +97,33 @@ def graph(trace: Trace, arrivals: pl.DataFrame | None = None):
     return build(trace, host, gpu, arrivals)
 
 
-def edge_table(g, ids=None) -> pl.DataFrame:
-    """The graph's edges (all, or those at `ids`, in that order) as a table: u, v, work,
-    category, kind, name, event (host event index), row (into trace.gpu), ns (Δt)."""
+EDGE_COLUMNS = ("u", "v", "work", "category", "kind", "name", "event", "row", "ns")
+
+
+def edge_table(g, ids=None, columns=EDGE_COLUMNS) -> pl.LazyFrame:
+    """The graph's edges (all, or those at `ids`, in that order) as a table of `columns` of
+    u, v, step (of u), start (time of u), end (time of v), work, category, kind, name, event
+    (host event index), row (into trace.gpu), ns (Δt)."""
     import numpy as np
 
-    from tracekit.analyses.path_graph import KINDS
+    from tracekit.analyses.path_graph import CODE, KINDS
 
     ids = np.arange(len(g.u)) if ids is None else np.asarray(ids, np.int64)
-    frame = pl.DataFrame({"u": g.u[ids], "v": g.v[ids], "code": g.code[ids], "event": g.event[ids], "row": g.row[ids],
-                          "name_at": g.name_at(ids), "ns": g.ns[ids]})
+    raw = {"u": lambda: g.u[ids], "v": lambda: g.v[ids], "step": lambda: g.steps[g.u[ids]],
+           "start": lambda: g.times[g.u[ids]], "end": lambda: g.times[g.v[ids]], "ns": lambda: g.ns[ids]}
+    frame = pl.LazyFrame({"code": g.code[ids], "event": g.event[ids], "row": g.row[ids], "name_at": g.name_at(ids),
+                          **{c: raw[c]() for c in columns if c in raw}})
     names = pl.concat([g.host["name"], g.gpu["name"]])
-    column = {c: pl.Series([k[i] for k in KINDS]) for i, c in enumerate(("category", "kind", "work"))}
-    frame = frame.select(
-        "u", "v", *[pl.lit(column[c]).gather(pl.col("code")).alias(c) for c in ("work", "category", "kind")],
-        name=pl.when(pl.col("name_at") >= 0).then(pl.lit(names).gather(pl.col("name_at").clip(0))),
-        event=pl.when(pl.col("event") >= 0).then("event"), row=pl.when(pl.col("row") >= 0).then("row"), ns="ns")
+    name = pl.when(pl.col("name_at") >= 0).then(pl.lit(names).gather(pl.col("name_at").clip(0)))
     if g.late.height:  # a collective's wait for its last rank names that rank
-        frame = frame.join(g.late, on="row", how="left", maintain_order="left").with_columns(
-            name=pl.when(pl.col("kind") == "collective arrival")
-            .then(pl.format("{} (rank {} late)", "name", "late_rank")).otherwise("name")).drop("late_rank")
-    return frame
+        frame = frame.join(g.late.lazy(), on="row", how="left", maintain_order="left")
+        name = pl.when(pl.col("code") == CODE["waiting", "collective arrival"]).then(
+            pl.format("{} (rank {} late)", name, "late_rank")).otherwise(name)
+    kinds = {c: pl.lit(pl.Series([k[i] for k in KINDS])).gather(pl.col("code")) for i, c in
+             enumerate(("category", "kind", "work"))}
+    made = {**kinds, "name": name, "event": pl.when(pl.col("event") >= 0).then("event"),
+            "row": pl.when(pl.col("row") >= 0).then("row")}
+    return frame.select(*[made[c].alias(c) if c in made else pl.col(c) for c in columns])
 
 
 def collective_starts(trace: Trace) -> pl.DataFrame:
@@ -173,14 +180,22 @@ def dependency_graph(trace: Trace, step: int, arrivals: pl.DataFrame | None = No
         table=pl.when(pl.col("node").is_in(ends["source"].implode())).then(pl.lit("source"))
         .when(pl.col("node").is_in(ends["sink"].implode())).then(pl.lit("sink"))
         .otherwise(pl.col("table").fill_null("arrival"))).drop("step")
-    return nodes, edge_table(g, (g.steps[g.u] == step).nonzero()[0])
+    return nodes, edge_table(g, (g.steps[g.u] == step).nonzero()[0]).collect()
 
 
 def path_edges(trace: Trace, arrivals: pl.DataFrame | None = None) -> pl.DataFrame:
     """The critical path of every step as its edges in time order: step, start, end, ns,
-    category, kind, name, event (host event index), row (into trace.gpu). Without arrivals,
-    kept with the trace (`heaviest_path`)."""
-    return heaviest_path(trace, arrivals)[0]
+    category, kind, name, event (host event index), row (into trace.gpu). Without arrivals it
+    depends on the trace alone, so it is kept with it (`timeline.kept`: a later command on the
+    same trace reads it from the trace cache)."""
+    import numpy as np
+
+    def made():
+        g, found = heaviest(trace, arrivals)
+        ids = [np.zeros(0, np.int64), *(ids for _, ids, _ in found)]
+        return edge_table(g, np.concatenate(ids), ("step", "start", "end", "ns", *EDGE)).collect()
+
+    return made() if arrivals is not None else kept(trace, "critical-path-edges", made)
 
 
 def critical_path(trace: Trace, arrivals: pl.DataFrame | None = None, top: int | None = 10) -> pl.DataFrame:
@@ -188,47 +203,31 @@ def critical_path(trace: Trace, arrivals: pl.DataFrame | None = None, top: int |
     by category — host_ns, runtime_ns, compute_ns, comm_ns, copy_ns, waiting_ns (they sum to
     span_ns) — and items [{category, kind, name, ns}]: the path's time by what spent it (a
     wait named `<kind>: <what>`), largest first (`top` kept). A step with no events: figures
-    null. Without arrivals, kept with the trace (`heaviest_path`)."""
-    whole = heaviest_path(trace, arrivals)[1]
+    null. Without arrivals, kept with the trace like `path_edges`."""
+    def made():
+        return path_split(trace, *heaviest(trace, arrivals))
+
+    whole = made() if arrivals is not None else kept(trace, "critical-path", made)
     return whole.with_columns(pl.col("items").list.head(top)) if top else whole
 
 
-KEPT = ("critical-path-edges", "critical-path")  # the trace cache's names of `heaviest_path`'s tables
+def heaviest(trace: Trace, arrivals: pl.DataFrame | None) -> tuple:
+    """(graph, the heaviest path of each step as `path_graph.heaviest_paths` gives them).
+    Without arrivals, kept in memory on the trace (not in the trace cache: `path_edges` and
+    `critical_path` keep their own tables there)."""
+    def made():
+        from tracekit.analyses.path_graph import heaviest_paths
 
+        g = graph(trace, arrivals)
+        return g, heaviest_paths(g.times, g.u, g.v, g.weight, g.ends["source"].to_list(), g.ends["sink"].to_list())
 
-def heaviest_path(trace: Trace, arrivals: pl.DataFrame | None) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(`path_edges`, `critical_path` with every item). Without arrivals they depend on the
-    trace alone, so they are made once and kept with it (`Trace.derived`: a later command on
-    the same trace reads them from the trace cache)."""
-    if arrivals is not None:
-        return computed_path(trace, arrivals)
-    if not all(key in trace.derived for key in KEPT):
-        for key, table in zip(KEPT, computed_path(trace, None)):
-            trace.derived[key] = table
-    return trace.derived[KEPT[0]], trace.derived[KEPT[1]]
-
-
-def computed_path(trace: Trace, arrivals: pl.DataFrame | None) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """`heaviest_path`, computed."""
-    import numpy as np
-
-    from tracekit.analyses.path_graph import heaviest_paths
-
-    g = graph(trace, arrivals)
-    found = heaviest_paths(g.times, g.u, g.v, g.weight, g.ends["source"].to_list(), g.ends["sink"].to_list())
-    ids = np.concatenate([np.zeros(0, np.int64), *(ids for _, ids, _ in found)])
-    chosen = edge_table(g, ids)
-    edges = chosen.select(
-        step=pl.Series(g.steps[g.u[ids]]), start=pl.Series(g.times[g.u[ids]]), end=pl.Series(g.times[g.v[ids]]),
-        ns="ns", category="category", kind="kind", name="name", event="event", row="row")
-    return edges.cast({"step": pl.Int64, "start": pl.Int64, "end": pl.Int64, "ns": pl.Int64, **EDGE}), \
-        path_split(trace, g, found)
+    return made() if arrivals is not None else kept(trace, ("critical-path", "found"), made)
 
 
 def path_split(trace: Trace, g, found: list) -> pl.DataFrame:
     """`critical_path` of the paths `heaviest_paths` found in graph g, every item kept: the
-    edges summed by step and category, and by step, kind and name — first by where the name
-    comes from (integers), then, over those few groups, by the name itself."""
+    edges summed by step and category, and by step, kind and name (as integers: only the sums
+    are named)."""
     import numpy as np
 
     from tracekit.analyses.path_graph import KINDS, grouped_sums
@@ -244,17 +243,19 @@ def path_split(trace: Trace, g, found: list) -> pl.DataFrame:
                           "path_ns": figures[has].sum(1) - figures[has, CATEGORIES.index("waiting")],
                           **{f"{c}_ns": figures[has, i] for i, c in enumerate(CATEGORIES)}})
     spent = np.flatnonzero(ns > 0)
-    first, sums = grouped_sums([k[spent], g.code[ids[spent]], g.name_at(ids[spent])], ns[spent])
+    name, names = g.name_key(ids[spent])
+    first, sums = grouped_sums([(k[spent] * len(KINDS) + g.code[ids[spent]]) * names + name], ns[spent])
     waiting = pl.col("category") == "waiting"
     named = pl.when(waiting & pl.col("name").is_not_null()).then(pl.format("{}: {}", "kind", "name")) \
         .when(waiting).then(pl.col("kind")).otherwise(pl.col("name"))
-    items = (edge_table(g, ids[spent][first]).select("category", "kind", name=named, step=pl.Series(steps[k[spent][first]]),
-                                                     ns=pl.Series(sums, dtype=pl.Int64))
+    items = (edge_table(g, ids[spent][first], ("step", "category", "kind", "name"))
+             .with_columns(ns=pl.lit(pl.Series(sums, dtype=pl.Int64)), name=named)
              .group_by("step", "category", "kind", "name").agg(ns=pl.col("ns").sum())
              .sort("step", "ns", "name", descending=[False, True, False], nulls_last=True)
              .group_by("step", maintain_order=True).agg(items=pl.struct("category", "kind", "name", "ns")))
-    return (trace.steps.select("step").join(split.join(items, on="step", how="left"), on="step", how="left")
-            .with_columns(pl.col("items").cast(ITEMS)).sort("step"))
+    return (trace.steps.lazy().select("step").join(split.lazy().join(items, on="step", how="left"), on="step",
+                                                   how="left")
+            .with_columns(pl.col("items").cast(ITEMS)).sort("step").collect())
 
 
 def on_path(trace: Trace, arrivals: pl.DataFrame | None = None) -> pl.DataFrame:

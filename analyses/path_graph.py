@@ -68,6 +68,17 @@ class Graph:
         """What each edge weighs: its Δt for work, else 0."""
         return np.where(WORK[self.code], self.ns, 0)
 
+    def name_key(self, ids: np.ndarray) -> tuple[np.ndarray, int]:
+        """(an integer per edge at `ids`, equal for edges of one name — a collective's wait
+        for its last rank, whose name tells that rank, has one of its own —, ≥ 0 and below the
+        second figure)."""
+        names = pl.concat([self.host["name"], self.gpu["name"]])
+        same = names.cast(pl.Categorical).to_physical().fill_null(len(names)).cast(pl.Int64).to_numpy()
+        at = self.name_at(ids)
+        key = np.where(at >= 0, same[np.maximum(at, 0)], len(names))
+        arrival = self.code[ids] == CODE["waiting", "collective arrival"]
+        return np.where(arrival, len(names) + 1 + at, key), 2 * len(names) + 1
+
     def name_at(self, ids: np.ndarray) -> np.ndarray:
         """Where the name of each edge at `ids` is in the host names followed by the device
         names (`KINDS`); -1: it has none."""
@@ -95,10 +106,11 @@ class Edges:
         return tuple(np.concatenate(column) for column in zip(*self.parts))
 
 
-def numbers(frame: pl.DataFrame, *columns: str) -> list[np.ndarray]:
-    """Integer columns as int64 arrays, null → -1."""
-    frame = frame.select(pl.col(*columns).fill_null(-1).cast(pl.Int64))
-    return [frame[c].to_numpy() for c in columns]
+def numbers(frame: pl.DataFrame | pl.LazyFrame, *columns: str, **more: pl.Expr) -> list[np.ndarray]:
+    """Integer columns as int64 arrays (null → -1), then the columns of `more` (name →
+    expression), from one query."""
+    frame = frame.lazy().select(pl.col(*columns).fill_null(-1).cast(pl.Int64), **more).collect()
+    return [frame[c].to_numpy() for c in (*columns, *more)]
 
 
 def count_before(table: list[np.ndarray], query: list[np.ndarray], inclusive: bool) -> np.ndarray:
@@ -156,13 +168,13 @@ class Events:
     `timeline.SYNC_APIS`), device_sync (it waits for every stream)."""
 
     def __init__(self, host: pl.DataFrame):
-        self.step, self.tid, self.start, self.end, self.correlation = numbers(
-            host, "step", "tid", "start", "end", "correlation")
         kind, name = pl.col("kind"), pl.col("name")
-        flags = host.select(kind=pl.when(kind == "op").then(OP).when(kind == "call").then(CALL).otherwise(ANNOTATION),
-                            sync=name.is_in(SYNC_APIS),
-                            device_sync=(kind == "call") & name.is_in(DEVICE_SYNC_APIS))
-        self.kind, self.sync, self.device_sync = (flags[c].to_numpy() for c in ("kind", "sync", "device_sync"))
+        (self.step, self.tid, self.start, self.end, self.correlation, self.kind, self.sync,
+         self.device_sync) = numbers(
+            host, "step", "tid", "start", "end", "correlation",
+            kind=pl.when(kind == "op").then(OP).when(kind == "call").then(CALL).otherwise(ANNOTATION),
+            sync=name.is_in(SYNC_APIS).fill_null(False),
+            device_sync=((kind == "call") & name.is_in(DEVICE_SYNC_APIS)).fill_null(False))
 
 
 def host_lanes(h: Events, edges: Edges, unrecorded: bool) -> dict:
@@ -286,12 +298,11 @@ class Activities:
     start, end, correlation (-1: none), node_start, node_end."""
 
     def __init__(self, gpu: pl.DataFrame, base: int):
-        self.row, self.step, self.device, self.stream, self.start, self.end, self.correlation = numbers(
-            gpu, "row", "step", "device", "stream", "start", "end", "correlation")
+        self.row, self.step, self.device, self.stream, self.start, self.end, self.correlation, self.code = numbers(
+            gpu, "row", "step", "device", "stream", "start", "end", "correlation",
+            code=pl.col("category").replace_strict(GPU_CODE, default=CODE["compute", "device"], return_dtype=pl.Int64))
         self.node_start = base + 2 * np.arange(gpu.height, dtype=np.int64)
         self.node_end = self.node_start + 1
-        self.code = gpu.select(pl.col("category").replace_strict(GPU_CODE, default=CODE["compute", "device"],
-                                                                 return_dtype=pl.Int64)).to_series().to_numpy()
 
     def last_before(self, device, stream, correlation) -> np.ndarray:
         """Per key: the end node of the last activity on (device, stream) launched before
@@ -345,10 +356,9 @@ def sync_edges(trace: Trace, h: Events, acts: Activities, edges: Edges):
     calls = np.flatnonzero(h.kind == CALL)
     i, j = pairs(h.correlation[calls], acts.correlation)
     edges.add(2 * calls[i], acts.node_start[j], CODE["waiting", "launch"])
-    marks = trace.marks.filter(pl.col("cat") == "cuda_sync").with_columns(pl.col("device").fill_null(0))
-    kind = marks["sync_kind"].to_numpy()
-    device, stream, corr, on, record = numbers(marks, "device", "stream", "correlation", "wait_on_stream",
-                                               "wait_on_record")
+    stream, corr, on, record, device, kind = numbers(
+        trace.marks.lazy().filter(pl.col("cat") == "cuda_sync"), "stream", "correlation", "wait_on_stream",
+        "wait_on_record", device=pl.col("device").fill_null(0).cast(pl.Int64), kind=pl.col("sync_kind"))
     wait = np.flatnonzero((kind == "Stream Wait Event") & (record >= 0))
     if len(wait):
         src = acts.last_before(device[wait], on[wait], record[wait])
@@ -396,7 +406,7 @@ def windows(trace: Trace, host_steps: np.ndarray, acts: Activities, first: int) 
     """Per step with events: step, begin, finish (ns: its CPU window, stretched to the end of its
     last device activity; a step without host events: its device span), source, sink (nodes
     from `first`)."""
-    step, cpu_start, cpu_end = numbers(trace.steps.sort("step"), "step", "cpu_start", "cpu_end")
+    step, cpu_start, cpu_end = numbers(trace.steps.lazy().sort("step"), "step", "cpu_start", "cpu_end")
     k = np.minimum(np.searchsorted(step, acts.step), max(len(step) - 1, 0))
     ours = step[k] == acts.step if len(step) else np.zeros(0, bool)
     g_start, g_end = np.full(len(step), np.iinfo(np.int64).max), np.full(len(step), NONE)
@@ -453,27 +463,31 @@ def build(trace: Trace, host: pl.DataFrame, gpu: pl.DataFrame, arrivals: pl.Data
     device_lanes(acts, split, edges)
     if host.height:
         sync_edges(trace, h, acts, edges)
-    ends = windows(trace, distinct(h.step), acts, n_nodes)
+    ends = windows(trace, distinct_runs(h.step), acts, n_nodes)
     e_step, source, sink = ends["step"], ends["source"], ends["sink"]
     times = np.concatenate([times, np.column_stack([acts.start, acts.end]).ravel(), split["arrival"],
                             np.column_stack([ends["begin"], ends["finish"]]).ravel()])
     steps = np.concatenate([steps, np.repeat(acts.step, 2), acts.step[split["at"]], np.repeat(e_step, 2)])
     u, v, code, event, row = edges.arrays()
     keep = (times[v] >= times[u]) & (steps[u] == steps[v])
+    u, v, code, event, row = u[keep], v[keep], code[keep], event[keep], row[keep]
     # S → a node nothing else leads to, a node that leads nowhere → T: any other S or T edge
     # would weigh 0 beside a path through real edges weighing ≥ 0, so it could not be heavier
     inner = np.arange(n_nodes)
     k = np.minimum(np.searchsorted(e_step, steps[inner]), max(len(e_step) - 1, 0))
     inner = inner[e_step[k] == steps[inner]] if len(e_step) else inner[:0]
     k = k[inner]
-    first = np.bincount(v[keep], minlength=n_nodes)[inner] == 0
-    last = np.bincount(u[keep], minlength=n_nodes)[inner] == 0
-    edges.add(source[k[first]], inner[first], CODE["waiting", "start"])
-    edges.add(inner[last], sink[k[last]], CODE["waiting", "end"])
-    u, v, code, event, row = edges.arrays()
-    keep = np.r_[keep, np.ones(len(u) - len(keep), bool)] & (times[v] >= times[u])
+    first = np.bincount(v, minlength=n_nodes)[inner] == 0
+    last = np.bincount(u, minlength=n_nodes)[inner] == 0
+    ends_of = Edges()
+    ends_of.add(source[k[first]], inner[first], CODE["waiting", "start"])
+    ends_of.add(inner[last], sink[k[last]], CODE["waiting", "end"])
+    eu, ev, ecode, eevent, erow = ends_of.arrays()
+    fits = times[ev] >= times[eu]
+    u, v, code, event, row = (np.concatenate([a, b[fits]]) for a, b in
+                              ((u, eu), (v, ev), (code, ecode), (event, eevent), (row, erow)))
     late = pl.DataFrame({"row": acts.row[split["at"]], "late_rank": split["late_rank"]})
-    return Graph(times, steps, u[keep], v[keep], (times[v] - times[u])[keep], code[keep], event[keep], row[keep],
+    return Graph(times, steps, u, v, times[v] - times[u], code, event, row,
                  pl.DataFrame({c: ends[c] for c in ("step", "source", "sink")}), host, gpu, late)
 
 
