@@ -495,31 +495,46 @@ def runs_of(u, v, weight, ends) -> tuple[dict, dict]:
     """A node with one edge in and one out (not in `ends`) only passes its way on, so each run
     of edges through such nodes is one edge of their summed weight (host lanes are mostly
     that). (edges — e (index into u, v), head (the first edge of its run), far (its place in
-    the run) — and runs — head, u, v, w, n (edges)), by pointer jumping. Edges on a cycle of such nodes,
-    which nothing reaches, are left out."""
+    the run) — and runs — head, u, v, w, n (edges)). A run is mostly a stretch of consecutive
+    edges (a lane's segments): within a stretch, places and weights are running sums; the
+    stretches of a run are chained by pointer jumping. Edges on a cycle of such nodes, which
+    nothing reaches, are left out."""
     n = int(max(u.max(initial=-1), v.max(initial=-1), *ends, -1)) + 1
     e = np.arange(len(u))
     through = (np.bincount(v, minlength=n) == 1) & (np.bincount(u, minlength=n) == 1)
     through[list(ends)] = False
     into = np.full(n, -1)
     into[v[::-1]] = e[::-1]  # the first edge into each node
-    head = np.where(through[u], into[u], e)  # the edge before, until it is the run's first
-    far = (head != e).astype(np.int64)  # edges from head (excluded) to e (included)
-    gained = np.where(head != e, weight, 0)  # their weight
-    going = np.flatnonzero(head[head] != head)  # the edges whose head is not yet their run's first
+    before = np.where(through[u], into[u], -1)  # the edge before e in its run; -1: e is its first
+    begins = (before < 0) | (before != e - 1)
+    stretch = np.cumsum(begins) - 1  # each edge's stretch
+    begin = np.flatnonzero(begins)  # each stretch's first edge
+    running = np.cumsum(weight)
+    upto = running - (running[begin] - weight[begin])[stretch]  # its stretch's weight up to e, e included
+    end = np.append(begin[1:], len(u))[:len(begin)] - 1  # each stretch's last edge
+    # per stretch: the stretch before it in its run (itself for a run's first), and the edges
+    # and weight of all those before it, by pointer jumping
+    lead = before[begin]
+    parent = np.where(lead >= 0, stretch[np.maximum(lead, 0)], np.arange(len(begin)))
+    count = np.where(lead >= 0, (end - begin + 1)[parent], 0)
+    gained = np.where(lead >= 0, upto[end][parent], 0)
+    going = np.flatnonzero(parent[parent] != parent)
     for _ in range(64):
         if not len(going):
             break
-        before = head[going]
-        far[going] += far[before]
-        gained[going] += gained[before]
-        head[going] = head[before]
-        going = going[head[head[going]] != head[going]]
-    kept = head[head] == head
+        up = parent[going]
+        count[going] += count[up]
+        gained[going] += gained[up]
+        parent[going] = parent[up]
+        going = going[parent[parent[going]] != parent[going]]
+    kept = (lead[parent] < 0)[stretch]  # its run has a first edge (not a cycle)
+    head = begin[parent][stretch]
+    far = count[stretch] + e - begin[stretch]
+    total = gained[stretch] + upto  # the run's weight up to e, e included
     last = np.flatnonzero(kept & ~through[v])
     first = head[last]
     return ({"e": e[kept], "head": head[kept], "far": far[kept]},
-            {"head": first, "u": u[first], "v": v[last], "w": weight[first] + gained[last], "n": far[last] + 1})
+            {"head": first, "u": u[first], "v": v[last], "w": total[last], "n": far[last] + 1})
 
 
 def heaviest_paths(times, u, v, weight, sources: list[int], sinks: list[int]) -> list[tuple[list[int], list[int], int]]:
