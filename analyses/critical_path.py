@@ -40,9 +40,10 @@ is not told, and the gaps between the device's work are `waiting`.
 Every edge goes forward in time (one that would go back — clock skew — is dropped); all
 steps' graphs are built at once, with no edge between two steps. A work edge weighs its
 duration, any other 0. The critical path is the S → T path of greatest weight, found by one
-pass over the nodes in time order (`heaviest_paths`). Every S → T path spends exactly the span
-(durations telescope), so its length `path_ns` plus its `waiting` time is the span, exactly;
-its time splits into host, runtime, compute, comm, copy and waiting.
+pass over the nodes in time order (`path_graph.py`, which builds the graph as numpy arrays).
+Every S → T path spends exactly the span (durations telescope), so its length `path_ns` plus
+its `waiting` time is the span, exactly; its time splits into host, runtime, compute, comm,
+copy and waiting.
 """
 
 from __future__ import annotations
@@ -244,12 +245,12 @@ def path_split(trace: Trace, g, found: list) -> pl.DataFrame:
                           **{f"{c}_ns": figures[has, i] for i, c in enumerate(CATEGORIES)}})
     spent = np.flatnonzero(ns > 0)
     name, names = g.name_key(ids[spent])
-    first, sums = grouped_sums([(k[spent] * len(KINDS) + g.code[ids[spent]]) * names + name], ns[spent])
+    first, sums = grouped_sums((k[spent] * len(KINDS) + g.code[ids[spent]]) * names + name, ns[spent])
     waiting = pl.col("category") == "waiting"
     named = pl.when(waiting & pl.col("name").is_not_null()).then(pl.format("{}: {}", "kind", "name")) \
         .when(waiting).then(pl.col("kind")).otherwise(pl.col("name"))
-    items = (edge_table(g, ids[spent][first], ("step", "category", "kind", "name"))
-             .with_columns(ns=pl.lit(pl.Series(sums, dtype=pl.Int64)), name=named)
+    items = (edge_table(g, ids[spent][first], ("step", "category", "kind", "name"))  # a group per name, but
+             .with_columns(ns=pl.lit(pl.Series(sums, dtype=pl.Int64)), name=named)  # a collective's waits
              .group_by("step", "category", "kind", "name").agg(ns=pl.col("ns").sum())
              .sort("step", "ns", "name", descending=[False, True, False], nulls_last=True)
              .group_by("step", maintain_order=True).agg(items=pl.struct("category", "kind", "name", "ns")))

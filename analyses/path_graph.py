@@ -37,6 +37,7 @@ KINDS = (
 )
 CODE = {(category, kind): code for code, (category, kind, _, _) in enumerate(KINDS)}
 WORK = np.array([work for _, _, work, _ in KINDS])
+NAMED = np.array([{"event": 1, "row": 2}.get(source, 0) for *_, source in KINDS])  # 1: a host name, 2: a device name
 GPU_CODE = {"comm": CODE["comm", "device"], "memcpy": CODE["copy", "device"], "memset": CODE["copy", "device"]}
 OP, ANNOTATION, CALL = 0, 1, 2  # host event kinds
 DEVICE_SYNC_APIS = [api for api in SYNC_APIS if "DeviceSynchronize" in api or "CtxSynchronize" in api]  # every stream
@@ -69,35 +70,47 @@ class Graph:
         return np.where(WORK[self.code], self.ns, 0)
 
     def name_key(self, ids: np.ndarray) -> tuple[np.ndarray, int]:
-        """(an integer per edge at `ids`, equal for edges of one name — a collective's wait
-        for its last rank, whose name tells that rank, has one of its own —, ≥ 0 and below the
-        second figure)."""
+        """(per edge at `ids`, an integer for its name: equal names, equal integers — a
+        collective's wait for its last rank, whose name tells that rank, has one of its own —;
+        how many integers there can be)."""
         names = pl.concat([self.host["name"], self.gpu["name"]])
         same = names.cast(pl.Categorical).to_physical().fill_null(len(names)).cast(pl.Int64).to_numpy()
         at = self.name_at(ids)
-        key = np.where(at >= 0, same[np.maximum(at, 0)], len(names))
+        key = np.where(at >= 0, same[np.maximum(at, 0)], len(names))  # no name: len(names)
         arrival = self.code[ids] == CODE["waiting", "collective arrival"]
         return np.where(arrival, len(names) + 1 + at, key), 2 * len(names) + 1
 
     def name_at(self, ids: np.ndarray) -> np.ndarray:
         """Where the name of each edge at `ids` is in the host names followed by the device
         names (`KINDS`); -1: it has none."""
-        code = self.code[ids]
-        named = np.array([{"event": 1, "row": 2}.get(source, 0) for *_, source in KINDS])[code]
-        at = np.searchsorted(self.gpu["row"].to_numpy(), self.row[ids])  # row → place in gpu
-        return np.select([named == 1, named == 2], [self.event[ids], self.host.height + at], -1)
+        named = NAMED[self.code[ids]]
+        at = np.where(named == 1, self.event[ids], -1)
+        device = np.flatnonzero(named == 2)
+        at[device] = self.host.height + np.searchsorted(self.gpu["row"].to_numpy(), self.row[ids[device]])
+        return at
 
 
 class Edges:
     """Edges gathered as arrays, in the order added (of equal ways into a node, the pass
-    keeps the first edge: the order is part of the definition)."""
+    keeps the first edge: the order is part of the definition); an edge that goes back in
+    time (clock skew) or from one step to another is left out."""
 
-    def __init__(self):
+    def __init__(self, times: np.ndarray, steps: np.ndarray):
+        self.times, self.steps = times, steps
         self.parts: list[tuple] = []
 
-    def add(self, u, v, code, event=-1, row=-1):
-        n = len(u)
-        self.parts.append(tuple(np.broadcast_to(np.asarray(x, np.int64), n) for x in (u, v, code, event, row)))
+    def add(self, u, v, code, event=-1, row=-1, checked=True):
+        """`checked=False`: forward within a step by construction, not tested."""
+        u, v, code, event, row = (np.broadcast_to(np.asarray(x, np.int64), len(u)) for x in (u, v, code, event, row))
+        if checked:
+            keep = (self.times[v] >= self.times[u]) & (self.steps[u] == self.steps[v])
+            u, v, code, event, row = u[keep], v[keep], code[keep], event[keep], row[keep]
+        self.parts.append((u, v, code, event, row))
+
+    def degrees(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """(edges into, edges out of) each of the first n nodes."""
+        return (sum((np.bincount(v, minlength=n)[:n] for _, v, *_ in self.parts), np.zeros(n, np.int64)),
+                sum((np.bincount(u, minlength=n)[:n] for u, *_ in self.parts), np.zeros(n, np.int64)))
 
     def arrays(self) -> tuple:
         """(u, v, code, event, row)."""
@@ -126,11 +139,10 @@ def count_before(table: list[np.ndarray], query: list[np.ndarray], inclusive: bo
     return found
 
 
-def last_before(groups: list, values, q_groups: list, q_values, inclusive: bool) -> np.ndarray:
+def last_before(groups: list, values, q_groups: list, q_values) -> np.ndarray:
     """For each query: the last row of the table (columns `groups` and `values`, rows in
-    lexicographic order) in the query's group whose value is less (`inclusive`: or equal);
-    -1 when none."""
-    j = count_before([*groups, values], [*q_groups, q_values], inclusive) - 1
+    lexicographic order) in the query's group whose value is less; -1 when none."""
+    j = count_before([*groups, values], [*q_groups, q_values], inclusive=False) - 1
     hit = j >= 0
     for g, q in zip(groups, q_groups):
         hit[hit] &= g[j[hit]] == q[hit]
@@ -177,10 +189,9 @@ class Events:
             device_sync=((kind == "call") & name.is_in(DEVICE_SYNC_APIS)).fill_null(False))
 
 
-def host_lanes(h: Events, edges: Edges, unrecorded: bool) -> dict:
-    """Adds host-order and thread-order edges; returns the boundaries in lane order (node,
-    step, tid, time, start: whether it is a start). `unrecorded`: the trace holds no CPU ops,
-    so an annotation's self time is host work of kind `ops not recorded`."""
+def host_lanes(h: Events, edges: Edges, unrecorded: bool):
+    """Adds host-order and thread-order edges. `unrecorded`: the trace holds no CPU ops, so an
+    annotation's self time is host work of kind `ops not recorded`."""
     node = lane_order(h)
     is_start = node % 2 == 0
     b = {"node": node, "step": h.step[node // 2], "tid": h.tid[node // 2],
@@ -201,31 +212,27 @@ def host_lanes(h: Events, edges: Edges, unrecorded: bool) -> dict:
     code = np.select([own < 0, o_sync, elsewhere, o_kind == CALL, annotation & unrecorded],
                      [CODE["waiting", "thread idle"], CODE["waiting", "blocked"], CODE["waiting", "other thread"],
                       CODE["runtime", "self"], CODE["host", "ops not recorded"]], CODE["host", "self"])
-    edges.add(node[segment], node[segment + 1], code, event=own)
+    edges.add(node[segment], node[segment + 1], code, event=own, checked=False)
     thread_order(b, depth, by_time, edges)
-    return b
 
 
 def lane_order(h: Events) -> np.ndarray:
     """The boundaries (node 2i: event i's start, 2i + 1: its end) by step, thread and time; at
     one time ends (inner first), then zero-length events, then starts (outer first); then by
     node."""
-    zero = np.repeat(h.start == h.end, 2)
     is_start = np.tile([True, False], len(h.start))
-    key = np.where(zero, 1, np.where(is_start, 2, 0))
+    key = np.where(np.repeat(h.start == h.end, 2), 1, np.where(is_start, 2, 0))
     time = np.column_stack([h.start, h.end]).ravel()
     order = np.lexsort((key, time, np.repeat(h.tid, 2), np.repeat(h.step, 2)))  # stable: then by node
-    # boundaries equal in all four are few (times are in ns): only they are sorted by the tie
-    # (the other bound, latest first), a sort over all of them would cost 4x the one above
-    lane, t, k = h.step[order // 2], h.tid[order // 2], time[order]
-    same = np.r_[False, (lane[1:] == lane[:-1]) & (t[1:] == t[:-1]) & (time[order][1:] == time[order][:-1])
-                 & (key[order][1:] == key[order][:-1])]
+    # boundaries equal in all four are few (times are in ns), so only they are sorted by the
+    # tie — the other bound, latest first — which over every boundary would cost 4x the sort above
+    keys = [h.step[order // 2], h.tid[order // 2], time[order], key[order]]
+    same = np.r_[False, np.logical_and.reduce([k[1:] == k[:-1] for k in keys])]  # as the one before
     tied = same | np.r_[same[1:], False]
     if tied.any():
         sub = order[tied]
-        group = np.cumsum(~same)[tied]
         tie = -np.where(sub % 2 == 0, h.end[sub // 2], h.start[sub // 2])
-        order[tied] = sub[np.lexsort((tie, group))]
+        order[tied] = sub[np.lexsort((tie, np.cumsum(~same)[tied]))]
     return order
 
 
@@ -262,19 +269,20 @@ def busy_elsewhere(b: dict, segment: np.ndarray, h: Events, t: TimeOrder) -> np.
     """For annotation segments (lane positions): whether another thread runs a CPU op during
     it — one of its step's ops on another thread starts before the segment ends and ends
     after it starts (the thread waits on it, e.g. the main thread during backward)."""
-    event, step = b["node"][t.order] // 2, b["step"][t.order]
+    event = b["node"][t.order] // 2
     op_start = b["start"][t.order] & (h.kind[event] == OP)
-    s_tid = b["tid"][segment]
-    before = t.first[t.place[segment + 1]] - 1  # the last place before the segment's end
+    ops = event[op_start]  # the ops by start, in time order
+    step, tid, end = h.step[ops], h.tid[ops], h.end[ops]
+    # the last op started before the segment's end (its place among `ops`; -1: none)
+    until = t.first[t.place[segment + 1]]  # the first place at the segment's end
+    j = np.where(until > 0, np.cumsum(op_start)[until - 1] - 1, -1)
+    s_tid, s_step = b["tid"][segment], b["step"][segment]
     busy = np.zeros(len(segment), bool)
     for thread in distinct_runs(s_tid):  # few threads
-        # the latest end of the step's ops on other threads started so far
-        reach = running_max(np.where(op_start & (h.tid[event] != thread), h.end[event], NONE), step)
-        mine = np.flatnonzero(s_tid == thread)
-        j = before[mine]
-        found = j >= 0
-        found[found] = step[j[found]] == b["step"][segment[mine[found]]]
-        busy[mine[found]] = reach[j[found]] > b["time"][segment[mine[found]]]
+        reach = running_max(np.where(tid != thread, end, NONE), step)  # the latest end of the step's other ops so far
+        mine = np.flatnonzero((s_tid == thread) & (j >= 0))
+        mine = mine[step[j[mine]] == s_step[mine]]
+        busy[mine] = reach[j[mine]] > b["time"][segment[mine]]
     return busy
 
 
@@ -282,15 +290,15 @@ def thread_order(b: dict, depth: np.ndarray, t: TimeOrder, edges: Edges):
     """A thread's top-level event starts after the latest boundary of any other thread of its
     step at or before it (of several at one time, the last in lane order)."""
     step, tid = b["step"][t.order], b["tid"][t.order]
-    top = t.order[b["start"][t.order] & (depth[t.order] == 1)]  # lane positions, in time order
     places = np.arange(len(t.order))
-    for thread in distinct_runs(b["tid"]):  # few threads
-        latest = np.maximum.accumulate(np.where(tid != thread, places, -1))  # the last other thread's place so far
-        mine = top[b["tid"][top] == thread]
-        j = latest[t.last[t.place[mine]]]
-        found = j >= 0
-        found[found] = step[j[found]] == b["step"][mine[found]]
-        edges.add(b["node"][t.order[j[found]]], b["node"][mine[found]], CODE["waiting", "thread order"])
+    run = np.maximum.accumulate(np.where(np.r_[True, tid[1:] != tid[:-1]], places, 0))  # where its thread's run began
+    top = t.order[b["start"][t.order] & (depth[t.order] == 1)]  # lane positions, in time order
+    at = t.last[t.place[top]]  # the last place at its time
+    # the last place there or before of another thread: that one, or the one before the run
+    j = np.where(tid[at] != b["tid"][top], at, run[at] - 1)
+    found = j >= 0
+    found[found] = step[j[found]] == b["step"][top[found]]
+    edges.add(b["node"][t.order[j[found]]], b["node"][top[found]], CODE["waiting", "thread order"], checked=False)
 
 
 class Activities:
@@ -309,14 +317,15 @@ class Activities:
         `correlation`; -1 when none."""
         known = self.launched()
         j = last_before([self.device[known], self.stream[known]], self.correlation[known], [device, stream],
-                        correlation, inclusive=False)
+                        correlation)
         return np.where((j >= 0) & (correlation >= 0), self.node_end[known[j]], -1) if len(known) else j
 
     def first_after(self, device, stream, correlation) -> np.ndarray:
         """Per key: the start node of the first activity on (device, stream) launched after
         `correlation`; -1 when none."""
         known = self.launched()
-        j = first_after([self.device[known], self.stream[known]], self.correlation[known], [device, stream], correlation)
+        j = first_after([self.device[known], self.stream[known]], self.correlation[known], [device, stream],
+                        correlation)
         return np.where((j >= 0) & (correlation >= 0), self.node_start[known[j]], -1) if len(known) else j
 
     def launched(self) -> np.ndarray:
@@ -377,10 +386,12 @@ def sync_edges(trace: Trace, h: Events, acts: Activities, edges: Edges):
     synced = (kind[m] == "Stream Sync") & (stream[m] >= 0)
     found.append((b_end[i][synced], acts.last_before(device[m][synced], stream[m][synced], b_corr[i][synced])))
     every = blocking[h.device_sync[blocking]]  # waits for the last activity of every stream
-    lanes = np.unique(np.column_stack([acts.device, acts.stream]), axis=0)  # by a sort
-    d = np.repeat(every, len(lanes))
-    found.append((2 * d + 1, acts.last_before(np.tile(lanes[:, 0], len(every)), np.tile(lanes[:, 1], len(every)),
-                                              h.correlation[d])))
+    order = np.lexsort((acts.stream, acts.device))
+    device_of, stream_of = acts.device[order], acts.stream[order]
+    lane = np.r_[True, (device_of[1:] != device_of[:-1]) | (stream_of[1:] != stream_of[:-1])]  # the streams
+    d = np.repeat(every, lane.sum())
+    found.append((2 * d + 1, acts.last_before(np.tile(device_of[lane], len(every)),
+                                              np.tile(stream_of[lane], len(every)), h.correlation[d])))
     dst, src = (np.concatenate(c) for c in zip(*found))
     edges.add(src[src >= 0], dst[src >= 0], CODE["waiting", "sync"])
     unknown = blocking[~np.isin(b_end, dst)]  # no record found, not even one that led nowhere
@@ -420,16 +431,12 @@ def windows(trace: Trace, host_steps: np.ndarray, acts: Activities, first: int) 
     return {"step": step[keep], "begin": begin[keep], "finish": finish[keep], "source": source, "sink": source + 1}
 
 
-def grouped_sums(keys: list[np.ndarray], values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Rows grouped by equal `keys` (in their lexicographic order): (a row of each group — its
-    first —, the group's sum of `values`)."""
-    order = np.lexsort(keys[::-1])
-    new = np.zeros(len(order), bool)
-    new[:1] = True
-    for key in keys:
-        ordered = key[order]
-        new[1:] |= ordered[1:] != ordered[:-1]
-    starts = np.flatnonzero(new)
+def grouped_sums(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows grouped by equal `keys`, in their order: (a row of each group, the group's sum of
+    `values`)."""
+    order = np.argsort(keys, kind="stable")  # timsort: the keys come in long sorted runs
+    ordered = keys[order]
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]]) if len(order) else order
     return order[starts], np.add.reduceat(values[order], starts) if len(order) else values[:0]
 
 
@@ -450,42 +457,32 @@ def collective_splits(acts: Activities, arrivals: pl.DataFrame | None, first: in
 def build(trace: Trace, host: pl.DataFrame, gpu: pl.DataFrame, arrivals: pl.DataFrame | None) -> Graph:
     """The graph of every step (`critical_path.graph`)."""
     unrecorded = not (trace.ops["cat"] == "cpu_op").any()  # a lean capture: calls, but no CPU ops
-    edges = Edges()
     h = Events(host)
-    times, steps = np.empty(2 * host.height, np.int64), np.empty(2 * host.height, np.int64)
-    if host.height:
-        b = host_lanes(h, edges, unrecorded)
-        times[b["node"]], steps[b["node"]] = b["time"], b["step"]
     acts = Activities(gpu, 2 * host.height)
     n_nodes = 2 * host.height + 2 * gpu.height
     split = collective_splits(acts, arrivals, n_nodes)
     n_nodes += len(split["at"])
+    ends = windows(trace, distinct_runs(h.step), acts, n_nodes)
+    times = np.concatenate([np.column_stack([h.start, h.end]).ravel(), np.column_stack([acts.start, acts.end]).ravel(),
+                            split["arrival"], np.column_stack([ends["begin"], ends["finish"]]).ravel()])
+    steps = np.concatenate([np.repeat(h.step, 2), np.repeat(acts.step, 2), acts.step[split["at"]],
+                            np.repeat(ends["step"], 2)])
+    edges = Edges(times, steps)
+    if host.height:
+        host_lanes(h, edges, unrecorded)
     device_lanes(acts, split, edges)
     if host.height:
         sync_edges(trace, h, acts, edges)
-    ends = windows(trace, distinct_runs(h.step), acts, n_nodes)
-    e_step, source, sink = ends["step"], ends["source"], ends["sink"]
-    times = np.concatenate([times, np.column_stack([acts.start, acts.end]).ravel(), split["arrival"],
-                            np.column_stack([ends["begin"], ends["finish"]]).ravel()])
-    steps = np.concatenate([steps, np.repeat(acts.step, 2), acts.step[split["at"]], np.repeat(e_step, 2)])
-    u, v, code, event, row = edges.arrays()
-    keep = (times[v] >= times[u]) & (steps[u] == steps[v])
-    u, v, code, event, row = u[keep], v[keep], code[keep], event[keep], row[keep]
     # S → a node nothing else leads to, a node that leads nowhere → T: any other S or T edge
     # would weigh 0 beside a path through real edges weighing ≥ 0, so it could not be heavier
-    inner = np.arange(n_nodes)
-    k = np.minimum(np.searchsorted(e_step, steps[inner]), max(len(e_step) - 1, 0))
-    inner = inner[e_step[k] == steps[inner]] if len(e_step) else inner[:0]
-    k = k[inner]
-    first = np.bincount(v, minlength=n_nodes)[inner] == 0
-    last = np.bincount(u, minlength=n_nodes)[inner] == 0
-    ends_of = Edges()
-    ends_of.add(source[k[first]], inner[first], CODE["waiting", "start"])
-    ends_of.add(inner[last], sink[k[last]], CODE["waiting", "end"])
-    eu, ev, ecode, eevent, erow = ends_of.arrays()
-    fits = times[ev] >= times[eu]
-    u, v, code, event, row = (np.concatenate([a, b[fits]]) for a, b in
-                              ((u, eu), (v, ev), (code, ecode), (event, eevent), (row, erow)))
+    e_step = ends["step"]
+    k = np.minimum(np.searchsorted(e_step, steps[:n_nodes]), max(len(e_step) - 1, 0))
+    inner = np.flatnonzero(e_step[k] == steps[:n_nodes]) if len(e_step) else np.zeros(0, np.int64)
+    into, out = edges.degrees(n_nodes)
+    first, last = inner[into[inner] == 0], inner[out[inner] == 0]
+    edges.add(ends["source"][k[first]], first, CODE["waiting", "start"])
+    edges.add(last, ends["sink"][k[last]], CODE["waiting", "end"])
+    u, v, code, event, row = edges.arrays()
     late = pl.DataFrame({"row": acts.row[split["at"]], "late_rank": split["late_rank"]})
     return Graph(times, steps, u, v, times[v] - times[u], code, event, row,
                  pl.DataFrame({c: ends[c] for c in ("step", "source", "sink")}), host, gpu, late)
