@@ -68,21 +68,21 @@ def longest_path(times, u, v, weight, source: int, sink: int) -> tuple[list[int]
     return list(nodes), found
 
 
-def host_events(trace: Trace) -> pl.DataFrame:
+def host_events(trace: Trace) -> pl.LazyFrame:
     """The steps' CPU ops and runtime/driver calls: step, kind (`op`|`annotation`|`call`), name,
-    tid, start, end, correlation."""
+    tid, start, end, correlation (a query)."""
     ops = trace.ops.lazy().filter(pl.col("step").is_not_null()).select(
         "step", kind=pl.when(pl.col("cat") == "cpu_op").then(pl.lit("op")).otherwise(pl.lit("annotation")),
         name="name", tid="tid", start="start", end="end", correlation=pl.lit(None, pl.Int64))
     calls = trace.calls.lazy().filter(pl.col("step").is_not_null()).select(
         "step", kind=pl.lit("call"), name="name", tid="tid", start="start", end="end", correlation="correlation")
-    return pl.concat([ops, calls]).with_columns(pl.col("tid").fill_null(0)).collect()
+    return pl.concat([ops, calls]).with_columns(pl.col("tid").fill_null(0))
 
 
-def device_events(trace: Trace) -> pl.DataFrame:
+def device_events(trace: Trace) -> pl.LazyFrame:
     """The device activities the steps launched: step, row (into trace.gpu), name, category,
-    device, stream, start, end, correlation."""
-    return (trace.gpu.with_row_index("row").filter(pl.col("step").is_not_null())
+    device, stream, start, end, correlation (a query)."""
+    return (trace.gpu.lazy().with_row_index("row").filter(pl.col("step").is_not_null())
             .select("step", pl.col("row").cast(pl.Int64), "name", "category", pl.col("device").fill_null(0),
                     pl.col("stream").fill_null(0), "start", "end", "correlation"))
 

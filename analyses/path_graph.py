@@ -39,7 +39,7 @@ CODE = {(category, kind): code for code, (category, kind, _, _) in enumerate(KIN
 WORK = np.array([work for _, _, work, _ in KINDS])
 NAMED = np.array([{"event": 1, "row": 2}.get(source, 0) for *_, source in KINDS])  # 1: a host name, 2: a device name
 GPU_CODE = {"comm": CODE["comm", "device"], "memcpy": CODE["copy", "device"], "memset": CODE["copy", "device"]}
-OP, ANNOTATION, CALL = 0, 1, 2  # host event kinds
+OP, ANNOTATION, CALL, NO_OWNER = 0, 1, 2, 3  # host event kinds; a segment of no event
 DEVICE_SYNC_APIS = [api for api in SYNC_APIS if "DeviceSynchronize" in api or "CtxSynchronize" in api]  # every stream
 NONE = np.iinfo(np.int64).min
 
@@ -70,15 +70,18 @@ class Graph:
         return np.where(WORK[self.code], self.ns, 0)
 
     def name_key(self, ids: np.ndarray) -> tuple[np.ndarray, int]:
-        """(per edge at `ids`, an integer for its name: equal names, equal integers — a
+        """(per edge at `ids`, an integer for its name — equal names, equal integers; a
         collective's wait for its last rank, whose name tells that rank, has one of its own —;
         how many integers there can be)."""
-        names = pl.concat([self.host["name"], self.gpu["name"]])
-        same = names.cast(pl.Categorical).to_physical().fill_null(len(names)).cast(pl.Int64).to_numpy()
-        at = self.name_at(ids)
-        key = np.where(at >= 0, same[np.maximum(at, 0)], len(names))  # no name: len(names)
-        arrival = self.code[ids] == CODE["waiting", "collective arrival"]
-        return np.where(arrival, len(names) + 1 + at, key), 2 * len(names) + 1
+        host, gpu = self.host["#name_id"].to_numpy(), self.gpu["#name_id"].to_numpy()
+        top = 1 + max(host.max(initial=0), gpu.max(initial=0))
+        at, named = self.name_at(ids), NAMED[self.code[ids]]
+        key = np.where(named == 1, host[np.clip(at, 0, max(len(host) - 1, 0))] if len(host) else 0, 0)
+        device = np.flatnonzero(named == 2)
+        key[device] = gpu[at[device] - len(host)]
+        arrival = device[self.code[ids[device]] == CODE["waiting", "collective arrival"]]
+        key[arrival] = top + at[arrival] - len(host)
+        return key, top + len(gpu)
 
     def name_at(self, ids: np.ndarray) -> np.ndarray:
         """Where the name of each edge at `ids` is in the host names followed by the device
@@ -113,10 +116,11 @@ class Edges:
                 sum((np.bincount(u, minlength=n)[:n] for u, *_ in self.parts), np.zeros(n, np.int64)))
 
     def arrays(self) -> tuple:
-        """(u, v, code, event, row)."""
-        if not self.parts:
+        """(u, v, code, event, row), the parts given up."""
+        parts, self.parts = self.parts, []
+        if not parts:
             return tuple(np.zeros(0, np.int64) for _ in range(5))
-        return tuple(np.concatenate(column) for column in zip(*self.parts))
+        return tuple(np.concatenate([part[i] for part in parts]) for i in range(5))
 
 
 def numbers(frame: pl.DataFrame | pl.LazyFrame, *columns: str, **more: pl.Expr) -> list[np.ndarray]:
@@ -124,6 +128,19 @@ def numbers(frame: pl.DataFrame | pl.LazyFrame, *columns: str, **more: pl.Expr) 
     expression), from one query."""
     frame = frame.lazy().select(pl.col(*columns).fill_null(-1).cast(pl.Int64), **more).collect()
     return [frame[c].to_numpy() for c in (*columns, *more)]
+
+
+def with_arrays(frame: pl.LazyFrame, ints: tuple, **more: pl.Expr) -> tuple[pl.DataFrame, list[np.ndarray]]:
+    """(the table, with columns `#<name>` added: `ints` as int64 (null → -1), then `more` (name
+    → expression); those columns as arrays), from one query."""
+    table = frame.with_columns(*[pl.col(c).fill_null(-1).cast(pl.Int64).alias(f"#{c}") for c in ints],
+                               **{f"#{c}": e for c, e in more.items()}).collect()
+    return table, [table[f"#{c}"].to_numpy() for c in (*ints, *more)]
+
+
+def name_ids() -> pl.Expr:
+    """An integer per name (equal names, equal integers; > 0, no name: 0)."""
+    return pl.col("name").cast(pl.Categorical).to_physical().cast(pl.Int64).fill_null(-1) + 1
 
 
 def count_before(table: list[np.ndarray], query: list[np.ndarray], inclusive: bool) -> np.ndarray:
@@ -175,43 +192,45 @@ def running_max(values: np.ndarray, groups: np.ndarray) -> np.ndarray:
 
 
 class Events:
-    """The host events as arrays (`critical_path.host_events`' order): step, tid, start, end,
-    correlation (-1: none), kind (OP, ANNOTATION, CALL), sync (a blocking call,
-    `timeline.SYNC_APIS`), device_sync (it waits for every stream)."""
+    """The host events (`critical_path.host_events`: `table`, with their arrays' columns) as
+    arrays: step, tid, start, end, correlation (-1: none), kind (OP, ANNOTATION, CALL), sync (a
+    blocking call, `timeline.SYNC_APIS`), device_sync (it waits for every stream), name_id."""
 
-    def __init__(self, host: pl.DataFrame):
+    def __init__(self, host: pl.LazyFrame):
         kind, name = pl.col("kind"), pl.col("name")
-        (self.step, self.tid, self.start, self.end, self.correlation, self.kind, self.sync,
-         self.device_sync) = numbers(
-            host, "step", "tid", "start", "end", "correlation",
+        self.table, (self.step, self.tid, self.start, self.end, self.correlation, self.kind, self.sync,
+                     self.device_sync, self.name_id) = with_arrays(
+            host, ("step", "tid", "start", "end", "correlation"),
             kind=pl.when(kind == "op").then(OP).when(kind == "call").then(CALL).otherwise(ANNOTATION),
             sync=name.is_in(SYNC_APIS).fill_null(False),
-            device_sync=((kind == "call") & name.is_in(DEVICE_SYNC_APIS)).fill_null(False))
+            device_sync=((kind == "call") & name.is_in(DEVICE_SYNC_APIS)).fill_null(False), name_id=name_ids())
 
 
 def host_lanes(h: Events, edges: Edges, unrecorded: bool):
     """Adds host-order and thread-order edges. `unrecorded`: the trace holds no CPU ops, so an
     annotation's self time is host work of kind `ops not recorded`."""
     node = lane_order(h)
-    is_start = node % 2 == 0
-    b = {"node": node, "step": h.step[node // 2], "tid": h.tid[node // 2],
-         "time": np.where(is_start, h.start[node // 2], h.end[node // 2]), "start": is_start}
+    event, is_start = node // 2, node % 2 == 0
+    b = {"node": node, "step": h.step[event], "tid": h.tid[event],
+         "time": np.where(is_start, h.start[event], h.end[event]), "start": is_start}
     # each lane (step, tid) opens and closes every event it holds, so the running depth over
     # all lanes is each lane's own; the event open innermost after a boundary is the latest
     # start at its depth (none at depth 0)
-    depth = np.cumsum(np.where(b["start"], 1, -1))
-    owner = latest_at_depth(np.where(b["start"], node // 2, -1), depth)
+    depth = np.cumsum(np.where(is_start, 1, -1))
+    owner = latest_at_depth(np.where(is_start, event, -1), depth)
     owner[depth <= 0] = -1
     segment = np.flatnonzero((b["step"][1:] == b["step"][:-1]) & (b["tid"][1:] == b["tid"][:-1]))
     own = owner[segment]
-    o_kind, o_sync = np.where(own >= 0, h.kind[own], -1), (own >= 0) & h.sync[own]
-    annotation = o_kind == ANNOTATION
+    kind = np.where(own >= 0, h.kind[own], NO_OWNER)
+    # a segment's kind by its owner's; then an annotation's while another thread runs an op,
+    # and a blocking call's, are waiting
+    by_kind = [CODE["host", "self"], CODE["host", "ops not recorded" if unrecorded else "self"], CODE["runtime", "self"],
+               CODE["waiting", "thread idle"]]
+    code = np.array(by_kind)[kind]
     by_time = TimeOrder(b)
-    elsewhere = np.zeros(len(segment), bool)
-    elsewhere[annotation] = busy_elsewhere(b, segment[annotation], h, by_time)
-    code = np.select([own < 0, o_sync, elsewhere, o_kind == CALL, annotation & unrecorded],
-                     [CODE["waiting", "thread idle"], CODE["waiting", "blocked"], CODE["waiting", "other thread"],
-                      CODE["runtime", "self"], CODE["host", "ops not recorded"]], CODE["host", "self"])
+    annotation = np.flatnonzero(kind == ANNOTATION)
+    code[annotation[busy_elsewhere(b, segment[annotation], h, by_time)]] = CODE["waiting", "other thread"]
+    code[(own >= 0) & h.sync[own]] = CODE["waiting", "blocked"]
     edges.add(node[segment], node[segment + 1], code, event=own, checked=False)
     thread_order(b, depth, by_time, edges)
 
@@ -239,13 +258,13 @@ def lane_order(h: Events) -> np.ndarray:
 def latest_at_depth(started: np.ndarray, depth: np.ndarray) -> np.ndarray:
     """Per boundary: the latest `started` event (≥ 0) among the boundaries before it, itself
     included, at the same depth; -1 when none."""
-    small = np.abs(depth).max(initial=0) < 2 ** 15
+    small = -2 ** 15 <= depth.min(initial=0) and depth.max(initial=0) < 2 ** 15
     by_depth = np.argsort(depth.astype(np.int16) if small else depth, kind="stable")  # 16 bits: a radix sort
     values, d = started[by_depth], depth[by_depth]
-    position = np.arange(len(values))
-    mark = (values >= 0) | np.r_[True, d[1:] != d[:-1]]  # a depth's first row stops the fill
+    fill = np.where((values >= 0) | np.r_[True, d[1:] != d[:-1]], np.arange(len(values)), 0)  # a depth's first row
+    np.maximum.accumulate(fill, out=fill)  # stops the fill
     filled = np.empty_like(values)
-    filled[by_depth] = values[np.maximum.accumulate(np.where(mark, position, 0))]
+    filled[by_depth] = values[fill]
     return filled
 
 
@@ -289,27 +308,31 @@ def busy_elsewhere(b: dict, segment: np.ndarray, h: Events, t: TimeOrder) -> np.
 def thread_order(b: dict, depth: np.ndarray, t: TimeOrder, edges: Edges):
     """A thread's top-level event starts after the latest boundary of any other thread of its
     step at or before it (of several at one time, the last in lane order)."""
-    step, tid = b["step"][t.order], b["tid"][t.order]
-    places = np.arange(len(t.order))
-    run = np.maximum.accumulate(np.where(np.r_[True, tid[1:] != tid[:-1]], places, 0))  # where its thread's run began
-    top = t.order[b["start"][t.order] & (depth[t.order] == 1)]  # lane positions, in time order
+    tid = b["tid"][t.order]
+    run = np.where(np.r_[True, tid[1:] != tid[:-1]], np.arange(len(tid)), 0)
+    np.maximum.accumulate(run, out=run)  # the place where its thread's run began
+    top = np.flatnonzero(b["start"] & (depth == 1))  # lane positions of top-level starts (few)
+    top = top[np.argsort(t.place[top], kind="stable")]  # in time order
     at = t.last[t.place[top]]  # the last place at its time
     # the last place there or before of another thread: that one, or the one before the run
     j = np.where(tid[at] != b["tid"][top], at, run[at] - 1)
     found = j >= 0
-    found[found] = step[j[found]] == b["step"][top[found]]
+    found[found] = b["step"][t.order[j[found]]] == b["step"][top[found]]
     edges.add(b["node"][t.order[j[found]]], b["node"][top[found]], CODE["waiting", "thread order"], checked=False)
 
 
 class Activities:
-    """The device activities as arrays (device_events' order): row, step, device, stream,
-    start, end, correlation (-1: none), node_start, node_end."""
+    """The device activities (`critical_path.device_events`: `table`, with their arrays'
+    columns) as arrays: row, step, device, stream, start, end, correlation (-1: none), code
+    (of their work), name_id, node_start, node_end."""
 
-    def __init__(self, gpu: pl.DataFrame, base: int):
-        self.row, self.step, self.device, self.stream, self.start, self.end, self.correlation, self.code = numbers(
-            gpu, "row", "step", "device", "stream", "start", "end", "correlation",
-            code=pl.col("category").replace_strict(GPU_CODE, default=CODE["compute", "device"], return_dtype=pl.Int64))
-        self.node_start = base + 2 * np.arange(gpu.height, dtype=np.int64)
+    def __init__(self, gpu: pl.LazyFrame, base: int):
+        self.table, (self.row, self.step, self.device, self.stream, self.start, self.end, self.correlation, self.code,
+                     self.name_id) = with_arrays(
+            gpu, ("row", "step", "device", "stream", "start", "end", "correlation"),
+            code=pl.col("category").replace_strict(GPU_CODE, default=CODE["compute", "device"], return_dtype=pl.Int64),
+            name_id=name_ids())
+        self.node_start = base + 2 * np.arange(len(self.row), dtype=np.int64)
         self.node_end = self.node_start + 1
 
     def last_before(self, device, stream, correlation) -> np.ndarray:
@@ -454,12 +477,12 @@ def collective_splits(acts: Activities, arrivals: pl.DataFrame | None, first: in
     return {"at": at, "node": first + np.arange(len(at)), "arrival": arrival[k], "late_rank": late[k]}
 
 
-def build(trace: Trace, host: pl.DataFrame, gpu: pl.DataFrame, arrivals: pl.DataFrame | None) -> Graph:
+def build(trace: Trace, host: pl.LazyFrame, gpu: pl.LazyFrame, arrivals: pl.DataFrame | None) -> Graph:
     """The graph of every step (`critical_path.graph`)."""
     unrecorded = not (trace.ops["cat"] == "cpu_op").any()  # a lean capture: calls, but no CPU ops
     h = Events(host)
-    acts = Activities(gpu, 2 * host.height)
-    n_nodes = 2 * host.height + 2 * gpu.height
+    acts = Activities(gpu, 2 * len(h.step))
+    n_nodes = 2 * len(h.step) + 2 * len(acts.row)
     split = collective_splits(acts, arrivals, n_nodes)
     n_nodes += len(split["at"])
     ends = windows(trace, distinct_runs(h.step), acts, n_nodes)
@@ -468,10 +491,10 @@ def build(trace: Trace, host: pl.DataFrame, gpu: pl.DataFrame, arrivals: pl.Data
     steps = np.concatenate([np.repeat(h.step, 2), np.repeat(acts.step, 2), acts.step[split["at"]],
                             np.repeat(ends["step"], 2)])
     edges = Edges(times, steps)
-    if host.height:
+    if len(h.step):
         host_lanes(h, edges, unrecorded)
     device_lanes(acts, split, edges)
-    if host.height:
+    if len(h.step):
         sync_edges(trace, h, acts, edges)
     # S → a node nothing else leads to, a node that leads nowhere → T: any other S or T edge
     # would weigh 0 beside a path through real edges weighing ≥ 0, so it could not be heavier
@@ -485,17 +508,17 @@ def build(trace: Trace, host: pl.DataFrame, gpu: pl.DataFrame, arrivals: pl.Data
     u, v, code, event, row = edges.arrays()
     late = pl.DataFrame({"row": acts.row[split["at"]], "late_rank": split["late_rank"]})
     return Graph(times, steps, u, v, times[v] - times[u], code, event, row,
-                 pl.DataFrame({c: ends[c] for c in ("step", "source", "sink")}), host, gpu, late)
+                 pl.DataFrame({c: ends[c] for c in ("step", "source", "sink")}), h.table, acts.table, late)
 
 
 def runs_of(u, v, weight, ends) -> tuple[dict, dict]:
     """A node with one edge in and one out (not in `ends`) only passes its way on, so each run
     of edges through such nodes is one edge of their summed weight (host lanes are mostly
-    that). (edges — e (index into u, v), head (the first edge of its run), far (its place in
-    the run) — and runs — head, u, v, w, n (edges)). A run is mostly a stretch of consecutive
-    edges (a lane's segments): within a stretch, places and weights are running sums; the
-    stretches of a run are chained by pointer jumping. Edges on a cycle of such nodes, which
-    nothing reaches, are left out."""
+    that). A run is mostly a stretch of consecutive edges (a lane's segments): within a
+    stretch, places and weights are running sums; the stretches of a run are chained by
+    pointer jumping. (stretches — begin (its first edge, an index into u, v), n (edges), head
+    (its run's first edge), before (the run's edges before it) —, runs — head, u, v, w, n).
+    Edges on a cycle of such nodes, which nothing reaches, are left out."""
     n = int(max(u.max(initial=-1), v.max(initial=-1), *ends, -1)) + 1
     e = np.arange(len(u))
     through = (np.bincount(v, minlength=n) == 1) & (np.bincount(u, minlength=n) == 1)
@@ -506,15 +529,19 @@ def runs_of(u, v, weight, ends) -> tuple[dict, dict]:
     begins = (before < 0) | (before != e - 1)
     stretch = np.cumsum(begins) - 1  # each edge's stretch
     begin = np.flatnonzero(begins)  # each stretch's first edge
+    end = np.append(begin[1:], len(u))[:len(begin)] - 1  # and its last
     running = np.cumsum(weight)
-    upto = running - (running[begin] - weight[begin])[stretch]  # its stretch's weight up to e, e included
-    end = np.append(begin[1:], len(u))[:len(begin)] - 1  # each stretch's last edge
+    done = running[begin] - weight[begin]  # the weight before each stretch
+
+    def upto(x):  # the weight of the stretch of each edge at x up to it, it included
+        return running[x] - done[stretch[x]]
+
     # per stretch: the stretch before it in its run (itself for a run's first), and the edges
     # and weight of all those before it, by pointer jumping
     lead = before[begin]
     parent = np.where(lead >= 0, stretch[np.maximum(lead, 0)], np.arange(len(begin)))
     count = np.where(lead >= 0, (end - begin + 1)[parent], 0)
-    gained = np.where(lead >= 0, upto[end][parent], 0)
+    gained = np.where(lead >= 0, upto(end)[parent], 0)
     going = np.flatnonzero(parent[parent] != parent)
     for _ in range(64):
         if not len(going):
@@ -524,14 +551,14 @@ def runs_of(u, v, weight, ends) -> tuple[dict, dict]:
         gained[going] += gained[up]
         parent[going] = parent[up]
         going = going[parent[parent[going]] != parent[going]]
-    kept = (lead[parent] < 0)[stretch]  # its run has a first edge (not a cycle)
-    head = begin[parent][stretch]
-    far = count[stretch] + e - begin[stretch]
-    total = gained[stretch] + upto  # the run's weight up to e, e included
-    last = np.flatnonzero(kept & ~through[v])
-    first = head[last]
-    return ({"e": e[kept], "head": head[kept], "far": far[kept]},
-            {"head": first, "u": u[first], "v": v[last], "w": total[last], "n": far[last] + 1})
+    rooted = lead[parent] < 0  # per stretch: its run has a first edge (it is not on a cycle)
+    last = np.flatnonzero(rooted[stretch] & ~through[v])  # each run's last edge
+    at = stretch[last]
+    head = begin[parent[at]]
+    runs = {"head": head, "u": u[head], "v": v[last], "w": gained[at] + upto(last),
+            "n": count[at] + last - begin[at] + 1}
+    return {"begin": begin[rooted], "n": (end - begin + 1)[rooted], "head": begin[parent][rooted],
+            "before": count[rooted]}, runs
 
 
 def heaviest_paths(times, u, v, weight, sources: list[int], sinks: list[int]) -> list[tuple[list[int], list[int], int]]:
@@ -545,7 +572,7 @@ def heaviest_paths(times, u, v, weight, sources: list[int], sinks: list[int]) ->
     weighs 0) leaves edges that go back in that order: then passes repeat until nothing
     gains. Of equal ways in, the first edge counts."""
     times, u, v, weight = (np.asarray(x, np.int64) for x in (times, u, v, weight))
-    chained, runs = runs_of(u, v, weight, [*sources, *sinks])
+    stretches, runs = runs_of(u, v, weight, [*sources, *sinks])
     tu, tv = times[runs["u"]], times[runs["v"]]
     tied = np.flatnonzero(tu == tv)
     tied = list(zip(runs["u"][tied].tolist(), runs["v"][tied].tolist()))
@@ -580,14 +607,18 @@ def heaviest_paths(times, u, v, weight, sources: list[int], sinks: list[int]) ->
             back.append(before[node])
             node = tails[before[node]]
         walked.append(back[::-1])
-    # lay each path's runs out edge by edge: a run's edges follow its place on the path
+    # lay each path's runs out edge by edge: a stretch's edges go where its run's place on the
+    # path and the run's edges before it say
     runs_on = np.array([r for back in walked for r in back], np.int64)
     n = runs["n"][order][runs_on]
-    start = np.full(len(u), -1)
+    start = np.full(len(u), -1)  # per run on a path, by its first edge: the place of that edge
     start[runs["head"][order][runs_on]] = np.cumsum(n) - n
-    on = start[chained["head"]] >= 0
+    place = start[stretches["head"]]
+    on = place >= 0
+    length, first, place = stretches["n"][on], stretches["begin"][on], place[on] + stretches["before"][on]
+    inside = np.arange(length.sum()) - np.repeat(np.cumsum(length) - length, length)
     laid = np.empty(int(n.sum()), np.int64)
-    laid[start[chained["head"][on]] + chained["far"][on]] = chained["e"][on]
+    laid[np.repeat(place, length) + inside] = np.repeat(first, length) + inside
     cuts = np.cumsum([0, *(int(runs["n"][order][back].sum()) for back in walked)])
     found = []
     for k, (source, sink) in enumerate(zip(sources, sinks)):

@@ -7,11 +7,11 @@ On the committed real H200 traces (tests/data/h200x2-blocks4/*/rank0) and on one
 least `--mb` MB built by replicating the embedded H200 FSDP1 trace over many steps
 (`load_bench.build`), each in `--repeat` rounds, the contenders alternated within a round so
 that the machine's drift hits them alike:
-1. **analysis alone**: a process per round loads the trace (from the trace cache) and runs,
-   once untimed then three times in alternated order, each analysis on a fresh copy of it, so that each computes
-   what it needs (`breakdown` its timeline, `critical_path` its path; nothing kept is found):
-   `breakdown`, `critical_path` (`critical_path.py`), `roofline` (`flops.py`), `kernels`
-   (with TFLOP/s);
+1. **analysis alone**: per round and analysis — `critical_path` (`critical_path.py`),
+   `roofline` (`flops.py`), `kernels` (with TFLOP/s) — a process loads the trace (from the
+   trace cache) and runs it and `breakdown` in turn, once untimed, then three times, each on a
+   fresh copy of the trace so that each computes what it needs (`breakdown` its timeline,
+   `critical_path` its path; nothing kept is found);
 2. **first look**: the whole command, `tracekit breakdown FILE` against `tracekit
    critical-path FILE`, the trace's tables in the cache but every analysis' kept table
    removed before each command (each computes its own timeline or path);
@@ -44,8 +44,9 @@ REAL = sorted((HERE.parent / "tests" / "data" / "h200x2-blocks4").glob("*/rank0.
 ANALYSES = ("breakdown", "critical_path", "roofline", "kernels")
 
 
-def child(path: Path) -> None:
-    """Analysis alone, in this process: prints {analysis: [(cpu s, wall s), ...], size}."""
+def child(path: Path, name: str) -> None:
+    """Analysis alone, in this process: breakdown and `name` in turn on fresh copies of the
+    loaded trace, once untimed, then three times; prints {name: [(cpu s, wall s), ...], size}."""
     import tracekit.core.loading as loading
     from tracekit.analyses.breakdown import breakdown
     from tracekit.analyses.critical_path import critical_path
@@ -54,15 +55,15 @@ def child(path: Path) -> None:
 
     functions = dict(zip(ANALYSES, (breakdown, critical_path, roofline, kernels)))
     trace = loading.load(path)
-    times = {name: [] for name in ANALYSES}
+    times = {"breakdown": [], name: []}
     for turn in range(4):  # the first turn, untimed, pays the imports and first allocations
-        for name in ANALYSES if turn % 2 == 0 else ANALYSES[::-1]:
+        for each in ("breakdown", name) if turn % 2 else (name, "breakdown"):
             fresh = copy.copy(trace)
             fresh.derived = {}
             cpu, wall = time.process_time(), time.perf_counter()
-            functions[name](fresh)
+            functions[each](fresh)
             if turn:
-                times[name].append((time.process_time() - cpu, time.perf_counter() - wall))
+                times[each].append((time.process_time() - cpu, time.perf_counter() - wall))
     print(json.dumps({"times": times, "size": f"{trace.gpu.height}/{trace.calls.height}/{trace.ops.height}"}))
 
 
@@ -99,18 +100,18 @@ def ratios(pairs: list) -> str:
 
 def measure(path: Path, pythons: dict, caches: dict, repeat: int) -> dict:
     """Per interpreter: analysis-alone times, first-look and warm command pairs."""
-    found = {label: {"alone": {name: [] for name in ANALYSES}, "first": [], "warm": []} for label in pythons}
+    found = {label: {"alone": {name: [] for name in ANALYSES[1:]}, "first": [], "warm": []} for label in pythons}
     for label, python in pythons.items():
         run(python, ["-m", "tracekit", "critical-path", path], caches[label])  # fills the cache
     for round_ in range(repeat):
         for label, python in (pythons.items() if round_ % 2 == 0 else list(pythons.items())[::-1]):
             into = found[label]
-            out = subprocess.run([python, __file__, "--child", str(path)], capture_output=True, text=True, check=True,
-                                 env={**os.environ, "TRACEKIT_CACHE_DIR": str(caches[label])})
-            result = json.loads(out.stdout.strip().splitlines()[-1])
-            into["size"] = result["size"]
-            for name in ANALYSES:
-                into["alone"][name] += result["times"][name]
+            for name in ANALYSES[1:]:
+                out = subprocess.run([python, __file__, "--child", str(path), name], capture_output=True, text=True,
+                                     check=True, env={**os.environ, "TRACEKIT_CACHE_DIR": str(caches[label])})
+                result = json.loads(out.stdout.strip().splitlines()[-1])
+                into["size"] = result["size"]
+                into["alone"][name].append(result["times"])
             for kind, first in (("first", True), ("warm", False)):
                 verbs = ("breakdown", "critical-path") if round_ % 2 == 0 else ("critical-path", "breakdown")
                 pair = {verb: command(python, verb, path, caches[label], first) for verb in verbs}
@@ -120,10 +121,11 @@ def measure(path: Path, pythons: dict, caches: dict, repeat: int) -> dict:
 
 def report(name: str, found: dict) -> None:
     for label, f in found.items():
-        base = f["alone"]["breakdown"]
-        cells = [f"{1000 * statistics.median(c for c, _ in base):.1f}"]
-        cells += [ratios([(b[0], c[0]) for b, c in zip(base, f["alone"][a])]) for a in ANALYSES[1:]]
-        cells.append(ratios([(b[1], c[1]) for b, c in zip(base, f["alone"]["critical_path"])]))
+        turns = {a: [(b, c) for times in f["alone"][a] for b, c in zip(times["breakdown"], times[a])]
+                 for a in ANALYSES[1:]}  # (breakdown's (cpu, wall), the analysis') in each turn
+        cells = [f"{1000 * statistics.median(b[0] for b, _ in turns['critical_path']):.1f}"]
+        cells += [ratios([(b[0], c[0]) for b, c in turns[a]]) for a in ANALYSES[1:]]
+        cells.append(ratios([(b[1], c[1]) for b, c in turns["critical_path"]]))
         for kind in ("first", "warm"):
             cells.append(f"{statistics.median(b[0] for b, _ in f[kind]):.2f}")
             cells += [ratios([(b[i], c[i]) for b, c in f[kind]]) for i in (0, 1)]
@@ -135,10 +137,10 @@ def main() -> None:
     parser.add_argument("--mb", type=float, default=40.0)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--base", help="another interpreter whose tracekit to measure alongside")
-    parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        return child(args.child)
+        return child(Path(args.child[0]), args.child[1])
     from load_bench import build
 
     pythons = {"this": sys.executable, **({"base": args.base} if args.base else {})}
