@@ -1,0 +1,627 @@
+"""The critical path's dependency graph and its heaviest paths, as numpy arrays.
+
+What the graph holds is defined in `critical_path.py`; this module builds it and finds the
+paths. It is imported only when a path is computed, so that a command reading the kept path
+from the trace cache does not import numpy (as `timeline.py` does).
+
+Nodes are integers: host event i (row of `critical_path.host_events`) has its start at 2i and
+its end at 2i + 1; device activity j (row of `device_events`) follows at 2·n_host + 2j and
++ 1; then one node per collective split at its arrival; then each step's source and sink.
+An edge is (u, v, code): `code` indexes `KINDS` (its category, kind and whether it is work,
+weighing its Δt), `event` is the host event whose self time it is (-1: none), `row` the device
+activity's row in `trace.gpu` (-1: none). Names are not carried: they are read from the host
+and device tables for the edges of the path only (`critical_path.edge_table`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from tracekit.analyses.timeline import SYNC_APIS, distinct
+from tracekit.core.model import Trace
+
+# (category, kind, work, where the edge's name comes from: the host event, the device row, none)
+KINDS = (
+    ("waiting", "thread idle", False, None), ("waiting", "blocked", False, "event"),
+    ("waiting", "other thread", False, "event"), ("runtime", "self", True, "event"),
+    ("host", "ops not recorded", True, "event"), ("host", "self", True, "event"),
+    ("waiting", "thread order", False, None),
+    ("compute", "device", True, "row"), ("comm", "device", True, "row"), ("copy", "device", True, "row"),
+    ("waiting", "collective arrival", False, "row"),
+    ("waiting", "stream order", False, None), ("waiting", "launch", False, None),
+    ("waiting", "event wait", False, None), ("waiting", "sync", False, None),
+    ("waiting", "sync (inferred)", False, None), ("waiting", "start", False, None), ("waiting", "end", False, None),
+)
+CODE = {(category, kind): code for code, (category, kind, _, _) in enumerate(KINDS)}
+WORK = np.array([work for _, _, work, _ in KINDS])
+NAMED = np.array([{"event": 1, "row": 2}.get(source, 0) for *_, source in KINDS])  # 1: a host name, 2: a device name
+GPU_CODE = {"comm": CODE["comm", "device"], "memcpy": CODE["copy", "device"], "memset": CODE["copy", "device"]}
+OP, ANNOTATION, CALL, NO_OWNER = 0, 1, 2, 3  # host event kinds; a segment of no event
+DEVICE_SYNC_APIS = [api for api in SYNC_APIS if "DeviceSynchronize" in api or "CtxSynchronize" in api]  # every stream
+NONE = np.iinfo(np.int64).min
+
+
+@dataclass
+class Graph:
+    """Every step's graph in one: `times[n]` (ns) and `steps[n]` of node n; edges u, v, ns
+    (Δt ≥ 0), code, event, row (no edge between two steps); per step its source and sink
+    (`ends`: step, source, sink); the host and device tables the nodes index; `late`: row →
+    late_rank of the split collectives."""
+
+    times: np.ndarray
+    steps: np.ndarray
+    u: np.ndarray
+    v: np.ndarray
+    ns: np.ndarray
+    code: np.ndarray
+    event: np.ndarray
+    row: np.ndarray
+    ends: pl.DataFrame
+    host: pl.DataFrame
+    gpu: pl.DataFrame
+    late: pl.DataFrame
+
+    @property
+    def weight(self) -> np.ndarray:
+        """What each edge weighs: its Δt for work, else 0."""
+        return np.where(WORK[self.code], self.ns, 0)
+
+    def name_key(self, ids: np.ndarray) -> tuple[np.ndarray, int]:
+        """(per edge at `ids`, an integer for its name — equal names, equal integers; a
+        collective's wait for its last rank, whose name tells that rank, has one of its own —;
+        how many integers there can be)."""
+        host, gpu = self.host["#name_id"].to_numpy(), self.gpu["#name_id"].to_numpy()
+        top = 1 + max(host.max(initial=0), gpu.max(initial=0))
+        at, named = self.name_at(ids), NAMED[self.code[ids]]
+        key = np.where(named == 1, host[np.clip(at, 0, max(len(host) - 1, 0))] if len(host) else 0, 0)
+        device = np.flatnonzero(named == 2)
+        key[device] = gpu[at[device] - len(host)]
+        arrival = device[self.code[ids[device]] == CODE["waiting", "collective arrival"]]
+        key[arrival] = top + at[arrival] - len(host)
+        return key, top + len(gpu)
+
+    def name_at(self, ids: np.ndarray) -> np.ndarray:
+        """Where the name of each edge at `ids` is in the host names followed by the device
+        names (`KINDS`); -1: it has none."""
+        named = NAMED[self.code[ids]]
+        at = np.where(named == 1, self.event[ids], -1)
+        device = np.flatnonzero(named == 2)
+        at[device] = self.host.height + np.searchsorted(self.gpu["row"].to_numpy(), self.row[ids[device]])
+        return at
+
+
+class Edges:
+    """Edges gathered as arrays, in the order added (of equal ways into a node, the pass
+    keeps the first edge: the order is part of the definition); an edge that goes back in
+    time (clock skew) or from one step to another is left out."""
+
+    def __init__(self, times: np.ndarray, steps: np.ndarray):
+        self.times, self.steps = times, steps
+        self.parts: list[tuple] = []
+
+    def add(self, u, v, code, event=-1, row=-1, checked=True):
+        """`checked=False`: forward within a step by construction, not tested."""
+        u, v, code, event, row = (np.broadcast_to(np.asarray(x, np.int64), len(u)) for x in (u, v, code, event, row))
+        if checked:
+            keep = (self.times[v] >= self.times[u]) & (self.steps[u] == self.steps[v])
+            u, v, code, event, row = u[keep], v[keep], code[keep], event[keep], row[keep]
+        self.parts.append((u, v, code, event, row))
+
+    def degrees(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """(edges into, edges out of) each of the first n nodes."""
+        return (sum((np.bincount(v, minlength=n)[:n] for _, v, *_ in self.parts), np.zeros(n, np.int64)),
+                sum((np.bincount(u, minlength=n)[:n] for u, *_ in self.parts), np.zeros(n, np.int64)))
+
+    def arrays(self) -> tuple:
+        """(u, v, code, event, row), the parts given up."""
+        parts, self.parts = self.parts, []
+        if not parts:
+            return tuple(np.zeros(0, np.int64) for _ in range(5))
+        return tuple(np.concatenate([part[i] for part in parts]) for i in range(5))
+
+
+def numbers(frame: pl.DataFrame | pl.LazyFrame, *columns: str, **more: pl.Expr) -> list[np.ndarray]:
+    """Integer columns as int64 arrays (null → -1), then the columns of `more` (name →
+    expression), from one query."""
+    frame = frame.lazy().select(pl.col(*columns).fill_null(-1).cast(pl.Int64), **more).collect()
+    return [frame[c].to_numpy() for c in (*columns, *more)]
+
+
+def with_arrays(frame: pl.LazyFrame, ints: tuple, **more: pl.Expr) -> tuple[pl.DataFrame, list[np.ndarray]]:
+    """(the table, with columns `#<name>` added: `ints` as int64 (null → -1), then `more` (name
+    → expression); those columns as arrays), from one query."""
+    table = frame.with_columns(*[pl.col(c).fill_null(-1).cast(pl.Int64).alias(f"#{c}") for c in ints],
+                               **{f"#{c}": e for c, e in more.items()}).collect()
+    return table, [table[f"#{c}"].to_numpy() for c in (*ints, *more)]
+
+
+def name_ids() -> pl.Expr:
+    """An integer per name (equal names, equal integers; > 0, no name: 0)."""
+    return pl.col("name").cast(pl.Categorical).to_physical().cast(pl.Int64).fill_null(-1) + 1
+
+
+def count_before(table: list[np.ndarray], query: list[np.ndarray], inclusive: bool) -> np.ndarray:
+    """For each query row: how many rows of `table` (columns; rows in lexicographic order)
+    come before it — compare less (`inclusive`: or equal) — by one sort of both together."""
+    n = len(table[0])
+    is_query = np.r_[np.zeros(n, bool), np.ones(len(query[0]), bool)]
+    order = np.lexsort([is_query if inclusive else ~is_query,
+                        *[np.concatenate([t, q]) for t, q in zip(table, query)][::-1]])
+    asked = is_query[order]
+    found = np.empty(len(query[0]), np.int64)
+    found[order[asked] - n] = np.cumsum(~asked)[asked]
+    return found
+
+
+def last_before(groups: list, values, q_groups: list, q_values) -> np.ndarray:
+    """For each query: the last row of the table (columns `groups` and `values`, rows in
+    lexicographic order) in the query's group whose value is less; -1 when none."""
+    j = count_before([*groups, values], [*q_groups, q_values], inclusive=False) - 1
+    hit = j >= 0
+    for g, q in zip(groups, q_groups):
+        hit[hit] &= g[j[hit]] == q[hit]
+    return np.where(hit, j, -1)
+
+
+def first_after(groups: list, values, q_groups: list, q_values) -> np.ndarray:
+    """For each query: the first row of the table (as in `last_before`) in the query's group
+    whose value is greater; -1 when none."""
+    j = count_before([*groups, values], [*q_groups, q_values], inclusive=True)
+    hit = j < len(values)
+    for g, q in zip(groups, q_groups):
+        hit[hit] &= g[j[hit]] == q[hit]
+    return np.where(hit, j, -1)
+
+
+def distinct_runs(values: np.ndarray) -> np.ndarray:
+    """The sorted distinct values of an array of long runs of equal values (the threads of
+    boundaries in lane order), by a sort of the runs' values only."""
+    return distinct(values[np.r_[True, values[1:] != values[:-1]]]) if len(values) else values
+
+
+def running_max(values: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """The running maximum of `values` within each run of equal `groups` (a few runs)."""
+    out = values.copy()
+    cuts = [0, *(np.flatnonzero(groups[1:] != groups[:-1]) + 1), len(values)]
+    for a, b in zip(cuts, cuts[1:]):
+        out[a:b] = np.maximum.accumulate(values[a:b])
+    return out
+
+
+class Events:
+    """The host events (`critical_path.host_events`: `table`, with their arrays' columns) as
+    arrays: step, tid, start, end, correlation (-1: none), kind (OP, ANNOTATION, CALL), sync (a
+    blocking call, `timeline.SYNC_APIS`), device_sync (it waits for every stream), name_id."""
+
+    def __init__(self, host: pl.LazyFrame):
+        kind, name = pl.col("kind"), pl.col("name")
+        self.table, (self.step, self.tid, self.start, self.end, self.correlation, self.kind, self.sync,
+                     self.device_sync, self.name_id) = with_arrays(
+            host, ("step", "tid", "start", "end", "correlation"),
+            kind=pl.when(kind == "op").then(OP).when(kind == "call").then(CALL).otherwise(ANNOTATION),
+            sync=name.is_in(SYNC_APIS).fill_null(False),
+            device_sync=((kind == "call") & name.is_in(DEVICE_SYNC_APIS)).fill_null(False), name_id=name_ids())
+
+
+def host_lanes(h: Events, edges: Edges, unrecorded: bool):
+    """Adds host-order and thread-order edges. `unrecorded`: the trace holds no CPU ops, so an
+    annotation's self time is host work of kind `ops not recorded`."""
+    node = lane_order(h)
+    event, is_start = node // 2, node % 2 == 0
+    b = {"node": node, "step": h.step[event], "tid": h.tid[event],
+         "time": np.where(is_start, h.start[event], h.end[event]), "start": is_start}
+    # each lane (step, tid) opens and closes every event it holds, so the running depth over
+    # all lanes is each lane's own; the event open innermost after a boundary is the latest
+    # start at its depth (none at depth 0)
+    depth = np.cumsum(np.where(is_start, 1, -1))
+    owner = latest_at_depth(np.where(is_start, event, -1), depth)
+    owner[depth <= 0] = -1
+    segment = np.flatnonzero((b["step"][1:] == b["step"][:-1]) & (b["tid"][1:] == b["tid"][:-1]))
+    own = owner[segment]
+    kind = np.where(own >= 0, h.kind[own], NO_OWNER)
+    # a segment's kind by its owner's; then an annotation's while another thread runs an op,
+    # and a blocking call's, are waiting
+    by_kind = [CODE["host", "self"], CODE["host", "ops not recorded" if unrecorded else "self"], CODE["runtime", "self"],
+               CODE["waiting", "thread idle"]]
+    code = np.array(by_kind)[kind]
+    by_time = TimeOrder(b)
+    annotation = np.flatnonzero(kind == ANNOTATION)
+    code[annotation[busy_elsewhere(b, segment[annotation], h, by_time)]] = CODE["waiting", "other thread"]
+    code[(own >= 0) & h.sync[own]] = CODE["waiting", "blocked"]
+    edges.add(node[segment], node[segment + 1], code, event=own, checked=False)
+    thread_order(b, depth, by_time, edges)
+
+
+def lane_order(h: Events) -> np.ndarray:
+    """The boundaries (node 2i: event i's start, 2i + 1: its end) by step, thread and time; at
+    one time ends (inner first), then zero-length events, then starts (outer first); then by
+    node."""
+    is_start = np.tile([True, False], len(h.start))
+    key = np.where(np.repeat(h.start == h.end, 2), 1, np.where(is_start, 2, 0))
+    time = np.column_stack([h.start, h.end]).ravel()
+    order = np.lexsort((key, time, np.repeat(h.tid, 2), np.repeat(h.step, 2)))  # stable: then by node
+    # boundaries equal in all four are few (times are in ns), so only they are sorted by the
+    # tie — the other bound, latest first — which over every boundary would cost 4x the sort above
+    keys = [h.step[order // 2], h.tid[order // 2], time[order], key[order]]
+    same = np.r_[False, np.logical_and.reduce([k[1:] == k[:-1] for k in keys])]  # as the one before
+    tied = same | np.r_[same[1:], False]
+    if tied.any():
+        sub = order[tied]
+        tie = -np.where(sub % 2 == 0, h.end[sub // 2], h.start[sub // 2])
+        order[tied] = sub[np.lexsort((tie, np.cumsum(~same)[tied]))]
+    return order
+
+
+def latest_at_depth(started: np.ndarray, depth: np.ndarray) -> np.ndarray:
+    """Per boundary: the latest `started` event (≥ 0) among the boundaries before it, itself
+    included, at the same depth; -1 when none."""
+    small = -2 ** 15 <= depth.min(initial=0) and depth.max(initial=0) < 2 ** 15
+    by_depth = np.argsort(depth.astype(np.int16) if small else depth, kind="stable")  # 16 bits: a radix sort
+    values, d = started[by_depth], depth[by_depth]
+    fill = np.where((values >= 0) | np.r_[True, d[1:] != d[:-1]], np.arange(len(values)), 0)  # a depth's first row
+    np.maximum.accumulate(fill, out=fill)  # stops the fill
+    filled = np.empty_like(values)
+    filled[by_depth] = values[fill]
+    return filled
+
+
+class TimeOrder:
+    """The boundaries (`host_lanes`) in time order within each step, ties in lane order:
+    `order` (lane positions), `place` (each lane position's place in it), `first` and `last`
+    (per place: the first and the last place of its step and time)."""
+
+    def __init__(self, b: dict):
+        self.order = np.lexsort((b["time"], b["step"]))
+        n = len(self.order)
+        self.place = np.empty(n, np.int64)
+        self.place[self.order] = np.arange(n)
+        step, time = b["step"][self.order], b["time"][self.order]
+        new = np.r_[True, (step[1:] != step[:-1]) | (time[1:] != time[:-1])]
+        self.first = np.maximum.accumulate(np.where(new, np.arange(n), 0))
+        self.last = np.minimum.accumulate(np.where(np.r_[new[1:], True], np.arange(n), n)[::-1])[::-1]
+
+
+def busy_elsewhere(b: dict, segment: np.ndarray, h: Events, t: TimeOrder) -> np.ndarray:
+    """For annotation segments (lane positions): whether another thread runs a CPU op during
+    it — one of its step's ops on another thread starts before the segment ends and ends
+    after it starts (the thread waits on it, e.g. the main thread during backward)."""
+    event = b["node"][t.order] // 2
+    op_start = b["start"][t.order] & (h.kind[event] == OP)
+    ops = event[op_start]  # the ops by start, in time order
+    step, tid, end = h.step[ops], h.tid[ops], h.end[ops]
+    # the last op started before the segment's end (its place among `ops`; -1: none)
+    until = t.first[t.place[segment + 1]]  # the first place at the segment's end
+    j = np.where(until > 0, np.cumsum(op_start)[until - 1] - 1, -1)
+    s_tid, s_step = b["tid"][segment], b["step"][segment]
+    busy = np.zeros(len(segment), bool)
+    for thread in distinct_runs(s_tid):  # few threads
+        reach = running_max(np.where(tid != thread, end, NONE), step)  # the latest end of the step's other ops so far
+        mine = np.flatnonzero((s_tid == thread) & (j >= 0))
+        mine = mine[step[j[mine]] == s_step[mine]]
+        busy[mine] = reach[j[mine]] > b["time"][segment[mine]]
+    return busy
+
+
+def thread_order(b: dict, depth: np.ndarray, t: TimeOrder, edges: Edges):
+    """A thread's top-level event starts after the latest boundary of any other thread of its
+    step at or before it (of several at one time, the last in lane order)."""
+    tid = b["tid"][t.order]
+    run = np.where(np.r_[True, tid[1:] != tid[:-1]], np.arange(len(tid)), 0)
+    np.maximum.accumulate(run, out=run)  # the place where its thread's run began
+    top = np.flatnonzero(b["start"] & (depth == 1))  # lane positions of top-level starts (few)
+    top = top[np.argsort(t.place[top], kind="stable")]  # in time order
+    at = t.last[t.place[top]]  # the last place at its time
+    # the last place there or before of another thread: that one, or the one before the run
+    j = np.where(tid[at] != b["tid"][top], at, run[at] - 1)
+    found = j >= 0
+    found[found] = b["step"][t.order[j[found]]] == b["step"][top[found]]
+    edges.add(b["node"][t.order[j[found]]], b["node"][top[found]], CODE["waiting", "thread order"], checked=False)
+
+
+class Activities:
+    """The device activities (`critical_path.device_events`: `table`, with their arrays'
+    columns) as arrays: row, step, device, stream, start, end, correlation (-1: none), code
+    (of their work), name_id, node_start, node_end."""
+
+    def __init__(self, gpu: pl.LazyFrame, base: int):
+        self.table, (self.row, self.step, self.device, self.stream, self.start, self.end, self.correlation, self.code,
+                     self.name_id) = with_arrays(
+            gpu, ("row", "step", "device", "stream", "start", "end", "correlation"),
+            code=pl.col("category").replace_strict(GPU_CODE, default=CODE["compute", "device"], return_dtype=pl.Int64),
+            name_id=name_ids())
+        self.node_start = base + 2 * np.arange(len(self.row), dtype=np.int64)
+        self.node_end = self.node_start + 1
+
+    def last_before(self, device, stream, correlation) -> np.ndarray:
+        """Per key: the end node of the last activity on (device, stream) launched before
+        `correlation`; -1 when none."""
+        known = self.launched()
+        j = last_before([self.device[known], self.stream[known]], self.correlation[known], [device, stream],
+                        correlation)
+        return np.where((j >= 0) & (correlation >= 0), self.node_end[known[j]], -1) if len(known) else j
+
+    def first_after(self, device, stream, correlation) -> np.ndarray:
+        """Per key: the start node of the first activity on (device, stream) launched after
+        `correlation`; -1 when none."""
+        known = self.launched()
+        j = first_after([self.device[known], self.stream[known]], self.correlation[known], [device, stream],
+                        correlation)
+        return np.where((j >= 0) & (correlation >= 0), self.node_start[known[j]], -1) if len(known) else j
+
+    def launched(self) -> np.ndarray:
+        """The activities with a correlation id, by (device, stream, correlation)."""
+        known = np.flatnonzero(self.correlation >= 0)
+        return known[np.lexsort((self.correlation[known], self.stream[known], self.device[known]))]
+
+
+def pairs(left: np.ndarray, right: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(i, j) for every left[i] == right[j] ≥ 0, in left's order, then right's."""
+    order = np.argsort(right, kind="stable")
+    keys = right[order]
+    lo, hi = np.searchsorted(keys, left, "left"), np.searchsorted(keys, left, "right")
+    n = np.where(left >= 0, hi - lo, 0)
+    i = np.repeat(np.arange(len(left)), n)
+    j = order[np.repeat(lo, n) + np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n)]
+    return i, j
+
+
+def device_lanes(acts: Activities, split: dict, edges: Edges):
+    """Device work (start → end, or start → arrival → end for a split collective) and
+    stream order (an activity's end → the next one's start on its stream)."""
+    mid = np.full(len(acts.row), -1)
+    mid[split["at"]] = split["node"]
+    whole = mid < 0
+    edges.add(acts.node_start[whole], acts.node_end[whole], acts.code[whole], row=acts.row[whole])
+    edges.add(acts.node_start[~whole], mid[~whole], CODE["waiting", "collective arrival"], row=acts.row[~whole])
+    edges.add(mid[~whole], acts.node_end[~whole], CODE["comm", "device"], row=acts.row[~whole])
+    lane = np.lexsort((acts.end, acts.start, acts.stream, acts.device, acts.step))
+    same = ((acts.step[lane][1:] == acts.step[lane][:-1]) & (acts.device[lane][1:] == acts.device[lane][:-1])
+            & (acts.stream[lane][1:] == acts.stream[lane][:-1]))
+    edges.add(acts.node_end[lane[:-1][same]], acts.node_start[lane[1:][same]], CODE["waiting", "stream order"])
+
+
+def sync_edges(trace: Trace, h: Events, acts: Activities, edges: Edges):
+    """Launch, event-wait and sync edges (see `critical_path.py`)."""
+    calls = np.flatnonzero(h.kind == CALL)
+    i, j = pairs(h.correlation[calls], acts.correlation)
+    edges.add(2 * calls[i], acts.node_start[j], CODE["waiting", "launch"])
+    stream, corr, on, record, device, kind = numbers(
+        trace.marks.lazy().filter(pl.col("cat") == "cuda_sync"), "stream", "correlation", "wait_on_stream",
+        "wait_on_record", device=pl.col("device").fill_null(0).cast(pl.Int64), kind=pl.col("sync_kind"))
+    wait = np.flatnonzero((kind == "Stream Wait Event") & (record >= 0))
+    if len(wait):
+        src = acts.last_before(device[wait], on[wait], record[wait])
+        dst = acts.first_after(device[wait], stream[wait], corr[wait])
+        both = (src >= 0) & (dst >= 0)
+        edges.add(src[both], dst[both], CODE["waiting", "event wait"])
+    blocking = calls[h.sync[calls]]
+    if not (len(blocking) and len(acts.row)):
+        return
+    b_corr, b_end = h.correlation[blocking], 2 * blocking + 1
+    i, j = pairs(b_corr, acts.correlation)  # a synchronous copy waits for its own copy
+    found = [(b_end[i], acts.node_end[j])]
+    i, m = pairs(b_corr, corr)  # the call's cuda_sync records
+    event = (kind[m] == "Event Sync") & (record[m] >= 0)
+    found.append((b_end[i][event], acts.last_before(device[m][event], on[m][event], record[m][event])))
+    synced = (kind[m] == "Stream Sync") & (stream[m] >= 0)
+    found.append((b_end[i][synced], acts.last_before(device[m][synced], stream[m][synced], b_corr[i][synced])))
+    every = blocking[h.device_sync[blocking]]  # waits for the last activity of every stream
+    order = np.lexsort((acts.stream, acts.device))
+    device_of, stream_of = acts.device[order], acts.stream[order]
+    lane = np.r_[True, (device_of[1:] != device_of[:-1]) | (stream_of[1:] != stream_of[:-1])]  # the streams
+    d = np.repeat(every, lane.sum())
+    found.append((2 * d + 1, acts.last_before(np.tile(device_of[lane], len(every)),
+                                              np.tile(stream_of[lane], len(every)), h.correlation[d])))
+    dst, src = (np.concatenate(c) for c in zip(*found))
+    edges.add(src[src >= 0], dst[src >= 0], CODE["waiting", "sync"])
+    unknown = blocking[~np.isin(b_end, dst)]  # no record found, not even one that led nowhere
+    edges.add(*inferred_syncs(unknown, h, acts), CODE["waiting", "sync (inferred)"])
+
+
+def inferred_syncs(calls: np.ndarray, h: Events, acts: Activities) -> tuple[np.ndarray, np.ndarray]:
+    """(src, call end node) for blocking calls without a `cuda_sync` record: the activity
+    launched before the call whose end is the latest within it (few calls)."""
+    by_end = np.argsort(acts.end, kind="stable")
+    ends = acts.end[by_end]
+    src, dst = [], []
+    for call in calls:
+        inside = by_end[np.searchsorted(ends, h.start[call], "left"):np.searchsorted(ends, h.end[call], "right")]
+        inside = inside[(acts.correlation[inside] >= 0) & (acts.correlation[inside] < h.correlation[call])]
+        if len(inside):
+            src.append(acts.node_end[inside[-1]])
+            dst.append(2 * call + 1)
+    return np.array(src, np.int64), np.array(dst, np.int64)
+
+
+def windows(trace: Trace, host_steps: np.ndarray, acts: Activities, first: int) -> dict:
+    """Per step with events: step, begin, finish (ns: its CPU window, stretched to the end of its
+    last device activity; a step without host events: its device span), source, sink (nodes
+    from `first`)."""
+    step, cpu_start, cpu_end = numbers(trace.steps.lazy().sort("step"), "step", "cpu_start", "cpu_end")
+    k = np.minimum(np.searchsorted(step, acts.step), max(len(step) - 1, 0))
+    ours = step[k] == acts.step if len(step) else np.zeros(0, bool)
+    g_start, g_end = np.full(len(step), np.iinfo(np.int64).max), np.full(len(step), NONE)
+    np.minimum.at(g_start, k[ours], acts.start[ours])
+    np.maximum.at(g_end, k[ours], acts.end[ours])
+    has_host, has_gpu = np.isin(step, host_steps), np.bincount(k[ours], minlength=len(step)) > 0
+    keep = has_host | has_gpu
+    begin = np.where(has_host, cpu_start, g_start)
+    finish = np.where(has_host, np.maximum(cpu_end, g_end), g_end)
+    source = first + 2 * np.arange(keep.sum())
+    return {"step": step[keep], "begin": begin[keep], "finish": finish[keep], "source": source, "sink": source + 1}
+
+
+def grouped_sums(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows grouped by equal `keys`, in their order: (a row of each group, the group's sum of
+    `values`)."""
+    order = np.argsort(keys, kind="stable")  # timsort: the keys come in long sorted runs
+    ordered = keys[order]
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]]) if len(order) else order
+    return order[starts], np.add.reduceat(values[order], starts) if len(order) else values[:0]
+
+
+def collective_splits(acts: Activities, arrivals: pl.DataFrame | None, first: int) -> dict:
+    """The collectives whose last rank arrived after they started: at (index into acts), node
+    (from `first`), arrival (ns), late_rank."""
+    none = {"at": np.zeros(0, np.int64), "node": np.zeros(0, np.int64), "arrival": np.zeros(0, np.int64),
+            "late_rank": np.zeros(0, np.int64)}
+    if arrivals is None or not len(acts.row):
+        return none
+    row, arrival, late = numbers(arrivals, "row", "arrival", "late_rank")
+    at, k = pairs(acts.row, row)
+    keep = (arrival[k] > acts.start[at]) & (arrival[k] < acts.end[at])
+    at, k = at[keep], k[keep]
+    return {"at": at, "node": first + np.arange(len(at)), "arrival": arrival[k], "late_rank": late[k]}
+
+
+def build(trace: Trace, host: pl.LazyFrame, gpu: pl.LazyFrame, arrivals: pl.DataFrame | None) -> Graph:
+    """The graph of every step (`critical_path.graph`)."""
+    unrecorded = not (trace.ops["cat"] == "cpu_op").any()  # a lean capture: calls, but no CPU ops
+    h = Events(host)
+    acts = Activities(gpu, 2 * len(h.step))
+    n_nodes = 2 * len(h.step) + 2 * len(acts.row)
+    split = collective_splits(acts, arrivals, n_nodes)
+    n_nodes += len(split["at"])
+    ends = windows(trace, distinct_runs(h.step), acts, n_nodes)
+    times = np.concatenate([np.column_stack([h.start, h.end]).ravel(), np.column_stack([acts.start, acts.end]).ravel(),
+                            split["arrival"], np.column_stack([ends["begin"], ends["finish"]]).ravel()])
+    steps = np.concatenate([np.repeat(h.step, 2), np.repeat(acts.step, 2), acts.step[split["at"]],
+                            np.repeat(ends["step"], 2)])
+    edges = Edges(times, steps)
+    if len(h.step):
+        host_lanes(h, edges, unrecorded)
+    device_lanes(acts, split, edges)
+    if len(h.step):
+        sync_edges(trace, h, acts, edges)
+    # S → a node nothing else leads to, a node that leads nowhere → T: any other S or T edge
+    # would weigh 0 beside a path through real edges weighing ≥ 0, so it could not be heavier
+    e_step = ends["step"]
+    k = np.minimum(np.searchsorted(e_step, steps[:n_nodes]), max(len(e_step) - 1, 0))
+    inner = np.flatnonzero(e_step[k] == steps[:n_nodes]) if len(e_step) else np.zeros(0, np.int64)
+    into, out = edges.degrees(n_nodes)
+    first, last = inner[into[inner] == 0], inner[out[inner] == 0]
+    edges.add(ends["source"][k[first]], first, CODE["waiting", "start"])
+    edges.add(last, ends["sink"][k[last]], CODE["waiting", "end"])
+    u, v, code, event, row = edges.arrays()
+    late = pl.DataFrame({"row": acts.row[split["at"]], "late_rank": split["late_rank"]})
+    return Graph(times, steps, u, v, times[v] - times[u], code, event, row,
+                 pl.DataFrame({c: ends[c] for c in ("step", "source", "sink")}), h.table, acts.table, late)
+
+
+def runs_of(u, v, weight, ends) -> tuple[dict, dict]:
+    """A node with one edge in and one out (not in `ends`) only passes its way on, so each run
+    of edges through such nodes is one edge of their summed weight (host lanes are mostly
+    that). A run is mostly a stretch of consecutive edges (a lane's segments): within a
+    stretch, places and weights are running sums; the stretches of a run are chained by
+    pointer jumping. (stretches — begin (its first edge, an index into u, v), n (edges), head
+    (its run's first edge), before (the run's edges before it) —, runs — head, u, v, w, n).
+    Edges on a cycle of such nodes, which nothing reaches, are left out."""
+    n = int(max(u.max(initial=-1), v.max(initial=-1), *ends, -1)) + 1
+    e = np.arange(len(u))
+    through = (np.bincount(v, minlength=n) == 1) & (np.bincount(u, minlength=n) == 1)
+    through[list(ends)] = False
+    into = np.full(n, -1)
+    into[v[::-1]] = e[::-1]  # the first edge into each node
+    before = np.where(through[u], into[u], -1)  # the edge before e in its run; -1: e is its first
+    begins = (before < 0) | (before != e - 1)
+    stretch = np.cumsum(begins) - 1  # each edge's stretch
+    begin = np.flatnonzero(begins)  # each stretch's first edge
+    end = np.append(begin[1:], len(u))[:len(begin)] - 1  # and its last
+    running = np.cumsum(weight)
+    done = running[begin] - weight[begin]  # the weight before each stretch
+
+    def upto(x):  # the weight of the stretch of each edge at x up to it, it included
+        return running[x] - done[stretch[x]]
+
+    # per stretch: the stretch before it in its run (itself for a run's first), and the edges
+    # and weight of all those before it, by pointer jumping
+    lead = before[begin]
+    parent = np.where(lead >= 0, stretch[np.maximum(lead, 0)], np.arange(len(begin)))
+    count = np.where(lead >= 0, (end - begin + 1)[parent], 0)
+    gained = np.where(lead >= 0, upto(end)[parent], 0)
+    going = np.flatnonzero(parent[parent] != parent)
+    for _ in range(64):
+        if not len(going):
+            break
+        up = parent[going]
+        count[going] += count[up]
+        gained[going] += gained[up]
+        parent[going] = parent[up]
+        going = going[parent[parent[going]] != parent[going]]
+    rooted = lead[parent] < 0  # per stretch: its run has a first edge (it is not on a cycle)
+    last = np.flatnonzero(rooted[stretch] & ~through[v])  # each run's last edge
+    at = stretch[last]
+    head = begin[parent[at]]
+    runs = {"head": head, "u": u[head], "v": v[last], "w": gained[at] + upto(last),
+            "n": count[at] + last - begin[at] + 1}
+    return {"begin": begin[rooted], "n": (end - begin + 1)[rooted], "head": begin[parent][rooted],
+            "before": count[rooted]}, runs
+
+
+def heaviest_paths(times, u, v, weight, sources: list[int], sinks: list[int]) -> list[tuple[list[int], list[int], int]]:
+    """For each (source, sink) pair of disconnected parts of one graph: the heaviest path's
+    nodes, its edges (indices into u, v) and its weight. times, u, v, weight: integer arrays.
+
+    Over the graph of runs (`runs_of`): every edge goes forward in time, so nodes in time
+    order — equal times ordered by how many Δt = 0 edges lead to them — are in topological
+    order, and one pass over the edges in their tail's order gives each node its heaviest way
+    in (max over its in-edges of that of u + weight) before passing it on. A Δt = 0 cycle (it
+    weighs 0) leaves edges that go back in that order: then passes repeat until nothing
+    gains. Of equal ways in, the first edge counts."""
+    times, u, v, weight = (np.asarray(x, np.int64) for x in (times, u, v, weight))
+    stretches, runs = runs_of(u, v, weight, [*sources, *sinks])
+    tu, tv = times[runs["u"]], times[runs["v"]]
+    tied = np.flatnonzero(tu == tv)
+    tied = list(zip(runs["u"][tied].tolist(), runs["v"][tied].tolist()))
+    depth = dict.fromkeys((b for _, b in tied), 0)  # the most Δt = 0 edges into a node, in a row (≤ 64)
+    for _ in range(64 if tied else 0):
+        deeper = False
+        for a, b in tied:
+            if depth.get(a, 0) + 1 > depth[b] and depth[b] < 64:
+                depth[b], deeper = depth.get(a, 0) + 1, True
+        if not deeper:
+            break
+    deep = np.zeros(len(times), np.int64)
+    deep[list(depth)] = list(depth.values())
+    du, dv = deep[runs["u"]], deep[runs["v"]]
+    order = np.lexsort((runs["head"], runs["u"], du, tu))  # by tail: time, then Δt = 0 edges into it
+    backward = bool(((tv == tu) & (dv <= du)).any())
+    tails, heads, weights = (runs[c][order].tolist() for c in ("u", "v", "w"))
+    best, before = [-1] * len(times), [-1] * len(times)  # heaviest way in from a source (-1: none), its edge
+    for source in sources:
+        best[source] = 0
+    gained = True
+    while gained:
+        gained = False
+        for e, tail, to, w in zip(range(len(tails)), tails, heads, weights):
+            way = best[tail]
+            if way >= 0 and way + w > best[to]:
+                best[to], before[to], gained = way + w, e, backward
+    walked = []  # per path, its runs (places in `order`) from source to sink
+    for source, sink in zip(sources, sinks):
+        node, back = sink, []
+        while best[sink] >= 0 and node != source:
+            back.append(before[node])
+            node = tails[before[node]]
+        walked.append(back[::-1])
+    # lay each path's runs out edge by edge: a stretch's edges go where its run's place on the
+    # path and the run's edges before it say
+    runs_on = np.array([r for back in walked for r in back], np.int64)
+    n = runs["n"][order][runs_on]
+    start = np.full(len(u), -1)  # per run on a path, by its first edge: the place of that edge
+    start[runs["head"][order][runs_on]] = np.cumsum(n) - n
+    place = start[stretches["head"]]
+    on = place >= 0
+    length, first, place = stretches["n"][on], stretches["begin"][on], place[on] + stretches["before"][on]
+    inside = np.arange(length.sum()) - np.repeat(np.cumsum(length) - length, length)
+    laid = np.empty(int(n.sum()), np.int64)
+    laid[np.repeat(place, length) + inside] = np.repeat(first, length) + inside
+    cuts = np.cumsum([0, *(int(runs["n"][order][back].sum()) for back in walked)])
+    found = []
+    for k, (source, sink) in enumerate(zip(sources, sinks)):
+        ids = laid[cuts[k]:cuts[k + 1]]
+        found.append((np.r_[source, v[ids]], ids, best[sink]) if best[sink] >= 0 else ([], ids[:0], 0))
+    return found
