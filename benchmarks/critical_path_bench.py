@@ -13,9 +13,10 @@ that the machine's drift hits them alike:
    fresh copy of the trace so that each computes what it needs (`breakdown` its timeline,
    `critical_path` its path; nothing kept is found);
 2. **first look**: the whole command, `tracekit breakdown FILE` against `tracekit
-   critical-path FILE`, the trace's tables in the cache but every analysis' kept table
-   removed before each command (each computes its own timeline or path);
-3. **warm**: the whole command with everything kept (each reads what it keeps).
+   critical-path FILE`, the trace's tables in the cache but every analysis' kept table and
+   every kept answer removed before each command (each computes its own timeline or path);
+3. **warm**: the whole command with everything kept (each reads what it keeps, or prints its
+   kept answer).
 Times are CPU time (the process's, all its threads; a command's with its children) and wall
 time: the machine may be shared. Per trace: the median of the per-round ratios with their
 min–max, and breakdown's median. `--base PYTHON`: the same, in the same rounds, with another
@@ -81,8 +82,9 @@ def run(python: str, args: list, cache: Path) -> tuple[float, float]:
 
 
 def forget_kept(cache: Path) -> None:
-    """Remove the analyses' kept tables (timeline, critical path, ...) from the trace cache."""
-    for kept in cache.glob("*/derived-*"):
+    """Remove from the trace cache what would spare a command its analysis: the analyses' kept
+    tables (timeline, critical path, ...) and the commands' kept answers (`answers/`)."""
+    for kept in [*cache.glob("*/derived-*"), *cache.glob("answers/*")]:
         kept.unlink()
 
 
