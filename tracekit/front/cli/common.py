@@ -126,10 +126,14 @@ def of_ranks(runs, rank: int | None, paths) -> list:
     """[(TraceInfo, analysis result)] of the runs' traces, or of `rank`'s only."""
     found = [(r.info, r.value.value) for run in runs for r in run.results if rank is None or r.info.rank == rank]
     if not found:
-        there = sorted({r.info.rank for run in runs for r in run.results})
-        raise TraceError(", ".join(map(str, paths)) or "the sample trace",
-                         f"no trace of rank {rank} (ranks here: {', '.join(map(str, there))})")
+        raise no_rank(rank, {r.info.rank for run in runs for r in run.results}, paths)
     return found
+
+
+def no_rank(rank: int, there, paths) -> TraceError:
+    """The error of `--rank RANK` where the traces under `paths` are of the ranks `there`."""
+    return TraceError(", ".join(map(str, paths)) or "the sample trace",
+                      f"no trace of rank {rank} (ranks here: {', '.join(map(str, sorted(there)))})")
 
 
 def load_traces(paths, rank: int | None, options: dict) -> list:

@@ -7,9 +7,7 @@ import sys
 
 import click
 
-from tracekit.core.errors import UsageError
-
-from .common import (agg_option, analysed_runs, emit, format_option, inputs, load_options, main, of_ranks,
+from .common import (agg_option, analysed_runs, emit, format_option, inputs, load_options, main, no_rank, of_ranks,
                      paths_argument, peaks_option, per_step, rank_option, render, scope_option,
                      steps_option, table_layout, verb)
 
@@ -161,11 +159,10 @@ def lint(paths, rank, fmt, layout, options, strict):
     from tracekit.core.runs import analyse
 
     per_trace, per_run = analysis(analyse(inputs(paths), partial(checked), **options))
-    there = sorted({t.rank for t, _ in per_trace})
+    there = {t.rank for t, _ in per_trace}
     per_trace = [(t, f) for t, f in per_trace if rank is None or t.rank == rank]
     if not per_trace:
-        raise UsageError(f"--rank {rank}: no trace of rank {rank} in {', '.join(map(str, paths))} "
-                         f"(ranks here: {', '.join(map(str, there))})")
+        raise no_rank(rank, there, paths)
     emit(render_lint(per_trace, per_run, fmt, layout))
     errors = sum(int((f["severity"] == "error").sum()) for _, f in per_trace + per_run)
     if strict and errors:
