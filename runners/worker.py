@@ -354,8 +354,7 @@ def recorded_figures(step, back, cfg: dict, device: torch.device, out: Path, var
     if note:
         log(rank, f"{variant}: recorded in device mode, not cupti: {note}")
     if mode == "cupti":
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp.json.gz")
+        tmp = temporary(path)
         numbers = iter(range(1, steps * len(recorded) + 1))
         write_trace(tmp, capture, [[(next(numbers), marks) for marks in r["wall_marks"]] for r in recorded], device)
         os.replace(tmp, path)
@@ -430,8 +429,7 @@ def record_steps(step, cfg: dict, device: torch.device, mode: str | None, steps:
     prof = contextlib.nullcontext()
     kineto = mode not in (None, "cupti")
     if kineto:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp.json.gz")
+        tmp = temporary(path)
         prof = profiler(device, mode, steps, cfg["with_stack"], lambda p: p.export_chrome_trace(str(tmp)))
     clocks, counts = [], []
     with without_gc_pauses(), prof:
@@ -464,6 +462,13 @@ def record_steps(step, cfg: dict, device: torch.device, mode: str | None, steps:
     phases = columns([c.ms() for c in clocks], PHASES[:3])
     return {"mode": mode, "step_ms": phases["device" if device.type == "cuda" else "host"]["step"],
             "phase_ms": phases, "runtime_counts_per_step": counts, "wall_marks": [c.wall_marks() for c in clocks]}
+
+
+def temporary(path: Path) -> Path:
+    """Where a trace is written before it is renamed to `path` (its folder made): a reader never
+    sees half a trace."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path.with_name(f".{path.name}.{os.getpid()}.tmp.json.gz")
 
 
 class CaptureUnavailable(Exception):
