@@ -15,6 +15,7 @@ and device tables for the edges of the path only (`critical_path.edge_table`).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -338,19 +339,21 @@ class Activities:
     def last_before(self, device, stream, correlation) -> np.ndarray:
         """Per key: the end node of the last activity on (device, stream) launched before
         `correlation`; -1 when none."""
-        known = self.launched()
-        j = last_before([self.device[known], self.stream[known]], self.correlation[known], [device, stream],
-                        correlation)
-        return np.where((j >= 0) & (correlation >= 0), self.node_end[known[j]], -1) if len(known) else j
+        return self.beside(last_before, self.node_end, device, stream, correlation)
 
     def first_after(self, device, stream, correlation) -> np.ndarray:
         """Per key: the start node of the first activity on (device, stream) launched after
         `correlation`; -1 when none."""
-        known = self.launched()
-        j = first_after([self.device[known], self.stream[known]], self.correlation[known], [device, stream],
-                        correlation)
-        return np.where((j >= 0) & (correlation >= 0), self.node_start[known[j]], -1) if len(known) else j
+        return self.beside(first_after, self.node_start, device, stream, correlation)
 
+    def beside(self, find, nodes, device, stream, correlation) -> np.ndarray:
+        """`nodes` of the activity `find` (`last_before` or `first_after`) picks per key among the
+        launched ones on (device, stream); -1 when none."""
+        known = self.launched
+        j = find([self.device[known], self.stream[known]], self.correlation[known], [device, stream], correlation)
+        return np.where((j >= 0) & (correlation >= 0), nodes[known[j]], -1) if len(known) else j
+
+    @functools.cached_property
     def launched(self) -> np.ndarray:
         """The activities with a correlation id, by (device, stream, correlation)."""
         known = np.flatnonzero(self.correlation >= 0)
