@@ -26,8 +26,10 @@ from tracekit.core.errors import TracekitError
 # NVLink multicast off: NCCL NVLS, PyTorch symmetric memory, NVSHMEM (shared machines).
 MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 # cupti mode's rounds (C R C R … C): a round's recorded block is weighed against the control
-# blocks right beside it, which a host whose speed drifts for seconds moves with it
-PROFILE_ROUNDS = 5
+# blocks right beside it, which a host whose speed drifts for seconds moves with it. One round's
+# ratio still moves ±11 % (sd of 45 rounds on one H200): the median of 5 read > 1.10 by noise alone
+# in 8 % of variants, of 9 in 3 % (resampled; docs/profile.md)
+PROFILE_ROUNDS = 9
 # Workers are forked from one server process that has imported torch, dynamo and the worker
 # (seconds of imports, once per run instead of once per worker and per fresh start). The server
 # is a fresh interpreter, not this process: nothing of the launcher's state (an initialised CUDA
