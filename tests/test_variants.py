@@ -5,7 +5,8 @@ against its statistical promise (coverage of a known distribution's median)."""
 import numpy as np
 import pytest
 
-from tracekit.analyses.noise import delta_ci, drift, drift_words, median_ci, pooled, repeats_delta_ci, verdict
+from tracekit.analyses.noise import (delta_ci, drift, drift_words, median_ci, pooled, repeats_delta_ci, t975,
+                                     t_upper_tail, verdict)
 from tracekit.analyses.capacity import capacity_table
 from tracekit.analyses.checks import parity_check
 from tracekit.analyses.variants import checkpoint_columns, recompile_ms, variant_table
@@ -22,6 +23,18 @@ def ar1(rng, n: int, rho: float) -> np.ndarray:
     for i in range(1, n):
         x[i] = rho * x[i - 1] + np.sqrt(1 - rho ** 2) * rng.normal()
     return 100 + x
+
+
+def test_the_t_quantile_is_scipys():
+    """`t975` and the t tail it solves against scipy's (the oracle the code no longer imports),
+    integer and fractional (Welch) degrees of freedom; below 1 df counts as 1. (At 1e6 df the
+    log-gamma differences leave the tail good to 1e-9, far below what an interval shows.)"""
+    special = pytest.importorskip("scipy.special")
+    for df in [*np.arange(1, 40, 0.25), 57.3, 100, 1e3, 1e6]:
+        assert t975(float(df)) == pytest.approx(float(special.stdtrit(df, 0.975)), rel=1e-9)
+        for t in (0.0, 0.3, 1.0, 2.5, 12.0):
+            assert t_upper_tail(t, float(df)) == pytest.approx(float(special.stdtr(df, -t)), rel=1e-8)
+    assert t975(0.5) == t975(1.0) == pytest.approx(12.7062047, rel=1e-7)
 
 
 def test_the_median_interval_covers_the_true_median_about_95_percent_of_the_time():
