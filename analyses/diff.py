@@ -39,7 +39,7 @@ from tracekit.analyses.critical_path import on_path
 from tracekit.analyses.flops import kernel_work
 from tracekit.analyses.phases import RUNNER_PHASE, fsdp_phase, launch_context
 from tracekit.analyses.syncs import host_syncs
-from tracekit.analyses.timeline import outermost, timeline, unshared
+from tracekit.analyses.timeline import kept, outermost, timeline, unshared
 from tracekit.core.errors import TraceError
 from tracekit.core.model import Trace
 from tracekit.core.names import kernel_identity
@@ -207,6 +207,13 @@ def device_of(trace: Trace) -> str:
 
 
 def material(trace: Trace, by: str = "kernel") -> Material:
+    """The trace's side of a diff in view `by`: its step times and its items, syncs and
+    collectives per step. Made once per trace and view (in memory): a report diffs its base
+    against every other variant."""
+    return kept(trace, ("diff-material", by), lambda: made_material(trace, by))
+
+
+def made_material(trace: Trace, by: str) -> Material:
     key = VIEWS[by]
     items = all_items(trace)
     if by == "fsdp":
@@ -226,9 +233,14 @@ def material(trace: Trace, by: str = "kernel") -> Material:
 
 def path_and_work(trace: Trace) -> pl.DataFrame:
     """row (into trace.gpu), cp_ns (its time on its step's critical path, `critical_path.py`),
-    flops (`flops.py`; null: unknown or no formula) and busy_ns (its duration)."""
+    flops (`flops.py`; null: unknown or no formula) and busy_ns (its duration). Kept with the
+    trace (`timeline.kept`)."""
     if not trace.has_gpu:
         return pl.DataFrame(schema={"row": pl.UInt32, "cp_ns": pl.Int64, "flops": pl.Float64, "busy_ns": pl.Int64})
+    return kept(trace, "diff-path-work", lambda: made_path_and_work(trace))
+
+
+def made_path_and_work(trace: Trace) -> pl.DataFrame:
     gpu = trace.gpu.with_row_index("row").select("row", busy_ns=pl.col("end") - pl.col("start"))
     return (gpu.join(on_path(trace).select(pl.col("row").cast(pl.UInt32), "cp_ns"), on="row", how="left")
             .join(kernel_work(trace).select("row", "flops"), on="row", how="left")
