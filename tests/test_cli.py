@@ -58,3 +58,11 @@ def test_csv_and_md_and_table():
     assert md[0].startswith("| path") and len(md) == 4
     assert "collectives.all_gather" in run("summary", "--wide", FSDP2)
     assert "collectives.all_gather" not in run("summary", FSDP2)
+
+
+def test_profile_help_gives_the_rounds_the_runner_uses():
+    """`--profile-rounds`' help states the default the launcher applies (`PROFILE_ROUNDS`)."""
+    from tracekit.runners.launch import PROFILE_ROUNDS
+
+    result = CliRunner().invoke(main, ["profile", "--help"], terminal_width=400)
+    assert f"[default: {PROFILE_ROUNDS} in cupti mode" in " ".join(result.output.split())

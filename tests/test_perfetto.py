@@ -94,6 +94,28 @@ def test_diff_export_aligns_both_sides(tmp_path):
     assert any("chunk_cat" in n for n in item_tracks)
 
 
+def test_diff_export_of_steps_that_start_late_in_their_traces(tmp_path):
+    """A recording in rounds (`tests/data/h200x1-cupti`): its median steps start more than 1 s
+    into the trace (they ended at 1 s before); both sides' compared step spans still start at
+    one time, and no event lies before 0."""
+    run = DATA / "h200x1-cupti"
+    out = tmp_path / "diff.pftrace"
+    result = CliRunner().invoke(main, ["export", "--diff", str(run), "fsdp1", "fsdp2", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    tracks, events = decode(out)
+    span_tracks = {u for u, t in tracks.items() if t.name.startswith("tracekit: GPU span")}
+    a, b = (tracekit.load(run / v / "rank0.pt.trace.json.gz") for v in ("fsdp1", "fsdp2"))
+    late = max(t.gpu.filter(pl.col("step") == s)["start"].min() for t in (a, b) for s in t.steps["step"])
+    assert late > 1_000_000_000  # what the test is about
+    begins = [e for e in events if e.track_event.type == TrackEvent.TYPE_SLICE_BEGIN]
+    assert min(e.timestamp for e in begins) >= 0
+    starts = Counter(e.timestamp for e in begins if e.track_event.track_uuid in span_tracks)
+    processes = {t.process.process_name for t in tracks.values() if t.HasField("process")}
+    assert {"A fsdp1 · rank 0", "B fsdp2 · rank 0"} <= processes
+    # each side's compared step is one span slice at the common start
+    assert max(starts.values()) == 2 and min(starts) >= 0
+
+
 def test_bad_input_writes_nothing(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text('{"traceEvents": [')

@@ -272,22 +272,26 @@ def export_diff(a_traces: list[Trace], b_traces: list[Trace], diff: RunDiff, lab
     """A and B as two groups of processes, each rank's step span starting at the same time,
     with a track per top GPU diff item (largest |delta| over all ranks, idle left out) marking
     where its activities ran on each side. The diffs (`diff.diff_runs`) carry each side's items."""
-    base = 1_000_000_000  # both sides' step spans start at 1 s
     by_rank = {d.rank: d for d in diff.per_rank}
     top_items = diff.together.all_items.filter(pl.col("kind") != "idle").head(top)
+    sides = [(side, trace, label) for side, traces, label in (("a", a_traces, labels[0]), ("b", b_traces, labels[1]))
+             for trace in traces]
+
+    def span_start(side: str, trace: Trace) -> int:
+        shown = by_rank.get(trace.rank, diff.together)
+        return trace.gpu.filter(pl.col("step") == (shown.a_step if side == "a" else shown.b_step))["start"].min()
+    starts = {id(trace): span_start(side, trace) for side, trace, _ in sides}
+    # every side's step span starts at one time: 1 s, or later where a step starts later into its
+    # trace (a recording in rounds), so that no event lands before 0
+    base = max(1_000_000_000, *starts.values())
 
     def write(writer):
-        for side, traces, label in (("a", a_traces, labels[0]), ("b", b_traces, labels[1])):
-            for trace in traces:
-                shown = by_rank.get(trace.rank, diff.together)
-                step = shown.a_step if side == "a" else shown.b_step
-                span_start = trace.gpu.filter(pl.col("step") == step)["start"].min()
-                shift = base - span_start  # on the trace's own times
-                write_trace(writer, trace, f"{side.upper()} {label} · rank {trace.rank}",
-                            shift - trace.origin_us * 1000)
-                if trace.rank in by_rank:
-                    _item_tracks(writer, trace, shown.a_items if side == "a" else shown.b_items, top_items, side,
-                                 shift)
+        for side, trace, label in sides:
+            shown = by_rank.get(trace.rank, diff.together)
+            shift = base - starts[id(trace)]  # on the trace's own times
+            write_trace(writer, trace, f"{side.upper()} {label} · rank {trace.rank}", shift - trace.origin_us * 1000)
+            if trace.rank in by_rank:
+                _item_tracks(writer, trace, shown.a_items if side == "a" else shown.b_items, top_items, side, shift)
     write_atomically(out, write)
 
 

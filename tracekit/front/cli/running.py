@@ -53,7 +53,7 @@ from .comparing import show_report
 @click.option("--profile-rounds", type=int, default=None,
               help="cupti mode: capture the recorded steps in this many rounds, each between two blocks of the same "
                    "steps unprofiled (C R C R ... C), one trace holding every round's steps; what the recording cost "
-                   "is then measured against the steps run right beside it [default: 5 in cupti mode; 1, the only "
+                   "is then measured against the steps run right beside it [default: 9 in cupti mode; 1, the only "
                    "choice, in the others].")
 @click.option("--repeats", type=int, default=1, show_default=True,
               help="Run the whole variant matrix this many times, the order alternated (A B, B A, ...); the "
