@@ -89,3 +89,50 @@ def test_check_ends_with_one_verdict_line(tmp_path):
     assert result.exit_code == 1
     assert result.stdout.splitlines()[-1] == f"all {len(doc['counts'])} counts match, 1 of {len(doc['parity'])} " \
                                              "parity figures differ"
+
+
+TRACELENS_QWEN = DATA / "wild" / "tracelens" / "h100" / "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
+
+
+def table_rows(text: str) -> list[list[str]]:
+    """A table's rows, each the lines it takes (a row starts where its first column has text)."""
+    lines = text.splitlines()
+    body = lines[[i for i, line in enumerate(lines) if line.startswith("─")][0] + 1:]
+    rows = []
+    for line in body:
+        if line[:1] != " " or line.lstrip()[:1].isdigit() and line[:4].strip():
+            rows.append([line])
+        else:
+            rows[-1].append(line)
+    return rows
+
+
+def enclosing_names(path, api: str) -> list[str]:
+    """From the trace file itself: the names of the events on the thread of the (first) `api`
+    call that enclose it, innermost first (ProfilerStep#N left out, as syncs' blame does)."""
+    import gzip
+
+    events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+    spans = [e for e in events if e.get("ph") == "X" and "dur" in e]
+    call = next(e for e in spans if e["name"] == api)
+    inside = [e for e in spans if e is not call and e.get("cat") != "cuda_runtime" and e["tid"] == call["tid"]
+              and e["pid"] == call["pid"] and e["ts"] <= call["ts"] and e["ts"] + e["dur"] >= call["ts"] + call["dur"]
+              and not e["name"].startswith("ProfilerStep#")]
+    return [e["name"] for e in sorted(inside, key=lambda e: (-e["ts"], e["ts"] + e["dur"]))]
+
+
+def test_a_syncs_row_takes_two_lines_its_whole_blame_chain_in_json_and_wide():
+    """TraceLens' traces blame a sync on 20-odd enclosing ops and Python frames: the table row
+    shows the innermost and how many more, in one or two lines; json and --wide the whole chain."""
+    chain = enclosing_names(TRACELENS_QWEN, "cudaStreamSynchronize")
+    assert len(chain) > 10
+    rows = [r for r in table_rows(run("syncs", TRACELENS_QWEN)) if "cudaStreamSynchronize" in r[0]]
+    assert rows and all(len(r) <= 2 for r in rows)
+    shown = " ".join(" ".join(r) for r in rows)
+    assert chain[0] in shown and f"… {len(chain) - 2} more" in shown
+    doc = json.loads(run("syncs", "--format", "json", TRACELENS_QWEN))
+    blamed = [c["blame"] for s in doc["traces"][0]["steps"] for c in s["calls"] if c["api"] == "cudaStreamSynchronize"]
+    assert blamed == [chain]
+    wide = [r for r in table_rows(run("syncs", "--wide", "--columns", "api,blame", TRACELENS_QWEN, columns=2000))
+            if "cudaStreamSynchronize" in r[0]]
+    assert wide[0][0].split(None, 1)[1] == " < ".join(chain)

@@ -27,6 +27,7 @@ class View:
     shares: dict = field(default_factory=dict)  # shown name → (part column, whole column)
     aliases: dict = field(default_factory=dict)  # raw column → shown name (before the unit suffix)
     kernel_names: tuple[str, ...] = ()  # raw columns of kernel names, shown without `void`, namespaces, arguments
+    chains: tuple[str, ...] = ()  # raw columns of blame chains (names joined by " < "), shown short
     varied: tuple[str, ...] = ("run", "step")  # default columns shown only when they take more than one value
     empty: str = "no figures in these traces"  # the table's one line when no row has a figure
     implied: dict = field(default_factory=dict)  # default column → the column that says it already
@@ -62,6 +63,7 @@ VIEWS = {
     "syncs": View(("run", "rank", "step", "agg", "api", "count", "blocked_ms", "gpu_idle_ms", "blame"),
                   aliases={"calls.api": "api", "calls.count": "count", "calls.blocked_ns": "blocked_ns",
                            "calls.gpu_idle_ns": "gpu_idle_ns", "calls.blame": "blame", "calls.chains": "chains"},
+                  chains=("calls.blame",),
                   empty="no host-blocking calls (cudaDeviceSynchronize, cudaStreamSynchronize, …) in these traces"),
     "comms": View(("run", "rank", "step", "agg", "pg", "kind", "dtype", "device", "stream", "count", "bytes", "kernel_ms",
                    "exposed_ms", "busbw_gbps", "wait_ms"),
@@ -154,6 +156,24 @@ def short_kernel_name(name: pl.Expr) -> pl.Expr:
         shown.str.slice(0, 32) + "…" + shown.str.slice(-(LONGEST - 33))).otherwise(shown)
 
 
+CHAIN = 52  # characters of a blame chain's names in a table: with `… N more`, one or two lines of its column
+
+
+def short_chain(chain: pl.Expr) -> pl.Expr:
+    """A blame chain (names joined by " < ", innermost first) as a table shows it: a Python
+    frame by its file and function (`profile.py(34): run_torch_profiler`, not its whole path),
+    the innermost names that fit in `CHAIN` characters (the first one always, its middle elided
+    past them), then how many more there are (`< … 13 more`; the whole chain: `--wide`, json, csv)."""
+    names = chain.str.split(" < ").list.eval(pl.element().str.replace(r"^\S*/(\S+\.py\(\d+\): )", "${1}"))
+    fits = ((pl.element().str.len_chars() + 3).cum_sum() <= CHAIN + 3) | (pl.int_range(pl.len()) == 0)
+    kept = names.list.eval(pl.element().filter(fits))
+    more = names.list.len() - kept.list.len()
+    text = kept.list.join(" < ")
+    text = pl.when(text.str.len_chars() > CHAIN).then(
+        text.str.slice(0, CHAIN - 12) + "…" + text.str.slice(-11)).otherwise(text)
+    return pl.when(more > 0).then(pl.format("{} < … {} more", text, more)).otherwise(text)
+
+
 def size_text(n: int) -> str:
     """A byte count as the tables show it."""
     return pl.select(human_bytes(pl.lit(n, pl.Int64))).item()
@@ -165,6 +185,8 @@ def in_units(raw: str, dtype, view: View, wide: bool = False) -> pl.Expr:
     col = pl.col(raw)
     if raw in view.kernel_names and not wide:
         return short_kernel_name(col)
+    if raw in view.chains and not wide:
+        return short_chain(col)
     if not dtype.is_numeric():
         return col
     if raw.rsplit(".", 1)[-1] == "ns" or raw.endswith("_ns"):
