@@ -136,3 +136,65 @@ def test_a_syncs_row_takes_two_lines_its_whole_blame_chain_in_json_and_wide():
     wide = [r for r in table_rows(run("syncs", "--wide", "--columns", "api,blame", TRACELENS_QWEN, columns=2000))
             if "cudaStreamSynchronize" in r[0]]
     assert wide[0][0].split(None, 1)[1] == " < ".join(chain)
+
+
+def column_pieces(text: str, name: str) -> list[list[str]]:
+    """Per table row, the text of column `name` on each of its lines (its extent: its rule)."""
+    import re
+
+    lines = text.splitlines()
+    rule = next(line for line in lines if line.startswith("─"))
+    extents = [m.span() for m in re.finditer("─+", rule)]
+    start, end = next((a, b) for a, b in extents if lines[0][a:b].strip() == name)
+    return [[line[start:end].strip() for line in row if line[start:end].strip()] for row in table_rows(text)]
+
+
+def mid_word_breaks(pieces: list[str], names: set[str]) -> list[str]:
+    """The line breaks of a cell (its `pieces`, one a line) that are neither at a space of its
+    name (one of `names`) nor after one of `._:/<,(-` nor between a lower-case letter and a
+    capital; None when the cell is none of the names."""
+    for name in names:
+        bad, pos = [], 0
+        for a, b in zip(pieces, pieces[1:] + [None]):
+            if not name.startswith(a, pos):
+                break
+            pos += len(a)
+            if b is None:
+                return bad if pos == len(name) else None
+            if name.startswith(" ", pos):
+                pos += 1
+            elif not (a.endswith(tuple("._:/<,(-")) or a[-1].islower() and b[0].isupper()):
+                bad.append(f"{a}|{b}")
+    return None
+
+
+def shown_names(kind: str, doc) -> set[str]:
+    """The names the table shows (kernel names short, as the table's views make them)."""
+    import polars as pl
+
+    from tracekit.front.views import short_kernel_name
+
+    if kind == "diff":
+        return {i["name"] for i in doc["items"]}
+    field = {"critical-path": "items", "kernels": "kernels"}[kind]
+    full = [i["name"] for t in doc["traces"] for s in t["steps"] for i in s[field] or []]
+    return set(pl.DataFrame({"n": full}, schema={"n": pl.String}).select(short_kernel_name(pl.col("n")))["n"])
+
+
+@pytest.mark.parametrize("args", [
+    ("critical-path", DATA / "h200x2-small" / "fsdp1"), ("kernels", "--agg", "mean", DATA / "h200x2-small"),
+    ("diff", "--ranks", "mean", DATA / "h200x2-small" / "ddp", DATA / "h200x2-small" / "fsdp1"),
+], ids=["critical-path", "kernels", "diff"])
+def test_names_break_at_boundaries_not_mid_identifier(args):
+    """At 100 columns a name too long for its column breaks at a space, after `.`, `::`, `_`,
+    `<`… or between camel-case words (`FullyShardedDataParallel.` over `_post_backward_hook`,
+    never `FullyShardedDataParallel._po` over `st_backward_hook`)."""
+    text, doc = run(*args), json.loads(run(*args, "--format", "json"))
+    if args[0] == "diff":
+        text = text[text.index("kind     name"):].split("\n\n")[0]
+    names = shown_names(args[0], doc) | {f"{n} more items" for n in range(1000)}
+    cells = [p for p in column_pieces(text, "name") if len(p) > 1]
+    assert cells
+    found = {" / ".join(p): mid_word_breaks(p, names) for p in cells}
+    assert all(v is not None for v in found.values()), [k for k, v in found.items() if v is None]
+    assert not [v for v in found.values() if v], found

@@ -293,6 +293,36 @@ def header_pieces(name: str, size: int) -> list[str]:
     return lines
 
 
+# Where a word too long for its line breaks: after `::`, `.`, `_` (not `._`: after its dot), `/`, `<`,
+# `,`, `(`, `:`, `-`, or between a lower-case letter and a capital (`cudaDevice|Synchronize`).
+BREAKS = re.compile(r"::|[./<,(:\-]|(?<!\.)_|(?<=[a-z])(?=[A-Z])")
+PIECE = 4  # the fewest characters of a word put at the end of a line before the rest of it
+
+
+def wrapped(text: str, width: int) -> list[str]:
+    """`text` in lines of at most `width`, filled word by word: a word that does not fit the
+    line's rest starts the next line; one longer than a line is broken at its last boundary
+    that fits (`BREAKS`: `FullyShardedDataParallel.` over `_pre_forward`), mid-identifier only
+    where no boundary leaves a third of a line."""
+    lines, line = [], ""
+    for word in text.split():
+        while word:
+            sep = " " if line else ""
+            room = width - len(line) - len(sep)
+            if len(word) <= room:
+                line, word = line + sep + word, ""
+                continue
+            cut = max((m.end() for m in BREAKS.finditer(word) if m.end() <= room), default=0)
+            if line and (cut < PIECE or len(word) <= width):
+                lines.append(line)  # the word starts the next line
+                line = ""
+                continue
+            cut = cut if cut >= width / 3 or line else width
+            lines.append(line + sep + word[:cut])
+            line, word = "", word[cut:]
+    return lines + [line] if line or not lines else lines
+
+
 def table_text(frame: pl.DataFrame, width: int | None = None) -> str:
     """The frame as an aligned plain table (numbers right, text left, a rule under the names),
     two spaces between columns. When it is wider than `width` (default: the terminal's), first
@@ -337,8 +367,7 @@ def table_text(frame: pl.DataFrame, width: int | None = None) -> str:
                 for k in range(max(map(len, pieces)))]
 
     def row_lines(row: list[str]) -> list[str]:
-        return lines([textwrap.wrap(t, sizes[i], break_on_hyphens=False) or [""] if i in wrap else [t]
-                      for i, t in enumerate(row)])
+        return lines([wrapped(t, sizes[i]) if i in wrap else [t] for i, t in enumerate(row)])
 
     out = lines(heads) + ["  ".join("─" * s for s in sizes)]
     for row in zip(*texts):
