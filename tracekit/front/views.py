@@ -1,7 +1,8 @@
 """What the `table` format shows of each verb's frame: a compact default column set (the few
 figures a person reads first), `--columns a,b,…` to choose, `--wide` for every column.
 
-Only the terminal table is shaped here; json/csv/md keep every column in ns and bytes. In the
+Only the terminal table is shaped here (and Markdown takes its short names, `render.markdown`);
+json/csv keep every column in ns and bytes. In the
 table, `*_ns` columns are shown as `*_ms` (3 decimals), byte counts as GiB/MiB/KiB, and a
 view's shares (`*_pct`) are a part over the step's span × 100 (docs/metrics.md, "Tables").
 Long text wraps within the terminal width (`COLUMNS`), never cut. To show more of a verb by
@@ -28,6 +29,7 @@ class View:
     aliases: dict = field(default_factory=dict)  # raw column → shown name (before the unit suffix)
     kernel_names: tuple[str, ...] = ()  # raw columns of kernel names, shown without `void`, namespaces, arguments
     chains: tuple[str, ...] = ()  # raw columns of blame chains (names joined by " < "), shown short
+    prose: tuple[str, ...] = ()  # raw columns of sentences: whole in Markdown, where long names are elided
     varied: tuple[str, ...] = ("run", "step")  # default columns shown only when they take more than one value
     empty: str = "no figures in these traces"  # the table's one line when no row has a figure
     implied: dict = field(default_factory=dict)  # default column → the column that says it already
@@ -79,7 +81,7 @@ VIEWS = {
                               "tflops", "pct_peak")},
                     kernel_names=("kernels.name",), empty=DEVICE_ONLY.format("kernels lists"),
                     implied={"coll_kind": "name", "category": "name"}),  # a kernel's name says what it is
-    "lint": View(("run", "rank", "severity", "kind", "count", "step", "detail")),
+    "lint": View(("run", "rank", "severity", "kind", "count", "step", "detail"), prose=("detail",)),
     "critical-path": View(("run", "rank", "step", "agg", "span_ms", "host_pct", "gpu_pct", "comm_pct", "wait_pct",
                            "category", "name", "ms"),
                           {"host_pct": ("host_ns", "span_ns"), "gpu_pct": ("compute_ns", "span_ns"),
