@@ -97,7 +97,7 @@ def render_frame(frame: pl.DataFrame, fmt: str, view: str | None = None, layout:
                                    for c, t in frame.schema.items() if t == pl.List(pl.Float64))
     frame = flattened(frame)
     if fmt == "csv":
-        return frame.write_csv()
+        return with_whole_counts(frame).write_csv()
     if fmt == "table":
         shown = VIEWS.get(view, View())
         table = with_figures(chosen(frame, shown, layout))
@@ -109,6 +109,24 @@ def render_frame(frame: pl.DataFrame, fmt: str, view: str | None = None, layout:
                 c for c in shown.default if c not in shown.telling)), layout)))
         return text
     return markdown(frame, VIEWS.get(view, View()))
+
+
+def with_whole_counts(frame: pl.DataFrame) -> pl.DataFrame:
+    """With a statistic row (`agg`): a float column whose values in the steps' rows are all
+    whole — a count, made a float by a mean such as 4.5 — written with its whole values as
+    integers (`4`, not `4.0`; the mean's `4.5` as it is)."""
+    if "agg" not in frame.columns:
+        return frame
+    steps = frame.filter(pl.col("agg").is_null())
+
+    def whole(c: str) -> bool:
+        values = steps[c].drop_nulls()
+        return values.len() > 0 and values.eq(values.round(0)).all()
+
+    counts = [c for c, t in frame.schema.items() if t.is_float() and whole(c)]
+    return frame.with_columns(
+        pl.when(pl.col(c) == pl.col(c).round(0)).then(pl.col(c).cast(pl.Int64).cast(pl.String))
+        .otherwise(pl.col(c).cast(pl.String)).alias(c) for c in counts)
 
 
 def interval_text(bounds, sign: str = "") -> str:
