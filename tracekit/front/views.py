@@ -200,7 +200,8 @@ def in_units(raw: str, dtype, view: View, wide: bool = False) -> pl.Expr:
 
 def catalogue(frame: pl.DataFrame, view: View, wide: bool = False) -> dict[str, pl.Expr]:
     """Every column the table can show, by shown name: the frame's own, its run (the trace's
-    directory) and the view's shares."""
+    directory; its file's name where two files of the folder claim one rank, after the folder
+    where two folders hold files of that name) and the view's shares."""
     out = {shown_name(c, view): in_units(c, t, view, wide).alias(shown_name(c, view)) for c, t in frame.schema.items()}
     if "path" in frame.columns:  # a trace file's folder; its own name where two files of one rank share one
         path = pl.col("path").str.replace(r"/+$", "")
@@ -208,6 +209,8 @@ def catalogue(frame: pl.DataFrame, view: View, wide: bool = False) -> dict[str, 
         folder = pl.when(file).then(path.str.extract(r"([^/]+)/[^/]+$", 1)).otherwise(path.str.extract(r"([^/]+)$", 1))
         same = ["rank"] if "rank" in frame.columns else []
         own = path.str.extract(r"([^/]+)$", 1).str.replace(r"(\.pt)?(\.trace)?\.json(\.gz)?$", "")
+        own = pl.when(pl.col("path").n_unique().over(own.fill_null("")) > 1).then(  # one name in two folders
+            pl.format("{}/{}", folder, own)).otherwise(own)
         out["run"] = (pl.when(file & (pl.col("path").n_unique().over(folder.fill_null(""), *same) > 1)).then(own)
                       .otherwise(folder).alias("run"))
     for name, (part, whole) in view.shares.items():
