@@ -230,3 +230,15 @@ def test_names_break_at_boundaries_not_mid_identifier(args):
     found = {" / ".join(p): mid_word_breaks(p, names) for p in cells}
     assert all(v is not None for v in found.values()), [k for k, v in found.items() if v is None]
     assert not [v for v in found.values() if v], found
+
+
+def test_a_host_item_named_with_its_arguments_keeps_them():
+    """`critical-path` shows its items' names short as kernel names; the TensorBoard plugin's
+    ResNet-50 steps spend most host time in `enumerate(DataLoader)#_SingleProcessDataLoaderIter.
+    __next__`, which was shown as `enumerate`."""
+    path = DATA / "wild" / "tensorboard-plugin" / "resnet50_num_workers_0"
+    names = {i["name"] for t in json.loads(run("critical-path", "--format", "json", path))["traces"]
+             for s in t["steps"] for i in s["items"]}
+    assert "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__" in names
+    cells = [" ".join(p) for p in column_pieces(run("critical-path", path), "name")]
+    assert "enumerate" not in cells and any(c.startswith("enumerate(DataLoader)#") for c in cells)

@@ -143,7 +143,8 @@ def short_kernel_name(name: pl.Expr) -> pl.Expr:
     """A kernel's base name, as `nsys stats` shows it: no `void `, anonymous namespaces or
     `at::native::`, no template or argument lists; a generic launcher keeps the head of its
     first template argument (`cutlass::Kernel2<cutlass_80_wmma_tensorop_bf16_s161616gemm_…>`,
-    `vectorized_elementwise_kernel<…FillFunctor>` keeps its functor's name); past `LONGEST`
+    `vectorized_elementwise_kernel<…FillFunctor>` keeps its functor's name; a host op of the
+    critical path named `enumerate(DataLoader)#…` keeps its whole name); past `LONGEST`
     characters the middle is elided (the full name: `--wide`, json, csv, md)."""
     clean = (name.str.replace(r"^void ", "").str.replace_all(r"\(anonymous namespace\)::", "")
              .str.replace_all(r"\bat::native::", ""))
@@ -153,7 +154,7 @@ def short_kernel_name(name: pl.Expr) -> pl.Expr:
     shown = (pl.when(base.str.contains(LAUNCHERS) & functor.is_not_null()).then(base + "<" + functor + ">")
              .when(base.str.contains(LAUNCHERS) & argument.is_not_null()).then(base + "<" + argument + ">")
              .otherwise(base))
-    shown = pl.when(shown.is_null() | (shown == "")).then(name).otherwise(shown)
+    shown = pl.when(shown.is_null() | (shown == "") | clean.str.contains(r"\)#")).then(clean).otherwise(shown)
     return pl.when(shown.str.len_chars() > LONGEST).then(  # generated names (Tensile's `Cijk_…`): the middle elided
         shown.str.slice(0, 32) + "…" + shown.str.slice(-(LONGEST - 33))).otherwise(shown)
 
