@@ -154,7 +154,8 @@ def short_kernel_name(name: pl.Expr) -> pl.Expr:
     shown = (pl.when(base.str.contains(LAUNCHERS) & functor.is_not_null()).then(base + "<" + functor + ">")
              .when(base.str.contains(LAUNCHERS) & argument.is_not_null()).then(base + "<" + argument + ">")
              .otherwise(base))
-    shown = pl.when(shown.is_null() | (shown == "") | clean.str.contains(r"\)#")).then(clean).otherwise(shown)
+    annotation = clean.str.contains(r"^[A-Za-z_][\w.]*\([^()<>]*\)#")  # `enumerate(DataLoader)#…`: no kernel
+    shown = pl.when(shown.is_null() | (shown == "") | annotation).then(clean).otherwise(shown)
     return pl.when(shown.str.len_chars() > LONGEST).then(  # generated names (Tensile's `Cijk_…`): the middle elided
         shown.str.slice(0, 32) + "…" + shown.str.slice(-(LONGEST - 33))).otherwise(shown)
 
