@@ -373,7 +373,7 @@ def test_diff_of_one_trace_with_one_of_another_rank():
     a, b = folder / "control" / "control.json.gz", folder / "test" / "test.json.gz"
     result = cli("diff", "--format", "json", a, b)
     assert result.exit_code == 0, result.stderr
-    assert "A is rank 3 of world size 8, B rank 1 of 2" in " ".join(result.stderr.split())
+    assert "A is rank 3 of world size 8, B rank 1 of world size 2" in " ".join(result.stderr.split())
     doc = json.loads(result.stdout)
     spans = [{s["step"]: s["gpu_span_ns"] for s in json.loads(cli("summary", "--format", "json", p).stdout)["traces"][0]["steps"]}
              for p in (a, b)]

@@ -145,7 +145,7 @@ def short_kernel_name(name: pl.Expr) -> pl.Expr:
     first template argument (`cutlass::Kernel2<cutlass_80_wmma_tensorop_bf16_s161616gemm_…>`,
     `vectorized_elementwise_kernel<…FillFunctor>` keeps its functor's name; a host op of the
     critical path named `enumerate(DataLoader)#…` keeps its whole name); past `LONGEST`
-    characters the middle is elided (the full name: `--wide`, json, csv, md)."""
+    characters the middle is elided (the full name: `--wide`, json, csv)."""
     clean = (name.str.replace(r"^void ", "").str.replace_all(r"\(anonymous namespace\)::", "")
              .str.replace_all(r"\bat::native::", ""))
     base = clean.str.extract(r"^([^<(]+)", 1).str.strip_chars()
