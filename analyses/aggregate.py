@@ -3,7 +3,7 @@
 The statistic row of a report has `step` null, `agg` (its name) and `n_steps`, one per device.
 A number column gets the statistic over the steps: a count's (an integer column that is not a
 time, `*_ns`, nor a size, `*_bytes`) to a tenth — the mean of 4 and 5 calls is 4.5 calls per
-step, never cut to 4 —, a time's or a size's to the whole ns or byte, any other figure's to 2
+step, never cut to 4; where every statistic of the column is whole, it stays an integer —, a time's or a size's to the whole ns or byte, any other figure's to 2
 decimals. In a ledger (a list of records, such as breakdown's `parts`), each record's numbers
 get it per key, a step without the key counting as 0 (a null figure of a step that has the key
 — an unknown `tflops` — stays out of the statistic), except in a rate — `mean_*`, `*_gbps`,
@@ -97,10 +97,19 @@ def with_aggregate(frame: pl.DataFrame, agg: str | None) -> pl.DataFrame:
     kept = [pl.col("device").first()] if "device" in frame.columns else []
     rows = steps.group_by("_group", maintain_order=True).agg(
         pl.len().cast(pl.Int64).alias("n_steps"), *kept, *[statistic(c, frame.schema[c], agg) for c in numbers])
+    rows = whole_counts(rows, {c: frame.schema[c] for c in numbers if is_count(c, frame.schema[c])})
     for column in ledgers:
         rows = rows.join(ledger_statistic(steps, column, agg), on="_group", how="left", nulls_equal=True)
     rows = rows.drop("_group").with_columns(step=pl.lit(None, pl.Int64), agg=pl.lit(agg))
     return pl.concat([frame, rows], how="diagonal_relaxed").select(*frame.columns, "agg", "n_steps")
+
+
+def whole_counts(rows: pl.DataFrame, counts: dict) -> pl.DataFrame:
+    """`rows` with each count column (name → its integer dtype over the steps) back in that
+    dtype where every statistic of it is a whole number (the mean of 870 and 870 calls is 870,
+    not 870.0); a count with a fraction (4.5) stays a float."""
+    whole = [c for c in counts if rows[c].drop_nulls().eq(rows[c].drop_nulls().round(0)).all()]
+    return rows.with_columns(pl.col(c).cast(counts[c]) for c in whole)
 
 
 def is_names(dtype) -> bool:
@@ -127,6 +136,7 @@ def ledger_statistic(steps: pl.DataFrame, column: str, agg: str) -> pl.DataFrame
         pl.when(pl.col("_present").is_null()).then(None if is_rate(n) else 0).otherwise(pl.col(n)).alias(n)
         for n in numbers)
     per_key = full.group_by("_group", *keys, maintain_order=True).agg(statistic(n, fields[n], agg) for n in numbers)
+    per_key = whole_counts(per_key, {n: fields[n] for n in numbers if is_count(n, fields[n])})
     details = records.group_by("_group", *keys, maintain_order=True).agg(
         *[pl.col(n).first() for n in names],
         *[pl.when(pl.col(n).n_unique() == 1).then(pl.col(n).first()).otherwise(pl.lit("mixed")).alias(n)

@@ -56,6 +56,7 @@ from tracekit.core.model import Trace
 
 CATEGORIES = ("host", "runtime", "compute", "comm", "copy", "waiting")
 EDGE = {"category": pl.String, "kind": pl.String, "name": pl.String, "event": pl.Int64, "row": pl.Int64}
+STEP_NAME = r"^ProfilerStep#\d+$"  # a step's own annotation: an item `ProfilerStep`, the same in every step
 ITEMS = pl.List(pl.Struct({"category": pl.String, "kind": pl.String, "name": pl.String, "ns": pl.Int64}))
 
 
@@ -209,7 +210,15 @@ def critical_path(trace: Trace, arrivals: pl.DataFrame | None = None, top: int |
         return path_split(trace, *heaviest(trace, arrivals))
 
     whole = made() if arrivals is not None else kept(trace, "critical-path", made)
-    return whole.with_columns(pl.col("items").list.head(top)) if top else whole
+    return largest_items(whole, top)
+
+
+def largest_items(frame: pl.DataFrame, top: int | None) -> pl.DataFrame:
+    """`frame` with each row's items (a step's, or a statistic's over the steps) sorted by
+    time, largest first, and cut to `top` (all with None)."""
+    ns = pl.element().struct.field("ns")
+    items = pl.col("items").list.eval(pl.element().sort_by(ns, descending=True, nulls_last=True, maintain_order=True))
+    return frame.with_columns(items.list.head(top) if top else items)
 
 
 def heaviest(trace: Trace, arrivals: pl.DataFrame | None) -> tuple:
@@ -248,7 +257,7 @@ def path_split(trace: Trace, g, found: list) -> pl.DataFrame:
     first, sums = grouped_sums((k[spent] * len(KINDS) + g.code[ids[spent]]) * names + name, ns[spent])
     waiting = pl.col("category") == "waiting"
     named = pl.when(waiting & pl.col("name").is_not_null()).then(pl.format("{}: {}", "kind", "name")) \
-        .when(waiting).then(pl.col("kind")).otherwise(pl.col("name"))
+        .when(waiting).then(pl.col("kind")).otherwise(pl.col("name").str.replace(STEP_NAME, "ProfilerStep"))
     items = (edge_table(g, ids[spent][first], ("step", "category", "kind", "name"))  # a group per name, but
              .with_columns(ns=pl.lit(pl.Series(sums, dtype=pl.Int64)), name=named)  # a collective's waits
              .group_by("step", "category", "kind", "name").agg(ns=pl.col("ns").sum())

@@ -37,7 +37,7 @@ from tracekit.analyses.aggregate import is_count
 from tracekit.analyses.comms import collective_kernels
 from tracekit.analyses.critical_path import on_path
 from tracekit.analyses.flops import kernel_work
-from tracekit.analyses.phases import RUNNER_PHASE, fsdp_phase, launch_context
+from tracekit.analyses.phases import DATA_LOADING, DATA_PHASE, RUNNER_PHASE, fsdp_phase, launch_context
 from tracekit.analyses.syncs import host_syncs
 from tracekit.analyses.timeline import kept, outermost, timeline, unshared
 from tracekit.core.errors import TraceError
@@ -86,6 +86,7 @@ class RunDiff:
     warnings: list[str]
     real: dict | None = None  # `fidelity.real_delta`, when both sides come with a profile manifest
     reconciled: pl.DataFrame | None = None  # `fidelity.reconciliation` of `real` with `phase_attribution`
+    from_runner: bool = False  # a side's traces carry the marks of tracekit's runner (`tracekit#<phase>`)
 
     def shown(self, ranks: str = "sum") -> Diff:
         """What a one-object report shows: the rank's diff, or over ranks their sum (`ranks`
@@ -131,7 +132,8 @@ def idle_items(trace: Trace) -> pl.DataFrame:
     """The step's time no activity of it has a share of (`timeline.unshared`: idle, and comm
     hidden by another step's compute) per (category, cause, phase): a segment belongs to the
     phase of the device's next activity — the work the device was waiting for (`idle_phase`;
-    null when nothing follows on the device)."""
+    null when nothing follows on the device) —, but time the host spends loading data (a cause
+    naming a DataLoader) is of the phase `data loading`, whatever runs next."""
     segments = unshared(timeline(trace).segments).select(
         "step", "device", "start", "end", "category", "cause")
     following = trace.gpu.with_row_index("next_row").select("next_row", "device", next_start="start").sort("next_start")
@@ -139,6 +141,8 @@ def idle_items(trace: Trace) -> pl.DataFrame:
     return (segments.sort("end").join_asof(following, left_on="end", right_on="next_start", by="device",
                                            strategy="forward", check_sortedness=False)
             .join(phases, on="next_row", how="left")
+            .with_columns(idle_phase=pl.when(pl.col("cause").str.contains(DATA_LOADING)).then(pl.lit(DATA_PHASE))
+                          .otherwise("idle_phase"))
             .group_by("step", "category", "cause", "idle_phase").agg(share_ns=(pl.col("end") - pl.col("start")).sum()))
 
 
@@ -197,6 +201,7 @@ class Material:
     collectives: pl.DataFrame
     named: tuple[int, int] | None = None  # a lean trace named from its full step: (matched, activities)
     device: str = ""  # what the trace ran on (`device_of`)
+    from_runner: bool = False  # the trace carries the marks of tracekit's runner (`tracekit#<phase>`)
 
 
 def device_of(trace: Trace) -> str:
@@ -228,7 +233,7 @@ def made_material(trace: Trace, by: str) -> Material:
     colls = collective_kernels(trace).group_by("step", pl.col("coll_kind").alias("kind")).agg(
         count=pl.len().cast(pl.Int64), bytes=pl.col("bytes").sum(), exposed_ns=pl.col("exposed_ns").sum())
     return Material(trace.path, trace.rank, trace.world_size, step_times(trace), items, syncs, colls,
-                    device=device_of(trace))
+                    device=device_of(trace), from_runner=bool(trace.ops["name"].str.contains(RUNNER_PHASE).any()))
 
 
 def path_and_work(trace: Trace) -> pl.DataFrame:
@@ -378,7 +383,8 @@ def combine(a_side: list[Material], b_side: list[Material], steps="all", top: in
         diffs.append(diff_pair(a, b, a_step, b_step, top, by, spread))
     pairs = [(a_ranks[r], b_ranks[r]) for r in common]
     spread = item_spread(pairs, sorted(everywhere), by) if steps == "all" and len(everywhere) > 1 else None
-    return RunDiff(diffs, aggregate(diffs, top, by, spread), warnings + sameness(pairs, diffs))
+    return RunDiff(diffs, aggregate(diffs, top, by, spread), warnings + sameness(pairs, diffs),
+                   from_runner=any(m.from_runner for m in [*a_side, *b_side]))
 
 
 def sameness(pairs: list[tuple[Material, Material]], diffs: list[Diff]) -> list[str]:
@@ -407,8 +413,13 @@ def one_with_one(a: Material, b: Material) -> list[str]:
     """The warning when a single trace is compared with a single trace of another rank or world."""
     if (a.rank, a.world_size) == (b.rank, b.world_size):
         return []
-    return [f"A is rank {a.rank} of world size {a.world_size}, B rank {b.rank} of {b.world_size}: the one trace "
-            f"of each side is compared with the other, as rank {a.rank}"]
+    return [f"A is {rank_words(a)}, B {rank_words(b)}: the one trace of each side is compared with the other, "
+            f"as rank {a.rank}"]
+
+
+def rank_words(m: Material) -> str:
+    """`rank 0 of world size 2`, or `rank 0` where the trace gives no world size."""
+    return f"rank {m.rank}" + (f" of world size {m.world_size}" if m.world_size is not None else "")
 
 
 def by_rank(a_side: list, b_side: list) -> tuple[dict, dict]:

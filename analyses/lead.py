@@ -32,7 +32,9 @@ def signed_ms(delta_ms: float) -> str:
 
 
 def step_sentence(result: RunDiff, a: str, b: str) -> str:
-    """The timed steps' Δ when the manifests give it, else the recorded step's (mean rank)."""
+    """The timed steps' Δ when the manifests give it, else the recorded step's (mean rank),
+    saying that there are no timed steps only where a side comes from tracekit's runner (other
+    traces never have them)."""
     if result.real and result.real.get("step"):
         step = result.real["step"]
         lo, hi = step["d_ms_ci"]
@@ -44,7 +46,8 @@ def step_sentence(result: RunDiff, a: str, b: str) -> str:
     delta = result.together.step_delta_ns / n / 1e6
     who = f"on the mean of {n} ranks" if n > 1 else f"on rank {result.per_rank[0].rank}"
     than = f"as long as {a}" if round(delta, 3) == 0 else f"{more_or_less(delta)} than {a}"
-    return f"In the recorded step, {b} takes {than} ({who}; no timed steps to compare)."
+    untimed = "; no timed steps to compare" if result.from_runner else ""
+    return f"In the recorded step, {b} takes {than} ({who}{untimed})."
 
 
 def phase_sentence(result: RunDiff) -> str | None:

@@ -321,7 +321,9 @@ def lint(runs) -> tuple[list, list]:
 
 def notes(per_trace: list, per_run: list) -> list[str]:
     """One line per kind of warning or error over all traces: what the other verbs print on
-    stderr (`info` findings — context, not trouble — only `tracekit lint` shows)."""
+    stderr, each a warning (`warning: KIND…`; an error finding `warning: KIND (a lint error)…`:
+    the verb still answers, so it is not the `error:` of a failed command); `info` findings —
+    context, not trouble — only `tracekit lint` shows."""
     rows = pl.concat([f.with_columns(path=pl.lit(t.path)) for t, f in per_trace] +
                      [f.with_columns(path=pl.lit(None, pl.String)) for _, f in per_run], how="diagonal_relaxed")
     rows = rows.filter(pl.col("severity") != "info")
@@ -333,5 +335,6 @@ def notes(per_trace: list, per_run: list) -> list[str]:
         where = f" in {traces.len()} traces, e.g. {name(traces[0])}" if traces.len() > 1 else \
             (f" in {name(traces[0])}" if traces.len() else "")
         more = f" (+{group.height - 1} more)" if group.height > 1 else ""
-        lines.append(f"{severity}: {kind}{where}: {group['detail'][0]}{more}")
+        serious = " (a lint error)" if severity == "error" else ""
+        lines.append(f"warning: {kind}{serious}{where}: {group['detail'][0]}{more}")
     return lines

@@ -7,7 +7,9 @@ start ≤ call start, end ≥ call end) give:
   main thread waits inside `tracekit#backward`), or, where the launch is not in the trace (a
   `cupti` recording), the one its `External id` names — forward, backward, optimizer, checkpoint;
   without one (traces of other harnesses), `optimizer` inside `Optimizer.step#…`/
-  `Optimizer.zero_grad#…`; `backward` inside an autograd engine function, an autograd node
+  `Optimizer.zero_grad#…`; `data loading` inside a DataLoader's op
+  (`enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__`, any name holding
+  "DataLoader"; idle time the host spends there is of that phase too, `diff.idle_items`); `backward` inside an autograd engine function, an autograd node
   or backward op (`CudnnConvolutionBackward`, `aten::cudnn_convolution_backward_weight`: any
   name holding "backward"), an FSDP backward hook, or launched from an autograd thread (one
   that records no `ProfilerStep#N` and runs backward ops: PyTorch 1.8-era traces); else
@@ -33,7 +35,9 @@ from tracekit.core.model import Trace
 FSDP_LABEL = r"^(FSDP::|fsdp::|FullyShardedDataParallel\.)"
 MODULE_FORWARD = "FullyShardedDataParallel.forward"
 BACKWARD = r"(?i)backward|^autograd::engine::evaluate_function"
-MARKERS = FSDP_LABEL + r"|^Optimizer\.(step|zero_grad)#|" + BACKWARD
+DATA_LOADING = r"(?i)dataloader"  # `enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__`, …
+DATA_PHASE = "data loading"
+MARKERS = FSDP_LABEL + r"|^Optimizer\.(step|zero_grad)#|" + BACKWARD + "|" + DATA_LOADING
 RUNNER_PHASE = r"^tracekit#(forward|backward|optimizer|checkpoint)$"  # runners/clock.py
 
 
@@ -54,6 +58,7 @@ def launch_context(trace: Trace) -> pl.DataFrame:
             .group_by("row", maintain_order=True).agg(label=pl.col("m_name").first()))
     coarse = found.group_by("row").agg(
         optimizer=pl.col("m_name").str.starts_with("Optimizer.").any(),
+        data=pl.col("m_name").str.contains(DATA_LOADING).any(),
         backward=pl.col("m_name").str.contains(BACKWARD).any())
     runner = trace.ops.filter(pl.col("name").str.contains(RUNNER_PHASE)).select(
         r_start="start", r_end="end", runner_phase=pl.col("name").str.extract(RUNNER_PHASE, 1))
@@ -83,6 +88,7 @@ def launch_context(trace: Trace) -> pl.DataFrame:
             .with_columns(op=pl.coalesce("op", "named_op", "enclosing"),
                 phase=pl.when(pl.col("runner_phase").is_not_null()).then(pl.col("runner_phase"))
                 .when(pl.col("optimizer")).then(pl.lit("optimizer"))
+                .when(pl.col("data")).then(pl.lit(DATA_PHASE))
                 .when(pl.col("backward") | pl.col("c_tid").is_in(autograd)).then(pl.lit("backward"))
                 .when(pl.col("c_tid").is_not_null() & signs).then(pl.lit("forward")).otherwise(pl.lit("unknown")),
                 fsdp=pl.col("label").str.replace(r" \(.*\)$", ""),

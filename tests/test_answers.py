@@ -373,7 +373,7 @@ def test_diff_of_one_trace_with_one_of_another_rank():
     a, b = folder / "control" / "control.json.gz", folder / "test" / "test.json.gz"
     result = cli("diff", "--format", "json", a, b)
     assert result.exit_code == 0, result.stderr
-    assert "A is rank 3 of world size 8, B rank 1 of 2" in " ".join(result.stderr.split())
+    assert "A is rank 3 of world size 8, B rank 1 of world size 2" in " ".join(result.stderr.split())
     doc = json.loads(result.stdout)
     spans = [{s["step"]: s["gpu_span_ns"] for s in json.loads(cli("summary", "--format", "json", p).stdout)["traces"][0]["steps"]}
              for p in (a, b)]
@@ -593,3 +593,35 @@ def test_timeline_splits_each_collective_into_waiting_for_peers_and_transfer(tmp
     doc = json.loads(cli("comms", "--format", "json", run).stdout)["traces"]
     want = [sum(c["wait_ns"] for s in t["steps"] if s["step"] == 1 for c in s["collectives"]) for t in doc]
     assert min(want) > 0 and list(waited.values()) == want
+
+
+@pytest.mark.parametrize("args", [
+    ("comms", DATA / "external" / "hta-tests-data" / "nccl_parser_config"),
+    ("kernels", DATA / "external" / "hta-tests-data" / "trace_diff" / "test"),
+    ("summary", DATA / "external" / "hta-tests-data" / "negative_queue_length_values_check")],
+    ids=["comms", "kernels", "summary"])
+def test_csv_with_agg_keeps_counts_integers(args):
+    """`--format csv --agg mean` wrote every count of every step as a float (`5.0`, `870.0`):
+    a column of integers without `--agg` stays integers on the steps' rows with it, and on the
+    mean's row where the mean is whole; a fractional mean of a count is a decimal (computed
+    here from the steps' rows)."""
+    import csv
+    import io
+
+    def rows(*more):
+        return list(csv.DictReader(io.StringIO(cli(*args, "--format", "csv", *more).stdout)))
+
+    plain, agg = rows(), rows("--agg", "mean")
+    integers = [c for c in plain[0] if c not in ("path", "rank", "step")
+                and all(re.fullmatch(r"-?\d+", r[c]) for r in plain if r[c]) and any(r[c] for r in plain)]
+    assert integers
+    steps = [r for r in agg if not r["agg"]]
+    assert sorted(tuple(r[c] for c in integers) for r in steps) == sorted(tuple(r[c] for c in integers) for r in plain)
+    if args[0] != "summary":
+        return
+    (mean,) = [r for r in agg if r["agg"] == "mean"]
+    for c in integers:
+        values = [int(r[c]) for r in plain if r[c]]
+        expected = round(sum(values) / len(values), 1) if not c.endswith("_ns") else round(sum(values) / len(values))
+        assert float(mean[c]) == pytest.approx(expected)
+        assert ("." in mean[c]) == (expected != int(expected))

@@ -66,3 +66,26 @@ def test_profile_help_gives_the_rounds_the_runner_uses():
 
     result = CliRunner().invoke(main, ["profile", "--help"], terminal_width=400)
     assert f"[default: {PROFILE_ROUNDS} in cupti mode" in " ".join(result.output.split())
+
+
+TRACE_FILTER = DATA / "external" / "hta-tests-data" / "trace_filter"
+
+
+def test_a_lint_error_on_a_verb_is_a_warning_not_the_error_prefix():
+    """HTA's trace_filter traces say world size 128 and hold ranks 0 and 1: lint's
+    `missing_ranks` error. Every verb answers (exit 0) and says so as a warning: the
+    `tracekit: error:` prefix is that of a command that failed (exit 2)."""
+    import gzip
+
+    worlds = {json.loads(gzip.decompress(p.read_bytes()))["distributedInfo"]["world_size"]
+              for p in TRACE_FILTER.glob("*.json.gz")}
+    assert worlds == {128} and len(list(TRACE_FILTER.glob("*.json.gz"))) == 2
+    for verb in ("summary", "syncs", "comms", "overlap", "breakdown", "kernels", "critical-path"):
+        result = CliRunner(env={"COLUMNS": "100"}).invoke(main, [verb, str(TRACE_FILTER)])
+        assert result.exit_code == 0, (verb, result.output)
+        assert not [line for line in result.stderr.splitlines() if line.startswith("tracekit: error")], verb
+        assert "tracekit: warning: missing_ranks (a lint error): 126 of 128 ranks" in result.stderr, verb
+    lint = CliRunner(env={"COLUMNS": "100"}).invoke(main, ["lint", "--format", "json", str(TRACE_FILTER)])
+    assert lint.exit_code == 0 and "tracekit: error" not in lint.stderr
+    assert [f["severity"] for r in json.loads(lint.stdout)["runs"] for f in r["findings"]
+            if f["kind"] == "missing_ranks"] == ["error"]  # lint itself still counts it an error

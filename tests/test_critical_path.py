@@ -320,3 +320,40 @@ def test_hta_simple_add_edges():
     sync = edge("sync", 5889, True, 5894, True)
     assert sync["u_name"].startswith("void epilogue::impl::globalKernel") and sync["v_name"] == "cudaDeviceSynchronize"
     assert not sync["work"]
+
+
+def test_agg_mean_is_of_every_step_by_item_name_sorted_and_top_items():
+    """`--agg mean --top 3` on the TensorBoard plugin's ResNet-50 steps: the statistic row has
+    the 3 items of largest mean time over the steps (a step without an item counting 0),
+    largest first, each step's own `ProfilerStep#N` annotation one item; the items' means
+    computed here from every step's whole list."""
+    import json
+    import re
+    from collections import defaultdict
+
+    from click.testing import CliRunner
+
+    from tracekit.front.cli import main
+
+    path = Path(__file__).parent / "data" / "wild" / "tensorboard-plugin" / "resnet50_num_workers_0"
+
+    def doc(*args):
+        result = CliRunner().invoke(main, ["critical-path", "--format", "json", *args, str(path)])
+        assert result.exit_code == 0, result.output
+        return json.loads(result.stdout)["traces"][0]["steps"]
+
+    steps = [s for s in doc("--top", "100000") if s["step"] is not None]
+    assert len(steps) > 2
+    totals = defaultdict(int)
+    for s in steps:
+        for item in s["items"]:
+            totals[item["category"], item["kind"], re.sub(r"^ProfilerStep#\d+$", "ProfilerStep", item["name"])] \
+                += item["ns"]
+    means = sorted(((round(ns / len(steps)), key) for key, ns in totals.items()), reverse=True)
+    row = next(s for s in doc("--agg", "mean", "--top", "3") if s.get("agg") == "mean")
+    assert [(i["category"], i["kind"], i["name"]) for i in row["items"]] == [k for _, k in means[:3]]
+    assert [i["ns"] for i in row["items"]] == [ns for ns, _ in means[:3]]
+    every = next(s for s in doc("--agg", "mean", "--top", "100000") if s.get("agg") == "mean")["items"]
+    assert [i["ns"] for i in every] == sorted((i["ns"] for i in every), reverse=True)
+    assert not [i for s in [*steps, {"items": every}] for i in s["items"] if re.match(r"ProfilerStep#\d", i["name"])]
+    assert "ProfilerStep" in {i["name"] for i in every}

@@ -198,8 +198,59 @@ def test_lead_says_the_step_and_the_largest_item(tmp_path):
 
     a, b = pair(tmp_path)
     lead = diff_lead(diff_runs([a], [b]), "A", "B")
-    assert lead[0] == "In the recorded step, B takes 0.010 ms less than A (on rank 0; no timed steps to compare)."
+    assert lead[0] == "In the recorded step, B takes 0.010 ms less than A (on rank 0)."  # never tracekit's: no timed steps to miss
     # the pair holds no sign of its phases (no backward or optimizer op, no runner marks): no phase sentence
     assert lead[1] == "In the recorded step, exposed all-gather Float time is 0.020 ms less."
     assert lead[2] == "In the recorded step, B adds compute k2, 0.010 ms."
     assert len(lead) == 3
+
+
+def test_no_timed_steps_is_said_only_of_traces_from_tracekits_runner(tmp_path):
+    """Timed steps come from tracekit's runner (its manifest); a trace it made (its
+    `tracekit#<phase>` marks) without one has none to compare — said —, any other trace never
+    had them — not said."""
+    from tracekit.analyses.lead import diff_lead
+
+    events = [synth.step(1, 0.0, 500.0), synth.op("tracekit#forward", 0.5, 200.0),
+              *synth.launched("k1", 1.0, 0.0, 100.0, corr=1)]
+    runner = tracekit.load(synth.write(tmp_path, "runner.json", synth.doc(events)))
+    plain = tracekit.load(synth.write(tmp_path, "plain.json", synth.doc(events[:1] + events[2:])))
+    assert diff_lead(diff_runs([runner], [runner]), "A", "B")[0].endswith("(on rank 0; no timed steps to compare).")
+    assert diff_lead(diff_runs([plain], [plain]), "A", "B")[0].endswith("(on rank 0).")
+
+
+def test_a_trace_without_a_world_size_is_rank_n_alone_and_a_plain_trace_has_no_timed_steps_note():
+    """A rank of a 2-GPU torchrun job against TraceLens' single-GPU trace, which records no
+    `distributedInfo`: `B rank 0`, never `rank 0 of None`; neither trace is from tracekit's
+    runner, so the lead says nothing of timed steps."""
+    import gzip
+
+    a = DATA / "h200x2-small" / "ddp" / "rank0.trace.json.gz"
+    b = DATA / "wild" / "tracelens" / "h100" / "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
+    raw = [json.loads(gzip.decompress(p.read_bytes())) for p in (a, b)]
+    assert raw[0]["distributedInfo"]["world_size"] == 2 and "distributedInfo" not in raw[1]
+    assert not [e for r in raw for e in r["traceEvents"] if str(e.get("name", "")).startswith("tracekit#")]
+    result = CliRunner(env={"COLUMNS": "100"}).invoke(main, ["diff", str(a), str(b)])
+    assert result.exit_code == 0, result.output
+    note = " ".join(line.strip() for line in result.stderr.splitlines())
+    assert "A is rank 0 of world size 2, B rank 0: the one trace" in note and "None" not in note
+    assert "timed steps" not in result.stdout
+
+
+def test_data_loading_is_its_own_phase_not_the_next_kernels():
+    """The TensorBoard plugin's ResNet-50 runs (PyTorch 1.8): the GPU idles while the host runs
+    `enumerate(DataLoader)#…__next__`; that idle time is of the phase `data loading`, not of
+    the work that follows it (it was put in `optimizer` and `backward`)."""
+    import csv
+    import io
+
+    root = DATA / "wild" / "tensorboard-plugin"
+    a = root / "resnet50_num_workers_0" / "worker0.1623143089861.pt.trace.json.gz"
+    b = root / "resnet50_num_workers_4" / "worker0.1623212756351.pt.trace.json.gz"
+    result = CliRunner().invoke(main, ["diff", "--format", "csv", "--top", "100000", str(a), str(b)])
+    assert result.exit_code == 0, result.output
+    rows = list(csv.DictReader(io.StringIO(result.stdout)))
+    loading = [r for r in rows if "DataLoader" in r["name"]]
+    assert loading and {r["phase"] for r in loading} == {"data loading"}
+    assert {r["phase"] for r in rows if "DataLoader" not in r["name"] and r["kind"] != "other"} <= {
+        "forward", "backward", "optimizer", "unknown", ""}

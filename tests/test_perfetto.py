@@ -221,3 +221,20 @@ def test_critical_path_track_covers_each_step(exported):
         assert sum(ends_) - sum(begins) == spans
         assert all(e.track_event.name.split(": ")[0] in ("host", "runtime", "compute", "comm", "copy", "waiting")
                    for e in slices if e.track_event.type == TrackEvent.TYPE_SLICE_BEGIN)
+
+
+def test_timeline_of_a_cpu_only_trace_is_one_line_and_exit_0(tmp_path):
+    """HTA's `cpu_only` trace has no device activity (no kernel, memcpy or memset event in the
+    file): nothing to draw on GPU lanes, said in one line; exit 0, no file written."""
+    import gzip
+    import json
+
+    path = DATA / "external" / "hta-tests-data" / "cpu_only" / "rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"
+    events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+    assert events and not [e for e in events if str(e.get("cat", "")).lower() in ("kernel", "gpu_memcpy", "gpu_memset")]
+    out = tmp_path / "t.png"
+    result = CliRunner(env={"COLUMNS": "100"}).invoke(main, ["plot", "timeline", str(path), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    said = [line for line in result.stderr.splitlines() if "nothing drawn" in line]
+    assert said == [f"tracekit: nothing drawn: {path.name}: CPU only, no GPU lanes"]
+    assert not out.exists() and not (tmp_path / "t.png.png").exists()

@@ -62,12 +62,44 @@ def test_bytes_read_in_binary_units():
     assert "295.78 MiB" in run("comms", "--rank", 0, FSDP2)
 
 
-def test_markdown_and_csv_keep_the_full_text():
+def test_csv_keeps_the_full_text_markdown_the_table_s_names():
     md = run("lint", "--format", "md", RUN / "fsdp1")
     details = [line for line in md.splitlines() if "…" in line]
-    assert not details and max(map(len, md.splitlines())) > 200
+    assert not details and max(map(len, md.splitlines())) > 200  # a lint detail is a sentence: whole
     kernel = "ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
-    assert kernel in run("kernels", "--format", "md", FSDP2) and kernel in run("kernels", "--format", "csv", FSDP2)
+    assert kernel in run("kernels", "--format", "csv", FSDP2)
+    md = run("kernels", "--format", "md", FSDP2)
+    assert kernel not in md and "| ncclDevKernel_AllGather_RING_LL " in md
+
+
+def markdown_cells(text: str) -> list[dict]:
+    """The rows of a Markdown table as {column: cell}."""
+    lines = [line.strip().strip("|").split("|") for line in text.splitlines() if line.startswith("|")]
+    names = [c.strip() for c in lines[0]]
+    return [dict(zip(names, (c.strip() for c in line))) for line in lines[2:]]
+
+
+@pytest.mark.parametrize("verb", ["kernels", "syncs", "critical-path"])
+def test_markdown_shows_ms_and_no_enormous_cell(verb):
+    """TraceLens' Qwen trace in Markdown: lines of 1,075–2,173 characters (templated kernel
+    names, 20-name blame chains, chains as JSON) and times in ns. Now the times are in ms, as
+    in the table, and no cell passes 120 characters; csv keeps ns and the whole text."""
+    import csv
+    import io
+
+    md = run(verb, "--format", "md", TRACELENS_QWEN)
+    rows = markdown_cells(md)
+    assert rows and not [c for c in rows[0] if c == "ns" or c.endswith("_ns")]
+    assert max(len(cell) for row in rows for cell in row.values()) <= 120
+    assert max(map(len, md.splitlines())) < 600
+    full = list(csv.DictReader(io.StringIO(run(verb, "--format", "csv", TRACELENS_QWEN))))
+    assert max(len(v or "") for row in full for v in row.values()) > 120  # the whole text is there
+    times = [c for c in full[0] if c == "ns" or c.endswith("_ns")]
+    assert times and len(full) == len(rows)
+    for got, whole in zip(rows, full):
+        for c in times:
+            if whole[c]:
+                assert float(got[c[:-2] + "ms"]) == pytest.approx(int(whole[c]) / 1e6, abs=5e-4)
 
 
 def test_report_and_profile_tables_in_csv():
@@ -89,3 +121,124 @@ def test_check_ends_with_one_verdict_line(tmp_path):
     assert result.exit_code == 1
     assert result.stdout.splitlines()[-1] == f"all {len(doc['counts'])} counts match, 1 of {len(doc['parity'])} " \
                                              "parity figures differ"
+
+
+TRACELENS_QWEN = DATA / "wild" / "tracelens" / "h100" / "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
+
+
+def table_rows(text: str) -> list[list[str]]:
+    """A table's rows, each the lines it takes (a row starts where its first column has text)."""
+    lines = text.splitlines()
+    body = lines[[i for i, line in enumerate(lines) if line.startswith("─")][0] + 1:]
+    rows = []
+    for line in body:
+        if line[:1] != " " or line.lstrip()[:1].isdigit() and line[:4].strip():
+            rows.append([line])
+        else:
+            rows[-1].append(line)
+    return rows
+
+
+def enclosing_names(path, api: str) -> list[str]:
+    """From the trace file itself: the names of the events on the thread of the (first) `api`
+    call that enclose it, innermost first (ProfilerStep#N left out, as syncs' blame does)."""
+    import gzip
+
+    events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+    spans = [e for e in events if e.get("ph") == "X" and "dur" in e]
+    call = next(e for e in spans if e["name"] == api)
+    inside = [e for e in spans if e is not call and e.get("cat") != "cuda_runtime" and e["tid"] == call["tid"]
+              and e["pid"] == call["pid"] and e["ts"] <= call["ts"] and e["ts"] + e["dur"] >= call["ts"] + call["dur"]
+              and not e["name"].startswith("ProfilerStep#")]
+    return [e["name"] for e in sorted(inside, key=lambda e: (-e["ts"], e["ts"] + e["dur"]))]
+
+
+def test_a_syncs_row_takes_two_lines_its_whole_blame_chain_in_json_and_wide():
+    """TraceLens' traces blame a sync on 20-odd enclosing ops and Python frames: the table row
+    shows the innermost and how many more, in one or two lines; json and --wide the whole chain."""
+    chain = enclosing_names(TRACELENS_QWEN, "cudaStreamSynchronize")
+    assert len(chain) > 10
+    rows = [r for r in table_rows(run("syncs", TRACELENS_QWEN)) if "cudaStreamSynchronize" in r[0]]
+    assert rows and all(len(r) <= 2 for r in rows)
+    shown = " ".join(" ".join(r) for r in rows)
+    assert chain[0] in shown and f"… {len(chain) - 2} more" in shown
+    doc = json.loads(run("syncs", "--format", "json", TRACELENS_QWEN))
+    blamed = [c["blame"] for s in doc["traces"][0]["steps"] for c in s["calls"] if c["api"] == "cudaStreamSynchronize"]
+    assert blamed == [chain]
+    wide = [r for r in table_rows(run("syncs", "--wide", "--columns", "api,blame", TRACELENS_QWEN, columns=2000))
+            if "cudaStreamSynchronize" in r[0]]
+    assert wide[0][0].split(None, 1)[1] == " < ".join(chain)
+
+
+def column_pieces(text: str, name: str) -> list[list[str]]:
+    """Per table row, the text of column `name` on each of its lines (its extent: its rule)."""
+    import re
+
+    lines = text.splitlines()
+    rule = next(line for line in lines if line.startswith("─"))
+    extents = [m.span() for m in re.finditer("─+", rule)]
+    start, end = next((a, b) for a, b in extents if lines[0][a:b].strip() == name)
+    return [[line[start:end].strip() for line in row if line[start:end].strip()] for row in table_rows(text)]
+
+
+def mid_word_breaks(pieces: list[str], names: set[str]) -> list[str]:
+    """The line breaks of a cell (its `pieces`, one a line) that are neither at a space of its
+    name (one of `names`) nor after one of `._:/<,(-` nor between a lower-case letter and a
+    capital; None when the cell is none of the names."""
+    for name in names:
+        bad, pos = [], 0
+        for a, b in zip(pieces, pieces[1:] + [None]):
+            if not name.startswith(a, pos):
+                break
+            pos += len(a)
+            if b is None:
+                return bad if pos == len(name) else None
+            if name.startswith(" ", pos):
+                pos += 1
+            elif not (a.endswith(tuple("._:/<,(-")) or a[-1].islower() and b[0].isupper()):
+                bad.append(f"{a}|{b}")
+    return None
+
+
+def shown_names(kind: str, doc) -> set[str]:
+    """The names the table shows (kernel names short, as the table's views make them)."""
+    import polars as pl
+
+    from tracekit.front.views import short_kernel_name
+
+    if kind == "diff":
+        return {i["name"] for i in doc["items"]}
+    field = {"critical-path": "items", "kernels": "kernels"}[kind]
+    full = [i["name"] for t in doc["traces"] for s in t["steps"] for i in s[field] or []]
+    return set(pl.DataFrame({"n": full}, schema={"n": pl.String}).select(short_kernel_name(pl.col("n")))["n"])
+
+
+@pytest.mark.parametrize("args", [
+    ("critical-path", DATA / "h200x2-small" / "fsdp1"), ("kernels", "--agg", "mean", DATA / "h200x2-small"),
+    ("diff", "--ranks", "mean", DATA / "h200x2-small" / "ddp", DATA / "h200x2-small" / "fsdp1"),
+], ids=["critical-path", "kernels", "diff"])
+def test_names_break_at_boundaries_not_mid_identifier(args):
+    """At 100 columns a name too long for its column breaks at a space, after `.`, `::`, `_`,
+    `<`… or between camel-case words (`FullyShardedDataParallel.` over `_post_backward_hook`,
+    never `FullyShardedDataParallel._po` over `st_backward_hook`)."""
+    text, doc = run(*args), json.loads(run(*args, "--format", "json"))
+    if args[0] == "diff":
+        text = text[text.index("kind     name"):].split("\n\n")[0]
+    names = shown_names(args[0], doc) | {f"{n} more items" for n in range(1000)}
+    cells = [p for p in column_pieces(text, "name") if len(p) > 1]
+    assert cells
+    found = {" / ".join(p): mid_word_breaks(p, names) for p in cells}
+    assert all(v is not None for v in found.values()), [k for k, v in found.items() if v is None]
+    assert not [v for v in found.values() if v], found
+
+
+def test_a_host_item_named_with_its_arguments_keeps_them():
+    """`critical-path` shows its items' names short as kernel names; the TensorBoard plugin's
+    ResNet-50 steps spend most host time in `enumerate(DataLoader)#_SingleProcessDataLoaderIter.
+    __next__`, which was shown as `enumerate`."""
+    path = DATA / "wild" / "tensorboard-plugin" / "resnet50_num_workers_0"
+    names = {i["name"] for t in json.loads(run("critical-path", "--format", "json", path))["traces"]
+             for s in t["steps"] for i in s["items"]}
+    assert "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__" in names
+    cells = [" ".join(p) for p in column_pieces(run("critical-path", path), "name")]
+    assert "enumerate" not in cells and any(c.startswith("enumerate(DataLoader)#") for c in cells)

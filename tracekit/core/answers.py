@@ -8,7 +8,7 @@ The key is a hash of all that the output can depend on:
   name and the current folder;
 - each input's identity (`files.identity`, the trace cache's rule: path, size, modification and
   change times, inode): every argument that names a file or folder; a folder's files and folders
-  down to the depth a verb reads (OUT/<variant>/names/<trace>); what a verb reads beside a
+  down to the depth a verb reads (`files.DEPTH` folders of runs, then names/<trace>); what a verb reads beside a
   trace file or folder, there or not (the naming step `names/<its name>`, a profile manifest
   one or two folders up); and with no such argument the current folder itself, whose JSON files
   the bundled sample's note counts;
@@ -32,7 +32,7 @@ from pathlib import Path
 
 from . import cache, files
 
-DEPTH = 3  # folder levels below an argument that a verb reads: OUT/<variant>/names/<trace>
+DEPTH = 6  # levels below an argument that a verb reads: files.DEPTH folders of runs, names/, a trace
 SHAPING = ("COLUMNS", "NO_COLOR", "FORCE_COLOR", "TERM", "LANG", "LC_ALL", "LC_CTYPE", "LC_NUMERIC", "TZ",
            "PYTHONIOENCODING", "PYTHONUTF8")
 STREAMS = ("stdout", "stderr")

@@ -59,21 +59,30 @@ def trace_files(location) -> list[str]:
     return sorted(f"{protocol}://{f.split('://', 1)[-1]}" for f in found)
 
 
-def runs_in(location) -> list[str]:
-    """`location` itself; but for a directory without trace files of its own (a profile output:
-    `manifest.json` and one directory per variant), its subdirectories that hold trace files,
-    sorted."""
-    if not is_dir(location) or [f for f in trace_files(location) if name(f) != "manifest.json"]:
+DEPTH = 4  # folders below a PATH searched for traces
+
+
+def runs_in(location, depth: int = DEPTH) -> list[str]:
+    """The runs under `location`: itself where it is a file or a directory with trace files of
+    its own, and every directory below it (up to `depth` levels, not a recording's `names/`)
+    that holds trace files — a profile output's variants (its `manifest.json` is not a trace),
+    a folder of traces at mixed depths —, sorted; `location` itself where none does."""
+    if not is_dir(location):
         return [str(location)]
+    own = [f for f in trace_files(location) if name(f) != "manifest.json"]
+    below = [run for d in subdirectories(location) if name(d) != "names"
+             for run in (runs_in(d, depth - 1) if depth > 0 else []) if run != d or trace_files(d)]
+    return ([str(location)] if own or not below else []) + below
+
+
+def subdirectories(location) -> list[str]:
+    """The directories directly in the directory `location`, sorted."""
     if is_url(location):
         fs, path = _fs(str(location))
         protocol = str(location).split("://", 1)[0]
-        subdirs = [f"{protocol}://{e['name'].split('://', 1)[-1]}" for e in fs.ls(path, detail=True)
-                   if e["type"] == "directory"]
-    else:
-        subdirs = [str(p) for p in Path(location).iterdir() if p.is_dir()]
-    found = sorted(d for d in subdirs if trace_files(d))
-    return found or [str(location)]
+        return sorted(f"{protocol}://{e['name'].split('://', 1)[-1]}" for e in fs.ls(path, detail=True)
+                      if e["type"] == "directory")
+    return sorted(str(p) for p in Path(location).iterdir() if p.is_dir())
 
 
 VERSION_FIELDS = ("ETag", "Last-Modified", "LastModified", "Content-MD5", "Digest", "mtime", "created",

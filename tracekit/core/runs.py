@@ -85,30 +85,37 @@ def default_workers(jobs: list[str], comm_kernels: tuple[str, ...], cache: bool 
 def analyse(paths, task, *, comm_kernels: tuple[str, ...] = (), cycle: str = "last", cache: bool | None = None,
             workers: int | None = None, scheduler: str | None = None) -> list[RunResult]:
     """`task(trace)` for every trace under `paths` (files, directories or URLs), one run per
-    path (a directory of run directories: one per subdirectory), profiling cycles chosen as
-    `loading.load_run` does."""
-    plans = []
-    for path in [run for location in paths for run in files.runs_in(location)]:
-        if files.is_dir(path):
-            chosen, others = cycles_by_name(files.trace_files(path), cycle)
-            plans.append((str(path), chosen, {"directory": True, "other_cycles": others}))
-        else:
-            if cycle.isdigit() and cycle != "1":
-                raise TraceError(path, f"--cycle {cycle}: a trace file holds one profiling cycle "
-                                       "(a directory of a rank's cycles offers several)")
-            plans.append((str(path), [str(path)], {}))
+    directory that holds traces (`files.runs_in`: a profile output's variants, folders of traces
+    at mixed depths; a folder of JSON that is not a trace, beside them, is passed over),
+    profiling cycles chosen as `loading.load_run` does."""
+    plans, found_in = [], {}
+    for location in paths:
+        for path in files.runs_in(location):
+            found_in[str(path)] = str(location)
+            if files.is_dir(path):
+                chosen, others = cycles_by_name(files.trace_files(path), cycle)
+                plans.append((str(path), chosen, {"directory": True, "other_cycles": others}))
+            else:
+                if cycle.isdigit() and cycle != "1":
+                    raise TraceError(path, f"--cycle {cycle}: a trace file holds one profiling cycle "
+                                           "(a directory of a rank's cycles offers several)")
+                plans.append((str(path), [str(path)], {}))
     jobs = [f for _, chosen, _ in plans for f in chosen]
     if workers is None and not (scheduler or os.environ.get("TRACEKIT_SCHEDULER") or os.environ.get("TRACEKIT_WORKERS")):
         workers = default_workers(jobs, comm_kernels, cache)
     work = partial(analysed, task=task, comm_kernels=comm_kernels, cache=cache)
     done = dict(zip(jobs, executor(workers, scheduler, len(jobs)).map(work, jobs)))
     runs = []
+    traced = {found_in[path] for path, chosen, _ in plans if any(not isinstance(done[f], NotATrace) for f in chosen)}
     for path, chosen, facts in plans:
         results = [a for f in chosen if not isinstance(done[f], NotATrace) for a in done[f]]
         if not facts and not results:
             raise done[chosen[0]]
+        if not results and found_in[path] in traced:
+            continue  # a folder of other JSON (`published.json`) beside or above the traces
         if not results:
-            raise TraceError(path, "no trace files in this directory")
+            raise TraceError(found_in[path], "no trace files in this directory" + (
+                "" if path == found_in[path] else " or the folders below it"))
         if facts:
             kept, more = cycles_by_rank([r.info for r in results], cycle)
             facts = {**facts, "skipped": [f for f in chosen if isinstance(done[f], NotATrace)],

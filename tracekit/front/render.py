@@ -17,7 +17,7 @@ from functools import partial
 
 import polars as pl
 
-from .views import VIEWS, Layout, View, chosen, table_text, terminal_width, with_figures
+from .views import VIEWS, Layout, View, chosen, short_chain, short_kernel_name, table_text, terminal_width, with_figures
 
 
 def defined(value):
@@ -87,8 +87,9 @@ def render(report, fmt: str, view: str | None = None, layout: Layout = Layout())
 
 
 def render_frame(frame: pl.DataFrame, fmt: str, view: str | None = None, layout: Layout = Layout()) -> str:
-    """json rows, csv and md of every column at full precision and full text (nested columns
-    as JSON text), or the terminal table of `view` (`views.py`)."""
+    """json rows and csv of every column at full precision and full text (nested columns as
+    JSON text), md of every column for reading (`markdown`), or the terminal table of `view`
+    (`views.py`)."""
     if fmt == "json":
         return json_text(frame.to_dicts())
     if fmt == "table":  # the intervals (`d_ms_ci`) in ms as every ms figure: [12.310, 18.582], not [12.31, 18.582]
@@ -96,7 +97,7 @@ def render_frame(frame: pl.DataFrame, fmt: str, view: str | None = None, layout:
                                    for c, t in frame.schema.items() if t == pl.List(pl.Float64))
     frame = flattened(frame)
     if fmt == "csv":
-        return frame.write_csv()
+        return with_whole_counts(frame).write_csv()
     if fmt == "table":
         shown = VIEWS.get(view, View())
         table = with_figures(chosen(frame, shown, layout))
@@ -107,7 +108,25 @@ def render_frame(frame: pl.DataFrame, fmt: str, view: str | None = None, layout:
             text = table_text(with_figures(chosen(frame, replace(shown, telling={}, default=tuple(
                 c for c in shown.default if c not in shown.telling)), layout)))
         return text
-    return markdown(frame)
+    return markdown(frame, VIEWS.get(view, View()))
+
+
+def with_whole_counts(frame: pl.DataFrame) -> pl.DataFrame:
+    """With a statistic row (`agg`): a float column whose values in the steps' rows are all
+    whole — a count, made a float by a mean such as 4.5 — written with its whole values as
+    integers (`4`, not `4.0`; the mean's `4.5` as it is)."""
+    if "agg" not in frame.columns:
+        return frame
+    steps = frame.filter(pl.col("agg").is_null())
+
+    def whole(c: str) -> bool:
+        values = steps[c].drop_nulls()
+        return values.len() > 0 and values.eq(values.round(0)).all()
+
+    counts = [c for c, t in frame.schema.items() if t.is_float() and whole(c)]
+    return frame.with_columns(
+        pl.when(pl.col(c) == pl.col(c).round(0)).then(pl.col(c).cast(pl.Int64).cast(pl.String))
+        .otherwise(pl.col(c).cast(pl.String)).alias(c) for c in counts)
 
 
 def interval_text(bounds, sign: str = "") -> str:
@@ -115,9 +134,36 @@ def interval_text(bounds, sign: str = "") -> str:
     return "[" + ", ".join(f"{b:{sign},.3f}" for b in bounds) + "]"
 
 
-def markdown(frame: pl.DataFrame) -> str:
-    """A Markdown table of every value in full; a float column's values with one number of
-    decimals, the most any of them needs (`185.0` beside `185.5`, never `7.203514e6`)."""
+MD_CELL = 120  # characters of a Markdown cell at most: longer text has its middle elided
+
+
+def for_reading(frame: pl.DataFrame, view: View) -> pl.DataFrame:
+    """`frame` as Markdown shows it: every column, times in ms (`*_ns` → `*_ms`, 3 decimals, as
+    the table), `view`'s kernel names and blame chains short as the table shows them, and no
+    text cell but a sentence (`view.prose`) past `MD_CELL` characters (its middle elided; json
+    and csv keep it whole)."""
+    def shown(name: str, dtype) -> pl.Expr:
+        col = pl.col(name)
+        if name in view.kernel_names:
+            col = short_kernel_name(col)
+        elif name in view.chains:
+            col = short_chain(col)
+        if dtype == pl.String and name not in view.prose:
+            return pl.when(col.str.len_chars() > MD_CELL).then(
+                col.str.slice(0, MD_CELL - 21) + "…" + col.str.slice(-20)).otherwise(col).alias(name)
+        leaf = name.rsplit(".", 1)[-1]
+        if dtype.is_numeric() and (leaf == "ns" or leaf.endswith("_ns")):
+            return (col / 1e6).round(3).alias(name[:-2] + "ms")
+        return col
+
+    return frame.select(shown(c, t) for c, t in frame.schema.items())
+
+
+def markdown(frame: pl.DataFrame, view: View = View()) -> str:
+    """A Markdown table of every column, for reading (`for_reading`: ms, long text elided); a
+    float column's values with one number of decimals, the most any of them needs (`185.0`
+    beside `185.5`, never `7.203514e6`)."""
+    frame = for_reading(frame, view)
     frame = frame.with_columns(pl.col(c).map_elements(partial(fixed, places=places(frame[c])), return_dtype=pl.String)
                                for c, t in frame.schema.items() if t.is_float())
     with pl.Config(tbl_formatting="MARKDOWN", tbl_rows=-1, tbl_cols=-1, tbl_width_chars=65_000,

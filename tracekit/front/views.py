@@ -1,7 +1,8 @@
 """What the `table` format shows of each verb's frame: a compact default column set (the few
 figures a person reads first), `--columns a,b,…` to choose, `--wide` for every column.
 
-Only the terminal table is shaped here; json/csv/md keep every column in ns and bytes. In the
+Only the terminal table is shaped here (and Markdown takes its short names, `render.markdown`);
+json/csv keep every column in ns and bytes. In the
 table, `*_ns` columns are shown as `*_ms` (3 decimals), byte counts as GiB/MiB/KiB, and a
 view's shares (`*_pct`) are a part over the step's span × 100 (docs/metrics.md, "Tables").
 Long text wraps within the terminal width (`COLUMNS`), never cut. To show more of a verb by
@@ -27,6 +28,8 @@ class View:
     shares: dict = field(default_factory=dict)  # shown name → (part column, whole column)
     aliases: dict = field(default_factory=dict)  # raw column → shown name (before the unit suffix)
     kernel_names: tuple[str, ...] = ()  # raw columns of kernel names, shown without `void`, namespaces, arguments
+    chains: tuple[str, ...] = ()  # raw columns of blame chains (names joined by " < "), shown short
+    prose: tuple[str, ...] = ()  # raw columns of sentences: whole in Markdown, where long names are elided
     varied: tuple[str, ...] = ("run", "step")  # default columns shown only when they take more than one value
     empty: str = "no figures in these traces"  # the table's one line when no row has a figure
     implied: dict = field(default_factory=dict)  # default column → the column that says it already
@@ -62,6 +65,7 @@ VIEWS = {
     "syncs": View(("run", "rank", "step", "agg", "api", "count", "blocked_ms", "gpu_idle_ms", "blame"),
                   aliases={"calls.api": "api", "calls.count": "count", "calls.blocked_ns": "blocked_ns",
                            "calls.gpu_idle_ns": "gpu_idle_ns", "calls.blame": "blame", "calls.chains": "chains"},
+                  chains=("calls.blame",),
                   empty="no host-blocking calls (cudaDeviceSynchronize, cudaStreamSynchronize, …) in these traces"),
     "comms": View(("run", "rank", "step", "agg", "pg", "kind", "dtype", "device", "stream", "count", "bytes", "kernel_ms",
                    "exposed_ms", "busbw_gbps", "wait_ms"),
@@ -77,7 +81,7 @@ VIEWS = {
                               "tflops", "pct_peak")},
                     kernel_names=("kernels.name",), empty=DEVICE_ONLY.format("kernels lists"),
                     implied={"coll_kind": "name", "category": "name"}),  # a kernel's name says what it is
-    "lint": View(("run", "rank", "severity", "kind", "count", "step", "detail")),
+    "lint": View(("run", "rank", "severity", "kind", "count", "step", "detail"), prose=("detail",)),
     "critical-path": View(("run", "rank", "step", "agg", "span_ms", "host_pct", "gpu_pct", "comm_pct", "wait_pct",
                            "category", "name", "ms"),
                           {"host_pct": ("host_ns", "span_ns"), "gpu_pct": ("compute_ns", "span_ns"),
@@ -139,8 +143,9 @@ def short_kernel_name(name: pl.Expr) -> pl.Expr:
     """A kernel's base name, as `nsys stats` shows it: no `void `, anonymous namespaces or
     `at::native::`, no template or argument lists; a generic launcher keeps the head of its
     first template argument (`cutlass::Kernel2<cutlass_80_wmma_tensorop_bf16_s161616gemm_…>`,
-    `vectorized_elementwise_kernel<…FillFunctor>` keeps its functor's name); past `LONGEST`
-    characters the middle is elided (the full name: `--wide`, json, csv, md)."""
+    `vectorized_elementwise_kernel<…FillFunctor>` keeps its functor's name; a host op of the
+    critical path named `enumerate(DataLoader)#…` keeps its whole name); past `LONGEST`
+    characters the middle is elided (the full name: `--wide`, json, csv)."""
     clean = (name.str.replace(r"^void ", "").str.replace_all(r"\(anonymous namespace\)::", "")
              .str.replace_all(r"\bat::native::", ""))
     base = clean.str.extract(r"^([^<(]+)", 1).str.strip_chars()
@@ -149,9 +154,28 @@ def short_kernel_name(name: pl.Expr) -> pl.Expr:
     shown = (pl.when(base.str.contains(LAUNCHERS) & functor.is_not_null()).then(base + "<" + functor + ">")
              .when(base.str.contains(LAUNCHERS) & argument.is_not_null()).then(base + "<" + argument + ">")
              .otherwise(base))
-    shown = pl.when(shown.is_null() | (shown == "")).then(name).otherwise(shown)
+    annotation = clean.str.contains(r"^[A-Za-z_][\w.]*\([^()<>]*\)#")  # `enumerate(DataLoader)#…`: no kernel
+    shown = pl.when(shown.is_null() | (shown == "") | annotation).then(clean).otherwise(shown)
     return pl.when(shown.str.len_chars() > LONGEST).then(  # generated names (Tensile's `Cijk_…`): the middle elided
         shown.str.slice(0, 32) + "…" + shown.str.slice(-(LONGEST - 33))).otherwise(shown)
+
+
+CHAIN = 52  # characters of a blame chain's names in a table: with `… N more`, one or two lines of its column
+
+
+def short_chain(chain: pl.Expr) -> pl.Expr:
+    """A blame chain (names joined by " < ", innermost first) as a table shows it: a Python
+    frame by its file and function (`profile.py(34): run_torch_profiler`, not its whole path),
+    the innermost names that fit in `CHAIN` characters (the first one always, its middle elided
+    past them), then how many more there are (`< … 13 more`; the whole chain: `--wide`, json, csv)."""
+    names = chain.str.split(" < ").list.eval(pl.element().str.replace(r"^\S*/(\S+\.py\(\d+\): )", "${1}"))
+    fits = ((pl.element().str.len_chars() + 3).cum_sum() <= CHAIN + 3) | (pl.int_range(pl.len()) == 0)
+    kept = names.list.eval(pl.element().filter(fits))
+    more = names.list.len() - kept.list.len()
+    text = kept.list.join(" < ")
+    text = pl.when(text.str.len_chars() > CHAIN).then(
+        text.str.slice(0, CHAIN - 12) + "…" + text.str.slice(-11)).otherwise(text)
+    return pl.when(more > 0).then(pl.format("{} < … {} more", text, more)).otherwise(text)
 
 
 def size_text(n: int) -> str:
@@ -165,6 +189,8 @@ def in_units(raw: str, dtype, view: View, wide: bool = False) -> pl.Expr:
     col = pl.col(raw)
     if raw in view.kernel_names and not wide:
         return short_kernel_name(col)
+    if raw in view.chains and not wide:
+        return short_chain(col)
     if not dtype.is_numeric():
         return col
     if raw.rsplit(".", 1)[-1] == "ns" or raw.endswith("_ns"):
@@ -176,7 +202,8 @@ def in_units(raw: str, dtype, view: View, wide: bool = False) -> pl.Expr:
 
 def catalogue(frame: pl.DataFrame, view: View, wide: bool = False) -> dict[str, pl.Expr]:
     """Every column the table can show, by shown name: the frame's own, its run (the trace's
-    directory) and the view's shares."""
+    directory; its file's name where two files of the folder claim one rank, after the folder
+    where two folders hold files of that name) and the view's shares."""
     out = {shown_name(c, view): in_units(c, t, view, wide).alias(shown_name(c, view)) for c, t in frame.schema.items()}
     if "path" in frame.columns:  # a trace file's folder; its own name where two files of one rank share one
         path = pl.col("path").str.replace(r"/+$", "")
@@ -184,6 +211,8 @@ def catalogue(frame: pl.DataFrame, view: View, wide: bool = False) -> dict[str, 
         folder = pl.when(file).then(path.str.extract(r"([^/]+)/[^/]+$", 1)).otherwise(path.str.extract(r"([^/]+)$", 1))
         same = ["rank"] if "rank" in frame.columns else []
         own = path.str.extract(r"([^/]+)$", 1).str.replace(r"(\.pt)?(\.trace)?\.json(\.gz)?$", "")
+        own = pl.when(pl.col("path").n_unique().over(own.fill_null("")) > 1).then(  # one name in two folders
+            pl.format("{}/{}", folder, own)).otherwise(own)
         out["run"] = (pl.when(file & (pl.col("path").n_unique().over(folder.fill_null(""), *same) > 1)).then(own)
                       .otherwise(folder).alias("run"))
     for name, (part, whole) in view.shares.items():
@@ -271,6 +300,36 @@ def header_pieces(name: str, size: int) -> list[str]:
     return lines
 
 
+# Where a word too long for its line breaks: after `::`, `.`, `_` (not `._`: after its dot), `/`, `<`,
+# `,`, `(`, `:`, `-`, or between a lower-case letter and a capital (`cudaDevice|Synchronize`).
+BREAKS = re.compile(r"::|[./<,(:\-]|(?<!\.)_|(?<=[a-z])(?=[A-Z])")
+PIECE = 4  # the fewest characters of a word put at the end of a line before the rest of it
+
+
+def wrapped(text: str, width: int) -> list[str]:
+    """`text` in lines of at most `width`, filled word by word: a word that does not fit the
+    line's rest starts the next line; one longer than a line is broken at its last boundary
+    that fits (`BREAKS`: `FullyShardedDataParallel.` over `_pre_forward`), mid-identifier only
+    where no boundary leaves a third of a line."""
+    lines, line = [], ""
+    for word in text.split():
+        while word:
+            sep = " " if line else ""
+            room = width - len(line) - len(sep)
+            if len(word) <= room:
+                line, word = line + sep + word, ""
+                continue
+            cut = max((m.end() for m in BREAKS.finditer(word) if m.end() <= room), default=0)
+            if line and (cut < PIECE or len(word) <= width):
+                lines.append(line)  # the word starts the next line
+                line = ""
+                continue
+            cut = cut if cut >= width / 3 or line else width
+            lines.append(line + sep + word[:cut])
+            line, word = "", word[cut:]
+    return lines + [line] if line or not lines else lines
+
+
 def table_text(frame: pl.DataFrame, width: int | None = None) -> str:
     """The frame as an aligned plain table (numbers right, text left, a rule under the names),
     two spaces between columns. When it is wider than `width` (default: the terminal's), first
@@ -315,8 +374,7 @@ def table_text(frame: pl.DataFrame, width: int | None = None) -> str:
                 for k in range(max(map(len, pieces)))]
 
     def row_lines(row: list[str]) -> list[str]:
-        return lines([textwrap.wrap(t, sizes[i], break_on_hyphens=False) or [""] if i in wrap else [t]
-                      for i, t in enumerate(row)])
+        return lines([wrapped(t, sizes[i]) if i in wrap else [t] for i, t in enumerate(row)])
 
     out = lines(heads) + ["  ".join("─" * s for s in sizes)]
     for row in zip(*texts):

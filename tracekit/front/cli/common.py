@@ -208,7 +208,7 @@ def table_layout(function):
     with_layout = click.option("--wide", is_flag=True, help="The table shows every column.")(with_layout)
     return click.option("--columns", metavar="A,B,...",
                         help="The table's columns, by name (as shown, or as in csv/json); "
-                             "json/csv/md always have every column.")(with_layout)
+                             "json/csv/md always have every column (md: times in ms, long text elided).")(with_layout)
 
 
 def steps_choice(ctx, param, value: str):

@@ -125,7 +125,7 @@ def critical_path(paths, steps, agg, rank, fmt, layout, options, top):
     waiting (they add up to the step's span), and the items that spent it."""
     from functools import partial
 
-    from tracekit.analyses.critical_path import arrivals_of_run, collective_starts, critical_path_in_run
+    from tracekit.analyses.critical_path import arrivals_of_run, collective_starts, critical_path_in_run, largest_items
     from tracekit.core.files import is_dir
     from tracekit.core.runs import analyse
 
@@ -135,8 +135,9 @@ def critical_path(paths, steps, agg, rank, fmt, layout, options, top):
         for run in analyse(paths, collective_starts, **where):
             found = arrivals_of_run([r.value for r in run.results], [r.info.origin_us * 1000 for r in run.results])
             arrivals.update({(r.info.path, r.info.rank): a for r, a in zip(run.results, found)})
-    analysis = partial(critical_path_in_run, arrivals=arrivals, top=top)
-    emit(render(per_step(paths, rank, options, analysis, steps, agg), fmt, "critical-path", layout))
+    analysis = partial(critical_path_in_run, arrivals=arrivals, top=None)  # every item: the statistic needs them
+    report = [(info, largest_items(frame, top)) for info, frame in per_step(paths, rank, options, analysis, steps, agg)]
+    emit(render(report, fmt, "critical-path", layout))
 
 
 @main.command()

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from .common import (emit, existing, format_option, load_options, load_traces, main, new_file, rank_option,
-                     steps_choice, wrote)
+                     say, steps_choice, wrote)
 from .comparing import diff_sides, diffed, side_names
 
 
@@ -99,8 +99,13 @@ def plot():
 @rank_option
 @load_options
 def timeline(paths, output, step, rank, options):
-    """One step per rank: GPU streams as lanes, comm vs compute, exposed comm and idle."""
+    """One step per rank: GPU streams as lanes, comm vs compute, exposed comm and idle. Traces
+    without device activity (CPU only) have no lanes: one line says so, nothing is written."""
     from tracekit.front.plot import timeline as draw
 
     traces = load_traces(paths, rank, options)
+    if not any(t.has_gpu for t in traces):
+        which = Path(traces[0].path).name if len(traces) == 1 else f"{len(traces)} traces"
+        say(f"nothing drawn: {which}: CPU only, no GPU lanes")
+        return
     wrote(draw(traces, step, output))
