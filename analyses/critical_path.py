@@ -247,25 +247,27 @@ def path_split(trace: Trace, g, found: list) -> pl.DataFrame:
     steps = g.ends["step"].to_numpy()
     ns, category = g.ns[ids], np.array([CATEGORIES.index(c) for c, *_ in KINDS])[g.code[ids]]
     figures = np.zeros((len(found), len(CATEGORIES)), np.int64)
-    np.add.at(figures, (k, category), ns)
+    np.add.at(figures.reshape(-1), k * len(CATEGORIES) + category, ns)  # one index: 4x faster than a pair
     has = np.array([len(i) > 0 for _, i, _ in found], bool)
     split = pl.DataFrame({"step": steps[has], "span_ns": figures[has].sum(1),
                           "path_ns": figures[has].sum(1) - figures[has, CATEGORIES.index("waiting")],
                           **{f"{c}_ns": figures[has, i] for i, c in enumerate(CATEGORIES)}})
     spent = np.flatnonzero(ns > 0)
-    name, names = g.name_key(ids[spent])
-    first, sums = grouped_sums((k[spent] * len(KINDS) + g.code[ids[spent]]) * names + name, ns[spent])
+    name = g.name_key(ids[spent])
+    first, sums = grouped_sums((k[spent] * len(KINDS) + g.code[ids[spent]]) * (name.max(initial=0) + 1) + name,
+                               ns[spent])
     waiting = pl.col("category") == "waiting"
     named = pl.when(waiting & pl.col("name").is_not_null()).then(pl.format("{}: {}", "kind", "name")) \
         .when(waiting).then(pl.col("kind")).otherwise(pl.col("name").str.replace(STEP_NAME, "ProfilerStep"))
-    items = (edge_table(g, ids[spent][first], ("step", "category", "kind", "name"))  # a group per name, but
-             .with_columns(ns=pl.lit(pl.Series(sums, dtype=pl.Int64)), name=named)  # a collective's waits
+    # a group per name, but a collective's waits for each rank share one item; eager from here on
+    # (~900 rows: one lazy query of all took twice the time)
+    items = (edge_table(g, ids[spent][first], ("step", "category", "kind", "name"))
+             .with_columns(ns=pl.lit(pl.Series(sums, dtype=pl.Int64)), name=named).collect()
              .group_by("step", "category", "kind", "name").agg(ns=pl.col("ns").sum())
              .sort("step", "ns", "name", descending=[False, True, False], nulls_last=True)
              .group_by("step", maintain_order=True).agg(items=pl.struct("category", "kind", "name", "ns")))
-    return (trace.steps.lazy().select("step").join(split.lazy().join(items, on="step", how="left"), on="step",
-                                                   how="left")
-            .with_columns(pl.col("items").cast(ITEMS)).sort("step").collect())
+    return (trace.steps.select("step").join(split.join(items, on="step", how="left"), on="step", how="left")
+            .with_columns(pl.col("items").cast(ITEMS)).sort("step"))
 
 
 def on_path(trace: Trace, arrivals: pl.DataFrame | None = None) -> pl.DataFrame:

@@ -70,10 +70,9 @@ class Graph:
         """What each edge weighs: its Δt for work, else 0."""
         return np.where(WORK[self.code], self.ns, 0)
 
-    def name_key(self, ids: np.ndarray) -> tuple[np.ndarray, int]:
-        """(per edge at `ids`, an integer for its name — equal names, equal integers; a
-        collective's wait for its last rank, whose name tells that rank, has one of its own —;
-        how many integers there can be)."""
+    def name_key(self, ids: np.ndarray) -> np.ndarray:
+        """Per edge at `ids`, an integer (≥ 0) for its name: equal names, equal integers; a
+        collective's wait for its last rank, whose name tells that rank, has one of its own."""
         host, gpu = self.host["#name_id"].to_numpy(), self.gpu["#name_id"].to_numpy()
         top = 1 + max(host.max(initial=0), gpu.max(initial=0))
         at, named = self.name_at(ids), NAMED[self.code[ids]]
@@ -82,7 +81,7 @@ class Graph:
         key[device] = gpu[at[device] - len(host)]
         arrival = device[self.code[ids[device]] == CODE["waiting", "collective arrival"]]
         key[arrival] = top + at[arrival] - len(host)
-        return key, top + len(gpu)
+        return key
 
     def name_at(self, ids: np.ndarray) -> np.ndarray:
         """Where the name of each edge at `ids` is in the host names followed by the device
@@ -144,6 +143,13 @@ def name_ids() -> pl.Expr:
     return pl.col("name").cast(pl.Categorical).to_physical().cast(pl.Int64).fill_null(-1) + 1
 
 
+def first_rows(keys: np.ndarray, top: int) -> np.ndarray:
+    """Per value 0 … top - 1: the first row of `keys` holding it; -1 where none does."""
+    first = np.full(top, -1)
+    first[keys[::-1]] = np.arange(len(keys))[::-1]  # of equal keys, the first row's is written last
+    return first
+
+
 def count_before(table: list[np.ndarray], query: list[np.ndarray], inclusive: bool) -> np.ndarray:
     """For each query row: how many rows of `table` (columns; rows in lexicographic order)
     come before it — compare less (`inclusive`: or equal) — by one sort of both together."""
@@ -198,13 +204,24 @@ class Events:
     blocking call, `timeline.SYNC_APIS`), device_sync (it waits for every stream), name_id."""
 
     def __init__(self, host: pl.LazyFrame):
-        kind, name = pl.col("kind"), pl.col("name")
-        self.table, (self.step, self.tid, self.start, self.end, self.correlation, self.kind, self.sync,
-                     self.device_sync, self.name_id) = with_arrays(
+        kind = pl.col("kind")
+        self.table, (self.step, self.tid, self.start, self.end, self.correlation, self.kind,
+                     self.name_id) = with_arrays(
             host, ("step", "tid", "start", "end", "correlation"),
             kind=pl.when(kind == "op").then(OP).when(kind == "call").then(CALL).otherwise(ANNOTATION),
-            sync=name.is_in(SYNC_APIS).fill_null(False),
-            device_sync=((kind == "call") & name.is_in(DEVICE_SYNC_APIS)).fill_null(False), name_id=name_ids())
+            name_id=name_ids())
+        self.sync = named_in(self.table["name"], self.name_id, SYNC_APIS)
+        self.device_sync = (self.kind == CALL) & named_in(self.table["name"], self.name_id, DEVICE_SYNC_APIS)
+
+
+def named_in(names: pl.Series, ids: np.ndarray, among) -> np.ndarray:
+    """Per row: whether its name (of integer `ids`, `name_ids`) is one of `among`, testing each
+    distinct name once (a trace's events have a few hundred)."""
+    first = first_rows(ids, int(ids.max(initial=0)) + 1)
+    present = np.flatnonzero(first >= 0)
+    found = np.zeros(len(first), bool)
+    found[present] = names.gather(first[present]).is_in(among).fill_null(False).to_numpy()
+    return found[ids]
 
 
 def host_lanes(h: Events, edges: Edges, unrecorded: bool):
@@ -243,17 +260,40 @@ def lane_order(h: Events) -> np.ndarray:
     is_start = np.tile([True, False], len(h.start))
     key = np.where(np.repeat(h.start == h.end, 2), 1, np.where(is_start, 2, 0))
     time = np.column_stack([h.start, h.end]).ravel()
-    order = np.lexsort((key, time, np.repeat(h.tid, 2), np.repeat(h.step, 2)))  # stable: then by node
+    tids = distinct_runs(h.tid)
+    lane = (h.step - h.step.min()) * len(tids) + np.searchsorted(tids, h.tid)  # by step, then thread
+    keys = packed(np.repeat(lane, 2), time, key)
+    order = stable_order(keys)  # then by node
     # boundaries equal in all four are few (times are in ns), so only they are sorted by the
     # tie — the other bound, latest first — which over every boundary would cost 4x the sort above
-    keys = [h.step[order // 2], h.tid[order // 2], time[order], key[order]]
-    same = np.r_[False, np.logical_and.reduce([k[1:] == k[:-1] for k in keys])]  # as the one before
+    ordered = [k[order] for k in keys]
+    same = np.r_[False, np.logical_and.reduce([k[1:] == k[:-1] for k in ordered])]  # as the one before
     tied = same | np.r_[same[1:], False]
     if tied.any():
         sub = order[tied]
         tie = -np.where(sub % 2 == 0, h.end[sub // 2], h.start[sub // 2])
         order[tied] = sub[np.lexsort((tie, np.cumsum(~same)[tied]))]
     return order
+
+
+def packed(*keys: np.ndarray) -> list[np.ndarray]:
+    """Integer sort keys (the first key first) as one int64 key of the same order, where their
+    ranges fit in 63 bits; else as given."""
+    shifted = [k - k.min() if len(k) else k for k in keys]
+    bits = [int(k.max(initial=0)).bit_length() for k in shifted]
+    if sum(bits) > 63:
+        return list(keys)
+    key = shifted[0].copy()
+    for k, width in zip(shifted[1:], bits[1:]):
+        key <<= width
+        key |= k
+    return [key]
+
+
+def stable_order(keys: list[np.ndarray]) -> np.ndarray:
+    """The rows' stable order by `keys` (the first key first): one sort for one key (half a
+    lexsort's time over the keys it packs), else a lexsort."""
+    return np.argsort(keys[0], kind="stable") if len(keys) == 1 else np.lexsort(keys[::-1])
 
 
 def latest_at_depth(started: np.ndarray, depth: np.ndarray) -> np.ndarray:
@@ -271,8 +311,8 @@ def latest_at_depth(started: np.ndarray, depth: np.ndarray) -> np.ndarray:
 
 class TimeOrder:
     """The boundaries (`host_lanes`) in time order within each step, ties in lane order:
-    `order` (lane positions), `place` (each lane position's place in it), `first` and `last`
-    (per place: the first and the last place of its step and time)."""
+    `order` (lane positions), `place` (each lane position's place in it), `times` (the places
+    where a new step or time begins)."""
 
     def __init__(self, b: dict):
         self.order = np.lexsort((b["time"], b["step"]))
@@ -280,9 +320,15 @@ class TimeOrder:
         self.place = np.empty(n, np.int64)
         self.place[self.order] = np.arange(n)
         step, time = b["step"][self.order], b["time"][self.order]
-        new = np.r_[True, (step[1:] != step[:-1]) | (time[1:] != time[:-1])]
-        self.first = np.maximum.accumulate(np.where(new, np.arange(n), 0))
-        self.last = np.minimum.accumulate(np.where(np.r_[new[1:], True], np.arange(n), n)[::-1])[::-1]
+        self.times = np.flatnonzero(np.r_[True, (step[1:] != step[:-1]) | (time[1:] != time[:-1])])
+
+    def first(self, places: np.ndarray) -> np.ndarray:
+        """Per place: the first place of its step and time."""
+        return self.times[np.searchsorted(self.times, places, "right") - 1]
+
+    def last(self, places: np.ndarray) -> np.ndarray:
+        """Per place: the last place of its step and time."""
+        return np.append(self.times, len(self.order))[np.searchsorted(self.times, places, "right")] - 1
 
 
 def busy_elsewhere(b: dict, segment: np.ndarray, h: Events, t: TimeOrder) -> np.ndarray:
@@ -294,7 +340,7 @@ def busy_elsewhere(b: dict, segment: np.ndarray, h: Events, t: TimeOrder) -> np.
     ops = event[op_start]  # the ops by start, in time order
     step, tid, end = h.step[ops], h.tid[ops], h.end[ops]
     # the last op started before the segment's end (its place among `ops`; -1: none)
-    until = t.first[t.place[segment + 1]]  # the first place at the segment's end
+    until = t.first(t.place[segment + 1])  # the first place at the segment's end
     j = np.where(until > 0, np.cumsum(op_start)[until - 1] - 1, -1)
     s_tid, s_step = b["tid"][segment], b["step"][segment]
     busy = np.zeros(len(segment), bool)
@@ -310,13 +356,12 @@ def thread_order(b: dict, depth: np.ndarray, t: TimeOrder, edges: Edges):
     """A thread's top-level event starts after the latest boundary of any other thread of its
     step at or before it (of several at one time, the last in lane order)."""
     tid = b["tid"][t.order]
-    run = np.where(np.r_[True, tid[1:] != tid[:-1]], np.arange(len(tid)), 0)
-    np.maximum.accumulate(run, out=run)  # the place where its thread's run began
+    runs = np.flatnonzero(np.r_[True, tid[1:] != tid[:-1]])  # the places where a thread's run begins
     top = np.flatnonzero(b["start"] & (depth == 1))  # lane positions of top-level starts (few)
     top = top[np.argsort(t.place[top], kind="stable")]  # in time order
-    at = t.last[t.place[top]]  # the last place at its time
-    # the last place there or before of another thread: that one, or the one before the run
-    j = np.where(tid[at] != b["tid"][top], at, run[at] - 1)
+    at = t.last(t.place[top])  # the last place at its time
+    # the last place there or before of another thread: that one, or the one before its run
+    j = np.where(tid[at] != b["tid"][top], at, runs[np.searchsorted(runs, at, "right") - 1] - 1)
     found = j >= 0
     found[found] = b["step"][t.order[j[found]]] == b["step"][top[found]]
     edges.add(b["node"][t.order[j[found]]], b["node"][top[found]], CODE["waiting", "thread order"], checked=False)
@@ -428,13 +473,13 @@ def inferred_syncs(calls: np.ndarray, h: Events, acts: Activities) -> tuple[np.n
     """(src, call end node) for blocking calls without a `cuda_sync` record: the activity
     launched before the call whose end is the latest within it (few calls)."""
     by_end = np.argsort(acts.end, kind="stable")
-    ends = acts.end[by_end]
+    ends, launched = acts.end[by_end], acts.correlation[by_end]
+    lo, hi = np.searchsorted(ends, h.start[calls], "left"), np.searchsorted(ends, h.end[calls], "right")
     src, dst = [], []
-    for call in calls:
-        inside = by_end[np.searchsorted(ends, h.start[call], "left"):np.searchsorted(ends, h.end[call], "right")]
-        inside = inside[(acts.correlation[inside] >= 0) & (acts.correlation[inside] < h.correlation[call])]
+    for call, a, b, before in zip(calls.tolist(), lo.tolist(), hi.tolist(), h.correlation[calls].tolist()):
+        inside = np.flatnonzero((launched[a:b] >= 0) & (launched[a:b] < before))  # ended within it, launched before
         if len(inside):
-            src.append(acts.node_end[inside[-1]])
+            src.append(acts.node_end[by_end[a + inside[-1]]])
             dst.append(2 * call + 1)
     return np.array(src, np.int64), np.array(dst, np.int64)
 
@@ -458,8 +503,14 @@ def windows(trace: Trace, host_steps: np.ndarray, acts: Activities, first: int) 
 
 
 def grouped_sums(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Rows grouped by equal `keys`, in their order: (a row of each group, the group's sum of
-    `values`)."""
+    """Rows grouped by equal `keys` (≥ 0), in their order: (the first row of each group, the
+    group's sum of `values`). Keys in a range no wider than the rows are counted, not sorted."""
+    top = int(keys.max(initial=-1)) + 1
+    if top <= len(keys):
+        first, sums = first_rows(keys, top), np.zeros(top, np.int64)
+        np.add.at(sums, keys, values)
+        groups = np.flatnonzero(first >= 0)
+        return first[groups], sums[groups]
     order = np.argsort(keys, kind="stable")  # timsort: the keys come in long sorted runs
     ordered = keys[order]
     starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]]) if len(order) else order
@@ -526,8 +577,7 @@ def runs_of(u, v, weight, ends) -> tuple[dict, dict]:
     e = np.arange(len(u))
     through = (np.bincount(v, minlength=n) == 1) & (np.bincount(u, minlength=n) == 1)
     through[list(ends)] = False
-    into = np.full(n, -1)
-    into[v[::-1]] = e[::-1]  # the first edge into each node
+    into = first_rows(v, n)  # the first edge into each node
     before = np.where(through[u], into[u], -1)  # the edge before e in its run; -1: e is its first
     begins = (before < 0) | (before != e - 1)
     stretch = np.cumsum(begins) - 1  # each edge's stretch
@@ -603,16 +653,17 @@ def heaviest_paths(times, u, v, weight, sources: list[int], sinks: list[int]) ->
             way = best[tail]
             if way >= 0 and way + w > best[to]:
                 best[to], before[to], gained = way + w, e, backward
-    walked = []  # per path, its runs (places in `order`) from source to sink
-    for source, sink in zip(sources, sinks):
-        node, back = sink, []
-        while best[sink] >= 0 and node != source:
-            back.append(before[node])
-            node = tails[before[node]]
-        walked.append(back[::-1])
+    back, walked = [], [0]  # the paths' runs (places in `order`) from sink to source, the last path first
+    for source, sink in zip(sources[::-1], sinks[::-1]):
+        node = sink if best[sink] >= 0 else source
+        while node != source:
+            e = before[node]
+            back.append(e)
+            node = tails[e]
+        walked.append(len(back))
     # lay each path's runs out edge by edge: a stretch's edges go where its run's place on the
     # path and the run's edges before it say
-    runs_on = np.array([r for back in walked for r in back], np.int64)
+    runs_on = np.array(back[::-1], np.int64)  # each path from source to sink, in the sources' order
     n = runs["n"][order][runs_on]
     start = np.full(len(u), -1)  # per run on a path, by its first edge: the place of that edge
     start[runs["head"][order][runs_on]] = np.cumsum(n) - n
@@ -622,7 +673,7 @@ def heaviest_paths(times, u, v, weight, sources: list[int], sinks: list[int]) ->
     inside = np.arange(length.sum()) - np.repeat(np.cumsum(length) - length, length)
     laid = np.empty(int(n.sum()), np.int64)
     laid[np.repeat(place, length) + inside] = np.repeat(first, length) + inside
-    cuts = np.cumsum([0, *(int(runs["n"][order][back].sum()) for back in walked)])
+    cuts = np.r_[0, np.cumsum(n)][len(back) - np.array(walked[::-1])]  # where each path's edges begin
     found = []
     for k, (source, sink) in enumerate(zip(sources, sinks)):
         ids = laid[cuts[k]:cuts[k + 1]]
