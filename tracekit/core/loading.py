@@ -544,12 +544,12 @@ def _with_args(events: list, table: pl.DataFrame, columns: dict, old: bool) -> p
     return table.with_columns(**made)
 
 
-def raw_text(values: list) -> pl.Series:
+def raw_text(raws: list) -> pl.Series:
     """String column of raw JSON values (`msgspec.Raw`) as their text; empty → null. Joined
     into one text and split by polars, not decoded one by one: JSON text holds no NUL."""
-    if not values:
+    if not raws:
         return pl.Series([], dtype=pl.String)
-    joined = pl.Series([b"\0".join(values).decode()], dtype=pl.String)
+    joined = pl.Series([b"\0".join(raws).decode()], dtype=pl.String)
     return joined.str.split("\0").explode().replace("", None)
 
 
