@@ -1,10 +1,12 @@
 """Decoding one trace in pieces by several processes (tracekit/core/split.py) gives exactly what
-one process gives: every table, the metadata and the facts, on every trace in tests/data —
-the parallel path forced on these small files by a zero threshold, and every piece but the
-last decoded by a worker process."""
+one process gives: every table, the metadata and the facts, on every trace in tests/data and
+in the shared traces beside the checkout (../shared, where there is one) — the parallel path
+forced on these small files by a zero threshold, and every piece but the last decoded by a
+worker process."""
 
 import gzip
 import json
+from pathlib import Path
 
 import pytest
 from conftest import DATA
@@ -13,7 +15,16 @@ from synth import doc, launched, op, step
 from tracekit.core import loading, split
 from tracekit.core.errors import TraceError
 
-TRACES = sorted(p for p in DATA.rglob("*.json*") if p.name not in ("manifest.json",) and "truth" not in p.name)
+SHARED = Path(__file__).resolve().parents[2] / "shared"  # ../shared of the checkout
+ROOTS = [DATA] + [SHARED] * SHARED.is_dir()
+TRACES = sorted(p for root in ROOTS for p in root.rglob("*.json*")
+                if p.name not in ("manifest.json",) and "truth" not in p.name)
+
+
+def where(path) -> str:
+    """The trace's path below its root, named by the root."""
+    root = next(r for r in ROOTS if path.is_relative_to(r))
+    return f"{root.name}/{path.relative_to(root)}"
 
 
 def tables(trace):
@@ -44,7 +55,7 @@ def test_the_traces_here_are_many_and_one_event_per_line():
                for p in TRACES) > 40
 
 
-@pytest.mark.parametrize("path", TRACES, ids=lambda p: str(p.relative_to(DATA)))
+@pytest.mark.parametrize("path", TRACES, ids=where)
 def test_parallel_equals_one_process(path, monkeypatch):
     serial, _ = loaded(path, False, monkeypatch)
     parallel, forced = loaded(path, True, monkeypatch)

@@ -24,7 +24,7 @@ import msgspec
 from . import files
 
 BLOCK = 8 << 20  # bytes read at a time
-PIECE = 16 << 20  # bytes of events given at a time (about 50,000 Kineto events)
+PIECE = 8 << 20  # bytes of events given at a time (about 20,000 Kineto events; their structs are in memory at once)
 HEAD_LIMIT = 64 << 20  # `traceEvents` must start within this many bytes
 WHITESPACE = b" \t\r\n"
 NONSPACE = re.compile(rb"[^ \t\r\n]")
