@@ -35,7 +35,9 @@ A capture without CPU ops (the `lean`/`device` recordings: runtime calls and the
 phase annotations only) keeps the annotations' self time as host work of kind `ops not
 recorded`: the thread ran, but what it ran is not told. A device-only capture (no runtime call
 recorded) has a graph of device work alone, over each step's device span: what the host did
-is not told, and the gaps between the device's work are `waiting`.
+is not told, and the gaps between the device's work are `waiting` of kind `stream gap, launch
+not recorded` (the next activity waited for its launch, or for another stream: the trace does
+not tell which; the `names/` trace of a tracekit run records one step in full).
 
 Every edge goes forward in time (one that would go back — clock skew — is dropped); all
 steps' graphs are built at once, with no edge between two steps. A work edge weighs its

@@ -35,6 +35,7 @@ KINDS = (
     ("waiting", "stream order", False, None), ("waiting", "launch", False, None),
     ("waiting", "event wait", False, None), ("waiting", "sync", False, None),
     ("waiting", "sync (inferred)", False, None), ("waiting", "start", False, None), ("waiting", "end", False, None),
+    ("waiting", "stream gap, launch not recorded", False, None),
 )
 CODE = {(category, kind): code for code, (category, kind, _, _) in enumerate(KINDS)}
 WORK = np.array([work for _, _, work, _ in KINDS])
@@ -416,9 +417,9 @@ def pairs(left: np.ndarray, right: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return i, j
 
 
-def device_lanes(acts: Activities, split: dict, edges: Edges):
+def device_lanes(acts: Activities, split: dict, edges: Edges, gap: int = CODE["waiting", "stream order"]):
     """Device work (start → end, or start → arrival → end for a split collective) and
-    stream order (an activity's end → the next one's start on its stream)."""
+    stream order (an activity's end → the next one's start on its stream, of kind `gap`)."""
     mid = np.full(len(acts.row), -1)
     mid[split["at"]] = split["node"]
     whole = mid < 0
@@ -428,7 +429,7 @@ def device_lanes(acts: Activities, split: dict, edges: Edges):
     lane = np.lexsort((acts.end, acts.start, acts.stream, acts.device, acts.step))
     same = ((acts.step[lane][1:] == acts.step[lane][:-1]) & (acts.device[lane][1:] == acts.device[lane][:-1])
             & (acts.stream[lane][1:] == acts.stream[lane][:-1]))
-    edges.add(acts.node_end[lane[:-1][same]], acts.node_start[lane[1:][same]], CODE["waiting", "stream order"])
+    edges.add(acts.node_end[lane[:-1][same]], acts.node_start[lane[1:][same]], gap)
 
 
 def sync_edges(trace: Trace, h: Events, acts: Activities, edges: Edges):
@@ -547,7 +548,10 @@ def build(trace: Trace, host: pl.LazyFrame, gpu: pl.LazyFrame, arrivals: pl.Data
     edges = Edges(times, steps)
     if len(h.step):
         host_lanes(h, edges, unrecorded)
-    device_lanes(acts, split, edges)
+    # a device-only capture (no runtime call): a gap on a stream waited for a launch or for
+    # another stream, which the trace does not tell apart
+    device_lanes(acts, split, edges, CODE["waiting", "stream order"] if len(h.step) or trace.calls.height else
+                 CODE["waiting", "stream gap, launch not recorded"])
     if len(h.step):
         sync_edges(trace, h, acts, edges)
     # S → a node nothing else leads to, a node that leads nowhere → T: any other S or T edge

@@ -337,3 +337,21 @@ def test_without_cupti_python_the_recording_falls_back_to_device_saying_why(monk
     assert worker.capture_mode("cupti", torch.device("cpu")) == ("device", None)
     assert worker.capture_mode("cupti", torch.device("cuda", 0)) == ("device", reason)
     assert worker.capture_mode("full", torch.device("cuda", 0)) == ("full", None)
+
+
+def test_a_device_only_captures_critical_path_says_its_gaps_are_not_explained():
+    """A `cupti` recording holds no runtime call: the gaps between its device work are waits
+    the trace cannot explain (a launch or another stream), named so, never `stream order`,
+    which in a trace with launches means the stream itself was busy. A `device` recording of
+    the same kind of step (launches recorded) keeps `stream order`."""
+    from tracekit.analyses.critical_path import critical_path
+
+    def waits(trace):
+        items = critical_path(trace, top=None).explode("items").unnest("items")
+        return set(items.filter(pl.col("category") == "waiting")["kind"].drop_nulls())
+
+    cupti = tracekit.load(REAL / "fsdp1" / "rank0.pt.trace.json.gz")
+    assert cupti.calls.height == 0 and cupti.gpu.height > 0
+    assert "stream gap, launch not recorded" in waits(cupti) and "stream order" not in waits(cupti)
+    device = tracekit.load(REAL.parent / "h200x1-device" / "fsdp2" / "rank0.pt.trace.json.gz")
+    assert device.calls.height > 0 and "stream gap, launch not recorded" not in waits(device)
