@@ -27,9 +27,9 @@ gives intervals far too narrow. Here:
   drift; 0.5: twice as fast by the end). `DRIFT_WARN` is the warning threshold.
 
 `t975` is Student's t quantile solved from its distribution function, the regularized
-incomplete beta function by its continued fraction (Numerical Recipes, 3rd ed., §6.4), to
-1e-12: `scipy.special.stdtrit` agrees (`tests/test_noise.py`), but importing `scipy.special`
-costs half a second, as much as the rest of a small command.
+incomplete beta function by its continued fraction (Numerical Recipes, 3rd ed., §6.4),
+bisected to 1e-12: `scipy.special.stdtrit` agrees to 1e-9 (`tests/test_variants.py`), but
+importing `scipy.special` costs half a second, as much as the rest of a small command.
 """
 
 from __future__ import annotations

@@ -548,10 +548,10 @@ def build(trace: Trace, host: pl.LazyFrame, gpu: pl.LazyFrame, arrivals: pl.Data
     edges = Edges(times, steps)
     if len(h.step):
         host_lanes(h, edges, unrecorded)
-    # a device-only capture (no runtime call): a gap on a stream waited for a launch or for
-    # another stream, which the trace does not tell apart
-    device_lanes(acts, split, edges, CODE["waiting", "stream order"] if len(h.step) or trace.calls.height else
-                 CODE["waiting", "stream gap, launch not recorded"])
+    # a device-only capture (no runtime call, `critical_path.graph`): a gap on a stream waited
+    # for a launch or for another stream, which the trace does not tell apart
+    device_lanes(acts, split, edges, CODE["waiting", "stream gap, launch not recorded"] if trace.calls.height == 0
+                 else CODE["waiting", "stream order"])
     if len(h.step):
         sync_edges(trace, h, acts, edges)
     # S → a node nothing else leads to, a node that leads nowhere → T: any other S or T edge

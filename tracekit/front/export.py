@@ -274,21 +274,20 @@ def export_diff(a_traces: list[Trace], b_traces: list[Trace], diff: RunDiff, lab
     where its activities ran on each side. The diffs (`diff.diff_runs`) carry each side's items."""
     by_rank = {d.rank: d for d in diff.per_rank}
     top_items = diff.together.all_items.filter(pl.col("kind") != "idle").head(top)
-    sides = [(side, trace, label) for side, traces, label in (("a", a_traces, labels[0]), ("b", b_traces, labels[1]))
-             for trace in traces]
-
-    def span_start(side: str, trace: Trace) -> int:
-        shown = by_rank.get(trace.rank, diff.together)
-        return trace.gpu.filter(pl.col("step") == (shown.a_step if side == "a" else shown.b_step))["start"].min()
-    starts = {id(trace): span_start(side, trace) for side, trace, _ in sides}
+    # (side, trace, label, the diff shown for its rank, its compared step's span start)
+    sides = []
+    for side, traces, label in (("a", a_traces, labels[0]), ("b", b_traces, labels[1])):
+        for trace in traces:
+            shown = by_rank.get(trace.rank, diff.together)
+            step = shown.a_step if side == "a" else shown.b_step
+            sides.append((side, trace, label, shown, trace.gpu.filter(pl.col("step") == step)["start"].min()))
     # every side's step span starts at one time: 1 s, or later where a step starts later into its
     # trace (a recording in rounds), so that no event lands before 0
-    base = max(1_000_000_000, *starts.values())
+    base = max(1_000_000_000, *(start for *_, start in sides))
 
     def write(writer):
-        for side, trace, label in sides:
-            shown = by_rank.get(trace.rank, diff.together)
-            shift = base - starts[id(trace)]  # on the trace's own times
+        for side, trace, label, shown, start in sides:
+            shift = base - start  # on the trace's own times
             write_trace(writer, trace, f"{side.upper()} {label} · rank {trace.rank}", shift - trace.origin_us * 1000)
             if trace.rank in by_rank:
                 _item_tracks(writer, trace, shown.a_items if side == "a" else shown.b_items, top_items, side, shift)
