@@ -47,24 +47,29 @@ def installed_view(checkout: Path, into: Path) -> Path:
 
 def measured(command: list[str], env: dict, cwd: Path = ROOT, expect: int = 0) -> tuple[float, float]:
     """(seconds, peak RSS in MB) of one run of `command`."""
-    start = time.perf_counter()
-    child = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    _, status, usage = os.wait4(child.pid, 0)
-    seconds = time.perf_counter() - start
-    child.returncode = os.waitstatus_to_exitcode(status)
-    if child.returncode != expect:
-        raise SystemExit(f"{' '.join(command)}: exit {child.returncode}, expected {expect}")
+    with tempfile.TemporaryFile() as errors:
+        start = time.perf_counter()
+        child = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=errors)
+        _, status, usage = os.wait4(child.pid, 0)
+        seconds = time.perf_counter() - start
+        child.returncode = os.waitstatus_to_exitcode(status)
+        if child.returncode != expect:
+            errors.seek(0)
+            said = errors.read().decode(errors="replace").strip().splitlines()[-1:] or ["(nothing on stderr)"]
+            raise SystemExit(f"{' '.join(command)}: exit {child.returncode}, expected {expect}: {said[0]}")
     return seconds, usage.ru_maxrss / 1024
 
 
 def tracekit(view: Path, words: list[str]) -> tuple[list[str], dict, Path]:
     """The command `tracekit WORDS` run from `view`, its environment and the folder it runs in:
     an empty one (`-m` would import the package of the current folder first), the bundled data
-    named by absolute path."""
+    named by absolute path. The view goes before any PYTHONPATH already set (an image may find
+    torch or polars through it)."""
     here = view.parent / "here"
     here.mkdir(exist_ok=True)
     words = [str(ROOT / w) if (ROOT / w).exists() else w for w in words]
-    return [sys.executable, "-m", "tracekit", *words], {**os.environ, "PYTHONPATH": str(view)}, here
+    path = os.pathsep.join(p for p in (str(view), os.environ.get("PYTHONPATH", "")) if p)
+    return [sys.executable, "-m", "tracekit", *words], {**os.environ, "PYTHONPATH": path}, here
 
 
 def states(words: list[str], view: Path, folder: Path) -> dict[str, tuple[float, float]]:

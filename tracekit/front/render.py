@@ -64,7 +64,7 @@ def flat_table(report) -> pl.DataFrame:
     for t, frame in report:
         for col, dtype in frame.schema.items():
             if isinstance(dtype, pl.List) and isinstance(dtype.inner, pl.Struct):
-                frame = frame.explode(col).unnest(col, separator=".")
+                frame = frame.explode(col).with_columns(pl.col(col).name.prefix_fields(f"{col}.")).unnest(col)
         frame = frame.with_columns(pl.col(c).list.join(" < ") for c, dt in frame.schema.items()
                                    if isinstance(dt, pl.List) and dt.inner == pl.String)
         frames.append(flattened(frame).select(pl.lit(t.path).alias("path"), pl.lit(t.rank).alias("rank"), pl.all()))
