@@ -259,7 +259,8 @@ def kernel_work(trace: Trace) -> pl.DataFrame:
     launches = gpu.join(calls, on="correlation")
     found = (launches.join_where(ops, pl.col("o_start") <= pl.col("c_start"), pl.col("o_end") >= pl.col("c_end"))
              .filter(pl.col("o_tid") == pl.col("tid"))
-             .sort("row", "o_start", descending=[False, True]).unique("row", keep="first")
+             .sort("row", "o_start", "o_end", "op_row", descending=[False, True, False, True])  # timeline.INNERMOST_FIRST
+             .unique("row", keep="first", maintain_order=True)
              .filter(pl.col("family").is_not_null()))
     share = pl.col("dur") / pl.col("dur").sum().over("op_row")
     share = pl.when(pl.col("dur").sum().over("op_row") > 0).then(share).otherwise(1 / pl.len().over("op_row"))

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from tracekit.analyses.timeline import INNERMOST_FIRST
 from tracekit.core.model import Trace
 
 FSDP_LABEL = r"^(FSDP::|fsdp::|FullyShardedDataParallel\.)"
@@ -75,11 +76,11 @@ def launch_context(trace: Trace) -> pl.DataFrame:
     launcher = trace.ops.filter(pl.col("cat") == "cpu_op").select("ext_id", op=pl.col("name")).unique("ext_id")
     unlinked = launches.filter(pl.col("c_start").is_not_null()
                                & ~pl.col("ext_id").is_in(launcher["ext_id"].drop_nulls().implode()).fill_null(False))
-    cpu = trace.ops.filter(pl.col("cat") == "cpu_op").select(
-        o_tid="tid", o_start="start", o_end="end", enclosing=pl.col("name"))
+    cpu = trace.ops.with_row_index("o_row").filter(pl.col("cat") == "cpu_op").select(
+        "o_row", o_tid="tid", o_start="start", o_end="end", enclosing=pl.col("name"))
     enclosing = (unlinked.join_where(cpu, pl.col("o_start") <= pl.col("c_start"), pl.col("o_end") >= pl.col("c_end"))
                  .filter(pl.col("o_tid") == pl.col("c_tid"))
-                 .sort("row", "o_start", "o_end", descending=[False, True, False])
+                 .sort("row", *INNERMOST_FIRST, descending=[False, True, False, True])
                  .group_by("row", maintain_order=True).agg(pl.col("enclosing").first()))
     named = trace.derived.get("lean-names", pl.DataFrame(schema={"row": pl.UInt32, "op": pl.String}))
     return (launches.select("row", "ext_id", "c_tid").join(fsdp, on="row", how="left").join(coarse, on="row", how="left")

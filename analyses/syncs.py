@@ -22,7 +22,7 @@ from __future__ import annotations
 import polars as pl
 
 from tracekit.analyses.counts import count_columns, known_sum
-from tracekit.analyses.timeline import SYNC_APIS, busy_during, timeline
+from tracekit.analyses.timeline import INNERMOST_FIRST, SYNC_APIS, busy_during, timeline
 from tracekit.core.model import Trace
 
 
@@ -42,8 +42,8 @@ def host_syncs(trace: Trace) -> pl.DataFrame:
 
 def blame_chains(intervals: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
     """(call, blame): names of the ops on the same thread enclosing each interval, innermost first."""
-    enclosing = ops.filter(~pl.col("name").str.starts_with("ProfilerStep#")).select(
-        pl.col("tid").alias("o_tid"), pl.col("start").alias("o_start"), pl.col("end").alias("o_end"),
+    enclosing = ops.with_row_index("o_row").filter(~pl.col("name").str.starts_with("ProfilerStep#")).select(
+        "o_row", pl.col("tid").alias("o_tid"), pl.col("start").alias("o_start"), pl.col("end").alias("o_end"),
         pl.col("name").alias("o_name"))
     if intervals.height == 0 or enclosing.height == 0:
         return pl.DataFrame(schema={"call": pl.UInt32, "blame": pl.List(pl.String)})
@@ -52,7 +52,7 @@ def blame_chains(intervals: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
     pairs = intervals.select("call", "tid", "start", "end").join_where(
         enclosing, pl.col("o_start") <= pl.col("start"), pl.col("o_end") >= pl.col("end"),
     ).filter(pl.col("o_tid") == pl.col("tid"))
-    return (pairs.sort(["call", "o_start", "o_end"], descending=[False, True, False])
+    return (pairs.sort("call", *INNERMOST_FIRST, descending=[False, True, False, True])
             .group_by("call", maintain_order=True).agg(blame=pl.col("o_name")))
 
 

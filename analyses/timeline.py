@@ -287,6 +287,13 @@ def unshared(segments: pl.DataFrame) -> pl.DataFrame:
                            | ((pl.col("category") == "compute") & (pl.col("n_compute") == 0)))
 
 
+# Of the ops enclosing an interval, the innermost first (sort descending, ascending,
+# descending): the latest start, then the earliest end, then the later row of trace.ops (a child
+# whose µs-rounded start and end equal its parent's, as `aten::_local_scalar_dense` inside
+# `aten::item`, is written after it). A total order: no choice rests on how a sort orders ties.
+INNERMOST_FIRST = ("o_start", "o_end", "o_row")
+
+
 def outermost(intervals: pl.DataFrame) -> pl.DataFrame:
     """The intervals no other of their thread contains: tid, start, end, name (of two with the
     same bounds, the later in the trace is the one inside). Per thread, sorted by start, their
