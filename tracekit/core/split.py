@@ -20,12 +20,14 @@ caller then decodes the file in one process.
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
 import queue
 import shutil
 import tempfile
 import threading
+import traceback
 from concurrent.futures import Future, ThreadPoolExecutor
 from multiprocessing import forkserver
 
@@ -37,6 +39,10 @@ MAX_PIECE = 8 << 20  # bytes: nor larger (its event structs are in memory at onc
 WINDOW = 1 << 20  # bytes searched for a separator after each cut's target offset
 TAIL = 1 << 20  # bytes at the end first searched for the last separator
 HERE = True  # whether the calling process takes pieces too (tests: False, so workers take all)
+KEEP_SERVER = False  # whether the fork server this started outlives the decode (tests: True, so that
+# their many small decodes share one); by default it is stopped, with the resource tracker it
+# started: an interpreter with polars imported is ~0.2x a 187 MB file's memory, held through the
+# analysis that follows otherwise
 
 
 class Failed(Exception):
@@ -138,9 +144,43 @@ def decoded(location: str, fn, workers: int, unpack=None) -> tuple[list, bytes]:
     if multiprocessing.current_process().daemon:
         workers = 0  # a daemon process may not start others
     ctx = _context()
+    started = []  # the helper processes this call started, stopped at its end (`_stop_helpers`)
     if workers and ctx.get_start_method() == "forkserver":
         ctx.set_forkserver_preload([fn.__module__])
+        started = _not_running()
         forkserver.ensure_running()  # the server imports while the text is gunzipped and cut
+    try:
+        return _decoded(location, fn, workers, unpack, ctx)
+    except BaseException as e:
+        traceback.clear_frames(e.__traceback__)  # its frames' semaphores freed before the tracker stops
+        raise
+    finally:
+        if not KEEP_SERVER:
+            _stop_helpers(started)
+
+
+def _not_running() -> list:
+    """The fork server and the resource tracker (which the server's start starts) that are not
+    running now: those that `forkserver.ensure_running()` will start."""
+    from multiprocessing import resource_tracker
+
+    server, tracker = getattr(forkserver, "_forkserver", None), getattr(resource_tracker, "_resource_tracker", None)
+    return [helper for helper, running in ((server, "_forkserver_pid"), (tracker, "_fd"))
+            if helper is not None and hasattr(helper, "_stop") and getattr(helper, running, 0) is None]
+
+
+def _stop_helpers(helpers: list) -> None:
+    """Stop these helper processes (the fork server first: it uses the tracker). Private
+    methods of multiprocessing (Python 3.10-3.13); where they fail, the helpers keep running."""
+    gc.collect()  # the semaphores of the counter and the queue, which the tracker must see freed
+    for helper in helpers:
+        try:
+            helper._stop()
+        except Exception:
+            return
+
+
+def _decoded(location: str, fn, workers: int, unpack, ctx) -> tuple[list, bytes]:
     with tempfile.TemporaryDirectory(prefix="tracekit-") as folder:
         text = plain_text(location, folder)
         ranges, last, metadata = pieces(text, workers + 1)
