@@ -119,12 +119,13 @@ def _take(counter, total: int) -> int | None:
     return i if i < total else None
 
 
-def _work(text: str, ranges: list, fn, counter, results) -> None:
-    """A worker: `fn` of each piece it takes, sent back with the piece's index."""
+def _work(text: str, ranges: list, fn, counter, results, folder: str) -> None:
+    """A worker: `fn` of each piece it takes, sent back with the piece's index; `fn` may write
+    what is large into files named from the prefix it is given, in the decode's folder."""
     os.environ["POLARS_MAX_THREADS"] = "1"  # the processes share the cores, not their threads
     while (i := _take(counter, len(ranges))) is not None:
         try:
-            results.put((i, fn(piece_text(text, ranges[i])), None))
+            results.put((i, fn(piece_text(text, ranges[i]), os.path.join(folder, f"piece{i}")), None))
         except Exception as e:  # reported; the caller decodes the file in one process
             results.put((i, None, f"{type(e).__name__}: {e}"))
             return
@@ -137,10 +138,13 @@ def _context():
 
 
 def decoded(location: str, fn, workers: int, unpack=None) -> tuple[list, bytes]:
-    """([fn(piece text) for each piece, in file order], the top level without the events) of a
-    local trace file, decoded here and in `workers` other processes (see the module). With
-    `unpack`, each result is `unpack(fn(piece text))`, unpacked here by a pool of threads as the
-    results arrive: for results that travel faster as bytes than pickled (polars frames)."""
+    """([fn(piece text, prefix) for each piece, in file order], the top level without the
+    events) of a local trace file, decoded here and in `workers` other processes (see the
+    module). `prefix` is None in this process; in a worker, a path in a temporary folder of this
+    call that `fn` may write files under (removed when this returns), so that what is large
+    reaches this process as a file, not as bytes piped and unpickled. With `unpack`, each result
+    is `unpack(fn(…))`, unpacked here by a pool of threads as the results arrive (a worker's
+    files read back)."""
     if multiprocessing.current_process().daemon:
         workers = 0  # a daemon process may not start others
     ctx = _context()
@@ -186,7 +190,7 @@ def _decoded(location: str, fn, workers: int, unpack, ctx) -> tuple[list, bytes]
         ranges, last, metadata = pieces(text, workers + 1)
         total = len(ranges)
         counter, results = ctx.Value("q", 0), ctx.Queue()
-        processes = [ctx.Process(target=_work, args=(text, ranges, fn, counter, results), daemon=True)
+        processes = [ctx.Process(target=_work, args=(text, ranges, fn, counter, results, folder), daemon=True)
                      for _ in range(min(workers, total - 1))]
         # started in the background: the first start waits for the fork server to import `fn`'s
         # module, and this process decodes pieces meanwhile (and does not wait for the server
@@ -197,9 +201,9 @@ def _decoded(location: str, fn, workers: int, unpack, ctx) -> tuple[list, bytes]
         pool = ThreadPoolExecutor(workers + 1) if unpack else None
         try:
             while HERE and (i := _take(counter, total)) is not None:
-                out[i] = fn(piece_text(text, ranges[i]))
+                out[i] = fn(piece_text(text, ranges[i]), None)
                 _gather(results, out, processes, starter, wait=False, pool=pool, unpack=unpack)
-            out[total] = fn(last)
+            out[total] = fn(last, None)
             if pool:
                 out = {i: v if isinstance(v, Future) else pool.submit(unpack, v) for i, v in out.items()}
             while len(out) < total + 1:
