@@ -308,8 +308,14 @@ def piece_frames(piece: tuple[dict, dict]) -> tuple[dict[str, pl.DataFrame], dic
 
 
 def _read_once(path: str) -> pl.DataFrame:
+    """The table in this IPC file, the file removed (polars 2 reads it into memory; polars 1
+    memory-maps it, which holds after the removal on POSIX; where a mapped file cannot be
+    removed, the folder's removal at the end of the decode tries again)."""
     table = pl.read_ipc(path)
-    os.remove(path)
+    try:
+        os.remove(path)
+    except OSError:
+        pass
     return table
 
 

@@ -7,11 +7,13 @@ separator without reading what comes before it. `pieces` finds the first element
 array's end (`stream.last_events`, which also gives the top level without the events) and
 cuts between them, in pieces that shrink toward the end. `decoded` gives each piece's text to
 `fn` — in this process and in `workers` others, which read their pieces from the file
-themselves and send back only `fn`'s results — and returns the results in file order. A
-gzip file is first gunzipped (ISA-L) into a temporary file. The workers are forked from a
-server process that has imported `fn`'s module (`forkserver`), so that each costs a fork,
-not a fresh interpreter; they take pieces from a shared counter, so that a slow start or a
-busy core costs only the pieces a worker did not take.
+themselves, write what is large (the tables) as files in a temporary folder of the call and
+send back only `fn`'s small results — and returns the results in file order. A gzip file is
+first gunzipped (ISA-L) into that folder. The workers are forked from a server process that
+has imported `fn`'s module (`forkserver`), so that each costs a fork, not a fresh
+interpreter; they take pieces from a shared counter, so that a slow start or a busy core
+costs only the pieces a worker did not take. The server (and the resource tracker its start
+starts) is stopped when the call ends, unless it was running before.
 
 A file that is not one event per line raises `stream.Unsplittable`; a piece that fails (a
 wrong cut gives text that does not parse), or a worker that dies, raises `Failed`: the
@@ -185,7 +187,7 @@ def _stop_helpers(helpers: list) -> None:
 
 
 def _decoded(location: str, fn, workers: int, unpack, ctx) -> tuple[list, bytes]:
-    with tempfile.TemporaryDirectory(prefix="tracekit-") as folder:
+    with tempfile.TemporaryDirectory(prefix="tracekit-", ignore_cleanup_errors=True) as folder:
         text = plain_text(location, folder)
         ranges, last, metadata = pieces(text, workers + 1)
         total = len(ranges)
