@@ -39,6 +39,7 @@ def loaded(path, parallel: bool, monkeypatch):
         patch.setattr(loading, "cores", lambda: 3)  # two workers, also on a one-core machine
         patch.setattr(split, "HERE", False)  # every piece but the last one by a worker
         patch.setattr(split, "MIN_PIECE", 4096)  # several pieces of these small files
+        patch.setattr(split, "KEEP_SERVER", True)  # one fork server for these many decodes
         taken = []
         real = split.decoded
         patch.setattr(split, "decoded", lambda *a, **k: taken.append(1) or real(*a, **k))
@@ -107,3 +108,30 @@ def test_a_piece_that_fails_in_a_worker_gives_the_one_process_answer(tmp_path, m
     path.write_bytes(text)
     assert loaded(path, True, monkeypatch)[0] == loaded(path, False, monkeypatch)[0]
     assert "not valid JSON" in loaded(path, True, monkeypatch)[0]
+
+
+@pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")
+def test_the_helpers_a_decode_starts_are_stopped_after_it(tmp_path, monkeypatch):
+    """The fork server and the resource tracker that a parallel decode starts do not outlive
+    it (an interpreter holding polars), also when a piece fails; their semaphores are freed
+    before the tracker stops (no warning of a semaphore unlinked twice)."""
+    from multiprocessing import forkserver, resource_tracker
+
+    forkserver._forkserver._stop()
+    resource_tracker._resource_tracker._stop()
+    events = [step(1, 0, 10_000)] + [op(f"op{i}", 10 + i, 1) for i in range(300)]
+    good, bad = tmp_path / "good.json", tmp_path / "bad.json"
+    good.write_bytes(kineto(events))
+    bad.write_bytes(kineto(events).replace(b'"name": "op150"', b'"name": op150'))
+    monkeypatch.setattr(split, "HERE", False)
+    monkeypatch.setattr(split, "MIN_PIECE", 4096)
+    for path, fails in ((good, False), (bad, True)):
+        try:
+            results, _ = split.decoded(str(path), loading.piece_tables, 2, unpack=loading.piece_frames)
+            assert not fails and len(results) > 2
+        except split.Failed:
+            assert fails
+        assert forkserver._forkserver._forkserver_pid is None
+        assert resource_tracker._resource_tracker._fd is None
+        import gc
+        gc.collect()

@@ -9,8 +9,8 @@ read leniently), never dropped silently: `tracekit lint` reports it.
 from __future__ import annotations
 
 import importlib
-import io
 import math
+import os
 import re
 import threading
 from collections import Counter
@@ -281,25 +281,42 @@ def in_processes(path, workers: int) -> tuple[list, object, dict]:
     return [tables for tables, _ in results], _document(path, metadata, facts), facts
 
 
-def piece_tables(text) -> tuple[dict[str, bytes], dict]:
-    """(the piece's rows of each table as Arrow IPC, its facts): `_chunk_tables` of one piece
-    alone. The tables travel between processes as IPC, read back by several threads at once
-    (`piece_frames`): unpickled frames were read back one at a time, a quarter of a second for
-    a 195 MB trace's on the 16-core host."""
+def piece_tables(text, target: str | None = None) -> tuple[dict, dict]:
+    """(the piece's rows of each table, its facts): `_chunk_tables` of one piece alone. In this
+    process (`target` None) the frames themselves; in a worker, each table written as Arrow IPC
+    to `<target>.<table>.arrow` and its path given, read back here by several threads at once
+    (`piece_frames`). Files, not bytes sent back: piped bytes were held three times on their
+    way (the worker's pickled copy, the bytes received, the frame read from them); unpickled
+    frames were read back one at a time, a quarter of a second for a 195 MB trace's on the
+    16-core host."""
     facts = fresh_facts()
-    return {name: ipc(table) for name, table in _chunk_tables(text, facts).items()}, facts
+    tables = _chunk_tables(text, facts)
+    if target is None:
+        return tables, facts
+    paths = {}
+    for name, table in tables.items():
+        paths[name] = f"{target}.{name}.arrow"
+        table.write_ipc(paths[name], compression="uncompressed")
+    return paths, facts
 
 
-def ipc(table: pl.DataFrame) -> bytes:
-    buf = io.BytesIO()
-    table.write_ipc(buf, compression="uncompressed")
-    return buf.getvalue()
-
-
-def piece_frames(piece: tuple[dict[str, bytes], dict]) -> tuple[dict[str, pl.DataFrame], dict]:
-    """`piece_tables`' result with its tables read back."""
+def piece_frames(piece: tuple[dict, dict]) -> tuple[dict[str, pl.DataFrame], dict]:
+    """`piece_tables`' result with a worker's tables read back (and their files removed)."""
     tables, facts = piece
-    return {name: pl.read_ipc(data) for name, data in tables.items()}, facts
+    return {name: table if isinstance(table, pl.DataFrame) else _read_once(table)
+            for name, table in tables.items()}, facts
+
+
+def _read_once(path: str) -> pl.DataFrame:
+    """The table in this IPC file, the file removed (polars 2 reads it into memory; polars 1
+    memory-maps it, which holds after the removal on POSIX; where a mapped file cannot be
+    removed, the folder's removal at the end of the decode tries again)."""
+    table = pl.read_ipc(path)
+    try:
+        os.remove(path)
+    except OSError:
+        pass
+    return table
 
 
 def streamed(path) -> tuple[list, object, dict]:

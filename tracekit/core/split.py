@@ -7,11 +7,13 @@ separator without reading what comes before it. `pieces` finds the first element
 array's end (`stream.last_events`, which also gives the top level without the events) and
 cuts between them, in pieces that shrink toward the end. `decoded` gives each piece's text to
 `fn` — in this process and in `workers` others, which read their pieces from the file
-themselves and send back only `fn`'s results — and returns the results in file order. A
-gzip file is first gunzipped (ISA-L) into a temporary file. The workers are forked from a
-server process that has imported `fn`'s module (`forkserver`), so that each costs a fork,
-not a fresh interpreter; they take pieces from a shared counter, so that a slow start or a
-busy core costs only the pieces a worker did not take.
+themselves, write what is large (the tables) as files in a temporary folder of the call and
+send back only `fn`'s small results — and returns the results in file order. A gzip file is
+first gunzipped (ISA-L) into that folder. The workers are forked from a server process that
+has imported `fn`'s module (`forkserver`), so that each costs a fork, not a fresh
+interpreter; they take pieces from a shared counter, so that a slow start or a busy core
+costs only the pieces a worker did not take. The server (and the resource tracker its start
+starts) is stopped when the call ends, unless it was running before.
 
 A file that is not one event per line raises `stream.Unsplittable`; a piece that fails (a
 wrong cut gives text that does not parse), or a worker that dies, raises `Failed`: the
@@ -20,12 +22,14 @@ caller then decodes the file in one process.
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
 import queue
 import shutil
 import tempfile
 import threading
+import traceback
 from concurrent.futures import Future, ThreadPoolExecutor
 from multiprocessing import forkserver
 
@@ -37,6 +41,10 @@ MAX_PIECE = 8 << 20  # bytes: nor larger (its event structs are in memory at onc
 WINDOW = 1 << 20  # bytes searched for a separator after each cut's target offset
 TAIL = 1 << 20  # bytes at the end first searched for the last separator
 HERE = True  # whether the calling process takes pieces too (tests: False, so workers take all)
+KEEP_SERVER = False  # whether the fork server this started outlives the decode (tests: True, so that
+# their many small decodes share one); by default it is stopped, with the resource tracker it
+# started: an interpreter with polars imported is ~0.2x a 187 MB file's memory, held through the
+# analysis that follows otherwise
 
 
 class Failed(Exception):
@@ -113,12 +121,13 @@ def _take(counter, total: int) -> int | None:
     return i if i < total else None
 
 
-def _work(text: str, ranges: list, fn, counter, results) -> None:
-    """A worker: `fn` of each piece it takes, sent back with the piece's index."""
+def _work(text: str, ranges: list, fn, counter, results, folder: str) -> None:
+    """A worker: `fn` of each piece it takes, sent back with the piece's index; `fn` may write
+    what is large into files named from the prefix it is given, in the decode's folder."""
     os.environ["POLARS_MAX_THREADS"] = "1"  # the processes share the cores, not their threads
     while (i := _take(counter, len(ranges))) is not None:
         try:
-            results.put((i, fn(piece_text(text, ranges[i])), None))
+            results.put((i, fn(piece_text(text, ranges[i]), os.path.join(folder, f"piece{i}")), None))
         except Exception as e:  # reported; the caller decodes the file in one process
             results.put((i, None, f"{type(e).__name__}: {e}"))
             return
@@ -131,22 +140,59 @@ def _context():
 
 
 def decoded(location: str, fn, workers: int, unpack=None) -> tuple[list, bytes]:
-    """([fn(piece text) for each piece, in file order], the top level without the events) of a
-    local trace file, decoded here and in `workers` other processes (see the module). With
-    `unpack`, each result is `unpack(fn(piece text))`, unpacked here by a pool of threads as the
-    results arrive: for results that travel faster as bytes than pickled (polars frames)."""
+    """([fn(piece text, prefix) for each piece, in file order], the top level without the
+    events) of a local trace file, decoded here and in `workers` other processes (see the
+    module). `prefix` is None in this process; in a worker, a path in a temporary folder of this
+    call that `fn` may write files under (removed when this returns), so that what is large
+    reaches this process as a file, not as bytes piped and unpickled. With `unpack`, each result
+    is `unpack(fn(…))`, unpacked here by a pool of threads as the results arrive (a worker's
+    files read back)."""
     if multiprocessing.current_process().daemon:
         workers = 0  # a daemon process may not start others
     ctx = _context()
+    started = []  # the helper processes this call started, stopped at its end (`_stop_helpers`)
     if workers and ctx.get_start_method() == "forkserver":
         ctx.set_forkserver_preload([fn.__module__])
+        started = _not_running()
         forkserver.ensure_running()  # the server imports while the text is gunzipped and cut
-    with tempfile.TemporaryDirectory(prefix="tracekit-") as folder:
+    try:
+        return _decoded(location, fn, workers, unpack, ctx)
+    except BaseException as e:
+        traceback.clear_frames(e.__traceback__)  # its frames' semaphores freed before the tracker stops
+        raise
+    finally:
+        if not KEEP_SERVER:
+            _stop_helpers(started)
+
+
+def _not_running() -> list:
+    """The fork server and the resource tracker (which the server's start starts) that are not
+    running now: those that `forkserver.ensure_running()` will start."""
+    from multiprocessing import resource_tracker
+
+    server, tracker = getattr(forkserver, "_forkserver", None), getattr(resource_tracker, "_resource_tracker", None)
+    return [helper for helper, running in ((server, "_forkserver_pid"), (tracker, "_fd"))
+            if helper is not None and hasattr(helper, "_stop") and getattr(helper, running, 0) is None]
+
+
+def _stop_helpers(helpers: list) -> None:
+    """Stop these helper processes (the fork server first: it uses the tracker). Private
+    methods of multiprocessing (Python 3.10-3.13); where they fail, the helpers keep running."""
+    gc.collect()  # the semaphores of the counter and the queue, which the tracker must see freed
+    for helper in helpers:
+        try:
+            helper._stop()
+        except Exception:
+            return
+
+
+def _decoded(location: str, fn, workers: int, unpack, ctx) -> tuple[list, bytes]:
+    with tempfile.TemporaryDirectory(prefix="tracekit-", ignore_cleanup_errors=True) as folder:
         text = plain_text(location, folder)
         ranges, last, metadata = pieces(text, workers + 1)
         total = len(ranges)
         counter, results = ctx.Value("q", 0), ctx.Queue()
-        processes = [ctx.Process(target=_work, args=(text, ranges, fn, counter, results), daemon=True)
+        processes = [ctx.Process(target=_work, args=(text, ranges, fn, counter, results, folder), daemon=True)
                      for _ in range(min(workers, total - 1))]
         # started in the background: the first start waits for the fork server to import `fn`'s
         # module, and this process decodes pieces meanwhile (and does not wait for the server
@@ -157,9 +203,9 @@ def decoded(location: str, fn, workers: int, unpack=None) -> tuple[list, bytes]:
         pool = ThreadPoolExecutor(workers + 1) if unpack else None
         try:
             while HERE and (i := _take(counter, total)) is not None:
-                out[i] = fn(piece_text(text, ranges[i]))
+                out[i] = fn(piece_text(text, ranges[i]), None)
                 _gather(results, out, processes, starter, wait=False, pool=pool, unpack=unpack)
-            out[total] = fn(last)
+            out[total] = fn(last, None)
             if pool:
                 out = {i: v if isinstance(v, Future) else pool.submit(unpack, v) for i, v in out.items()}
             while len(out) < total + 1:
