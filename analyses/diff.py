@@ -362,8 +362,8 @@ def combine(a_side: list[Material], b_side: list[Material], steps="all", top: in
     if len(a_side) == len(b_side) == 1:
         warnings += one_with_one(a_side[0], b_side[0])
     elif len(a_ranks) != len(b_ranks) or {m.world_size for m in a_side} != {m.world_size for m in b_side}:
-        warnings.append(f"A has {len(a_ranks)} rank(s) (world size {a_side[0].world_size}), B has "
-                        f"{len(b_ranks)} (world size {b_side[0].world_size}): comparing the ranks both have")
+        warnings.append(f"A has {len(a_ranks)} rank(s) ({world_words(a_side)}), B has "
+                        f"{len(b_ranks)} ({world_words(b_side)}): comparing the ranks both have")
     for side, materials in (("A", a_side), ("B", b_side)):
         warnings += [f"{side} rank {m.rank}: {m.named[1] - m.named[0]} of {m.named[1]} lean GPU activities not named "
                      "from the full step (no kernel of that name at their place in it): their op and dtype are "
@@ -420,6 +420,12 @@ def one_with_one(a: Material, b: Material) -> list[str]:
 def rank_words(m: Material) -> str:
     """`rank 0 of world size 2`, or `rank 0` where the trace gives no world size."""
     return f"rank {m.rank}" + (f" of world size {m.world_size}" if m.world_size is not None else "")
+
+
+def world_words(side: list[Material]) -> str:
+    """`world size 2`, or `world size not recorded` where the side's first trace gives none."""
+    size = side[0].world_size
+    return f"world size {size}" if size is not None else "world size not recorded"
 
 
 def by_rank(a_side: list, b_side: list) -> tuple[dict, dict]:

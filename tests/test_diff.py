@@ -254,3 +254,13 @@ def test_data_loading_is_its_own_phase_not_the_next_kernels():
     assert loading and {r["phase"] for r in loading} == {"data loading"}
     assert {r["phase"] for r in rows if "DataLoader" not in r["name"] and r["kind"] != "other"} <= {
         "forward", "backward", "optimizer", "unknown", ""}
+
+
+def test_a_side_without_a_world_size_says_so_in_words():
+    """TraceLens' H100 folder (no `distributedInfo`) against a 2-rank run: the ranks-and-world
+    warning says the world size is not recorded, never `world size None` (issue 27)."""
+    result = CliRunner(env={"COLUMNS": "100"}).invoke(main, ["diff", str(DATA / "wild" / "tracelens" / "h100"),
+                                                             str(DATA / "h200x2-small" / "ddp")])
+    assert result.exit_code == 0, result.output
+    note = " ".join(line.strip() for line in result.stderr.splitlines())
+    assert "(world size not recorded), B has 2 (world size 2)" in note and "None" not in result.output
