@@ -264,3 +264,22 @@ def test_a_side_without_a_world_size_says_so_in_words():
     assert result.exit_code == 0, result.output
     note = " ".join(line.strip() for line in result.stderr.splitlines())
     assert "(world size not recorded), B has 2 (world size 2)" in note and "None" not in result.output
+
+
+def test_a_folder_of_traces_claiming_one_rank_says_which_one_it_compares():
+    """TraceLens' H100 and MI300 folders each hold three single-GPU traces, all rank 0: the diff
+    compares one pair, and says which file of each side that is (issue 27, D2)."""
+    tracelens = DATA / "wild" / "tracelens"
+    result = CliRunner(env={"COLUMNS": "100"}).invoke(main, ["diff", str(tracelens / "h100"), str(tracelens / "mi300")])
+    assert result.exit_code == 0, result.output
+    note = " ".join(line.strip() for line in result.stderr.splitlines())
+    for side in "AB":
+        assert (f"warning: {side}: 3 traces claim rank 0 (Falconsai_nsfw_image_detection__1016002.json.gz, "
+                "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz, gaunernst_bert-small-uncased__1016001.json.gz): rank 0 "
+                "is compared as Falconsai_nsfw_image_detection__1016002.json.gz") in note
+    falconsai = [tracekit.load(tracelens / side / "Falconsai_nsfw_image_detection__1016002.json.gz")
+                 for side in ("h100", "mi300")]
+    alone = diff_runs(falconsai[:1], falconsai[1:])
+    shown = json.loads(CliRunner().invoke(main, ["diff", "--format", "json", str(tracelens / "h100"),
+                                                 str(tracelens / "mi300")]).stdout)
+    assert shown["step_delta_ns"] == alone.per_rank[0].step_delta_ns
