@@ -248,15 +248,43 @@ def run_findings(run) -> pl.DataFrame:
     return by_severity(rows)
 
 
-def _same_rank(infos: list) -> list[dict]:
+def _same_rank(infos: list, across: str = "; figures across ranks pair the wrong traces") -> list[dict]:
     """Several traces of a run that claim one rank and are not its profiling cycles
-    (`loading.cycles_by_rank`): every one is kept and shown, named by its file."""
+    (`loading.cycles_by_rank`): every one is kept and shown, named by its file (`across`:
+    what that does to the figures across ranks)."""
     by_rank: dict[int, list[str]] = {}
     for t in infos:
-        by_rank.setdefault(t.rank, []).append(name(t.path))
-    return [finding("warning", "same_rank", f"{len(files)} traces claim rank {rank} ({', '.join(files)}): each is "
-                    "shown, named by its file; figures across ranks pair the wrong traces", len(files))
-            for rank, files in sorted(by_rank.items()) if len(files) > 1]
+        by_rank.setdefault(t.rank, []).append(t.path)
+    return [finding("warning", "same_rank", f"{len(paths)} traces claim rank {rank} ({', '.join(told_apart(paths))}): "
+                    f"each is shown, named by its file{across}", len(paths))
+            for rank, paths in sorted(by_rank.items()) if len(paths) > 1]
+
+
+def told_apart(paths: list[str]) -> list[str]:
+    """Each path by its file's name, with as many of its folders before it as tell the paths
+    apart (`fsdp1/rank0.json`, `fsdp2/rank0.json`)."""
+    parts = [str(p).rstrip("/").split("/") for p in paths]
+    for k in range(1, max(map(len, parts)) + 1):
+        tails = ["/".join(p[-k:]) for p in parts]
+        if len(set(tails)) == len(tails):
+            return tails
+    return [str(p) for p in paths]
+
+
+@dataclass
+class GivenApart:
+    """The trace files given one by one (each its own run): `path` None, as no one folder holds them."""
+
+    results: list
+    path: None = None
+
+
+def given_apart(runs) -> list[tuple[GivenApart, pl.DataFrame]]:
+    """[(the trace files given one by one, their findings)] where two of them claim one rank
+    (`tracekit summary A B` of two rank-0 files): each is its own run, so no figure pairs them."""
+    apart = [r for run in runs if not run.facts.get("directory") for r in run.results]
+    rows = _same_rank([r.info for r in apart], " or folder, as its own run")
+    return [(GivenApart(apart), by_severity(rows))] if rows else []
 
 
 def _group_count_mismatch(counts: dict[int, pl.DataFrame]) -> list[dict]:
@@ -316,7 +344,7 @@ def lint(runs) -> tuple[list, list]:
             rows = [finding("info", "other_cycles", f"{len(others)} other profiling cycle(s) of this rank not used "
                             f"(--cycle chooses): {', '.join(name(p) for p in others)}", len(others))] if others else []
             per_trace.append((r.info, pl.concat([r.value.findings, by_severity(rows)])))
-    return per_trace, [(run, run_findings(run)) for run in runs]
+    return per_trace, [(run, run_findings(run)) for run in runs] + given_apart(runs)
 
 
 def notes(per_trace: list, per_run: list) -> list[str]:

@@ -625,3 +625,35 @@ def test_csv_with_agg_keeps_counts_integers(args):
         expected = round(sum(values) / len(values), 1) if not c.endswith("_ns") else round(sum(values) / len(values))
         assert float(mean[c]) == pytest.approx(expected)
         assert ("." in mean[c]) == (expected != int(expected))
+
+
+@pytest.mark.parametrize("verb", ["summary", "syncs", "comms", "overlap", "breakdown", "kernels", "critical-path",
+                                  "lint"])
+def test_two_files_of_one_rank_given_apart_are_warned_on_every_verb_and_named(verb):
+    """`VERB A B` of the FSDP1 and FSDP2 rank-0 traces (each its own run): one short warning
+    naming both by their folders, and both shown, each row named (issue 27, D1)."""
+    paths = [DATA / "h200x2-blocks4" / v / "rank0.pt.trace.json.gz" for v in ("fsdp1", "fsdp2")]
+    result = cli(verb, *paths)
+    assert result.exit_code == 0, result.output
+    if verb == "lint":  # its findings are its answer
+        assert "2 traces claim rank 0 (fsdp1/rank0.pt.trace.json.gz, fsdp2/rank0.pt.trace.json.gz)" in " ".join(
+            line.split("  ")[-1].strip() for line in result.stdout.splitlines())
+        return
+    note = [line for line in result.stderr.splitlines() if "same_rank" in line]
+    assert note == ["tracekit: warning: same_rank: 2 traces claim rank 0 (fsdp1/rank0.pt.trace.json.gz,"], \
+        result.stderr
+    lines = result.stdout.splitlines()
+    rows = lines[next(i for i, line in enumerate(lines) if line.startswith("─")) + 1:]
+    assert {line.split()[0] for line in rows if not line.startswith(" ")} == {"fsdp1", "fsdp2"}
+    assert [t["path"] for t in json.loads(cli(verb, "--format", "json", *paths).stdout)["traces"]] == \
+        list(map(str, paths))
+
+
+def test_one_file_given_twice_is_read_once_and_said():
+    """`summary X X`: one row, not two unnamed `rank 0` rows, and a note that X was given twice."""
+    path = DATA / "h200x2-blocks4" / "fsdp1" / "rank0.pt.trace.json.gz"
+    result = cli("summary", path, path)
+    assert result.exit_code == 0, result.output
+    assert len(result.stdout.splitlines()) == 3
+    assert f"tracekit: warning: {path} is given 2 times: read once" in " ".join(
+        line.strip() for line in result.stderr.splitlines())

@@ -51,12 +51,26 @@ def inputs(paths) -> list:
     """`paths`, or the bundled sample trace with a note on stderr saying so (and how to read
     the traces in the current folder, where there are any)."""
     if paths:
-        return list(paths)
+        return once(paths)
     here = sorted(p.name for p in Path.cwd().glob("*.json*") if p.name.endswith((".json", ".json.gz")))
     hint = f"; this folder holds {len(here)} JSON file(s): `tracekit <verb> .` reads them" if here else ""
     say(f"no PATHS given: reading the bundled sample trace {Path(sample_trace_path()).name} "
         f"(FSDP1, rank 0 of 2 × H200){hint}")
     return [sample_trace_path()]
+
+
+def once(paths) -> list:
+    """`paths` with each location once (a file given twice is read once), with a note where one
+    was given again."""
+    from tracekit.core.files import is_url
+
+    given: dict[str, list] = {}
+    for p in paths:
+        given.setdefault(str(p) if is_url(p) else str(Path(p).resolve()), []).append(p)
+    for same in given.values():
+        if len(same) > 1:
+            say(f"warning: {same[0]} is given {len(same)} times: read once")
+    return [same[0] for same in given.values()]
 
 
 def analysed_runs(paths, options: dict, analysis=None, here: bool = False, rank: int | None = None) -> list:
