@@ -4,6 +4,7 @@ and the helpers that load, analyse and print."""
 from __future__ import annotations
 
 import functools
+import re
 import textwrap
 from pathlib import Path
 
@@ -22,10 +23,10 @@ class Group(click.Group):
         try:
             result = super().invoke(ctx)
         except TracekitError as e:
-            click.echo(f"tracekit: {e}", err=True)
+            shout(str(e))
             ctx.exit(2)
         except click.UsageError as e:
-            click.echo(f"tracekit: {e.format_message()}", err=True)
+            shout(e.format_message())
             ctx.exit(2)
         except (SystemExit, click.exceptions.Exit):  # a verb's own exit status: its notes stand
             said()
@@ -119,7 +120,9 @@ def say(note: str) -> None:
     ctx = click.get_current_context(silent=True)
     if ctx is None:
         return shout(note)
-    ctx.find_root().meta.setdefault("held notes", []).append(note)
+    held = ctx.find_root().meta.setdefault("held notes", [])
+    if note not in held:  # a self-diff's two sides find the same
+        held.append(note)
 
 
 def said() -> None:
@@ -129,11 +132,18 @@ def said() -> None:
         shout(note)
 
 
-def shout(note: str) -> None:
+# A number and its unit (`13.742 ms`, `1.20 ×`, `3.53 GiB`): one word when a note is wrapped
+WITH_UNIT = re.compile(r"(?<=\d) (?=(?:ns|µs|us|ms|s|min|%|×|B|KiB|MiB|GiB|TiB|GB/s|TB/s|TFLOP/s)(?![\w/]))")
+
+
+def shout(note: str, prefix: str = "tracekit: ") -> None:
+    """`PREFIX NOTE` on stderr, wrapped at the terminal's width (a number kept with its unit,
+    a long path or name whole on its line)."""
     from tracekit.front.views import terminal_width
 
-    click.echo(textwrap.fill(f"tracekit: {note}", terminal_width(), subsequent_indent="  ",
-                             break_on_hyphens=False, break_long_words=False), err=True)
+    text = textwrap.fill(WITH_UNIT.sub("\u00a0", f"{prefix}{note}"), terminal_width(), subsequent_indent="  ",
+                         break_on_hyphens=False, break_long_words=False)
+    click.echo(text.replace("\u00a0", " "), err=True)
 
 
 def of_ranks(runs, rank: int | None, paths) -> list:
@@ -201,7 +211,7 @@ def wrote(path, more: str = "") -> None:
     """`tracekit: wrote PATH` on stderr, saying so when it replaced a file that was there."""
     replaced = str(path) in click.get_current_context().meta.get("existing", ())
     said()
-    click.echo(f"tracekit: wrote {path}{' (replacing the file that was there)' if replaced else ''}{more}", err=True)
+    shout(f"wrote {path}{' (replacing the file that was there)' if replaced else ''}{more}")
 
 
 paths_argument = click.argument("paths", nargs=-1, callback=existing)
