@@ -296,11 +296,17 @@ def _group_count_mismatch(counts: dict[int, pl.DataFrame]) -> list[dict]:
     for (pg,), group in together.group_by("pg", maintain_order=True):
         if group.height > 1 and group["n"].n_unique() > 1:
             per_rank = ", ".join(f"rank {r}: {n}" for r, n in group.sort("rank").select("rank", "n").iter_rows())
-            rows.append(finding("warning", "collective_count_mismatch", f"process group {pg}: the ranks hold "
+            rows.append(finding("warning", "collective_count_mismatch", f"{group_words(pg)}: the ranks hold "
                                 f"different numbers of collectives ({per_rank}); `comms` pairs them by launch "
                                 "order, so its transfer and wait figures past the first difference are unreliable",
                                 group.height))
     return rows
+
+
+def group_words(pg: str) -> str:
+    """`process group 0`, or where the trace names none (`comms` keys it `?`) `a process group
+    the trace does not name`."""
+    return "a process group the trace does not name" if pg == "?" else f"process group {pg}"
 
 
 def _ranges(ranks: list[int]) -> str:
@@ -328,7 +334,7 @@ def _clock_skew(firsts: dict[int, pl.DataFrame]) -> list[dict]:
     end_spread = int(first["end"].max() - first["end"].min())
     offsets = ", ".join(f"rank {r} {(s - first['start'].min()) / 1e6:+.3f}" for r, s in first.select("rank", "start").iter_rows())
     severity = "warning" if end_spread > 100_000 else "info"
-    return [finding(severity, "clock_skew", f"first collective ({first['coll_kind'][0]}, process group {pg}) starts "
+    return [finding(severity, "clock_skew", f"first collective ({first['coll_kind'][0]}, {group_words(pg)}) starts "
                     f"spread {ms(start_spread)} ({offsets} ms); its ends spread {ms(end_spread)}",
                     len(firsts), start_spread)]
 

@@ -657,3 +657,24 @@ def test_one_file_given_twice_is_read_once_and_said():
     assert len(result.stdout.splitlines()) == 3
     assert f"tracekit: warning: {path} is given 2 times: read once" in " ".join(
         line.strip() for line in result.stderr.splitlines())
+
+
+def test_an_unnamed_process_group_is_said_in_words():
+    """HTA's two sampled ranks record no process group name: the clock-skew note says so in
+    words, never `process group ?` (issue 27, D8)."""
+    result = cli("summary", DATA / "external" / "hta-tests-data" / "trace_filter")
+    assert result.exit_code == 0, result.output
+    note = " ".join(line.strip() for line in result.stderr.splitlines())
+    assert "first collective (send_recv, a process group the trace does not name) starts" in note
+    assert "group ?" not in note
+
+
+def test_a_count_beside_its_mean_is_an_integer():
+    """`syncs --agg mean` of HTA's trace_diff test trace: the mean of 3, 4, 4, 3 … calls is 3.7, so
+    the column is of floats; each step's count still reads as the integer it is (`6`, not
+    `6.0`), its units under the mean's (issue 27, D8)."""
+    lines = cli("syncs", "--agg", "mean", DATA / "external" / "hta-tests-data" / "trace_diff" / "test" /
+                "test.json.gz").stdout.splitlines()
+    start = lines[0].index("count")
+    counts = [line[start - 2:start + 5] for line in lines[2:] if line[:5].strip()]
+    assert "    3.7" in counts and "    6  " in counts and not [c for c in counts if c.endswith(".0")]

@@ -1,4 +1,4 @@
-"""A user's mistake: one line on stderr, exit 2, nothing written — or the right output."""
+"""A user's mistake: one message on stderr (wrapped at the terminal), exit 2, nothing written — or the right output."""
 
 import json
 from pathlib import Path

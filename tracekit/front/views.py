@@ -265,15 +265,18 @@ def terminal_width() -> int:
 IDENTIFIERS = ("step", "rank", "device", "stream", "pg")  # numbers that name something: no separators
 
 
-def cell(value, decimals: int, separators: bool = True) -> str:
+def cell(value, decimals: int, separators: bool = True, whole: bool = False) -> str:
     """A value as the table prints it: blank for null, thousands separators (not in
-    identifiers), a column's fixed decimals."""
+    identifiers), a column's fixed decimals; in a column of counts (`whole`) a whole value as
+    the integer it is, its units under the units of the column's averages (`6  ` over `3.7`)."""
     if value is None:
         return ""
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, int):
         return f"{value:,}" if separators else str(value)
+    if isinstance(value, float) and whole and value.is_integer():
+        return f"{int(value):,}" + " " * (decimals + 1 if decimals else 0)
     if isinstance(value, float):
         return f"{value:,.{decimals}f}" if math.isfinite(value) else str(value)
     return str(value)
@@ -330,16 +333,17 @@ def wrapped(text: str, width: int) -> list[str]:
     return lines + [line] if line or not lines else lines
 
 
-def table_text(frame: pl.DataFrame, width: int | None = None) -> str:
+def table_text(frame: pl.DataFrame, width: int | None = None, whole: set[str] = frozenset()) -> str:
     """The frame as an aligned plain table (numbers right, text left, a rule under the names),
     two spaces between columns. When it is wider than `width` (default: the terminal's), first
     the names of columns narrower than their name break after an underscore (`busbw_` over
     `gbps`), as many as it takes to leave the text columns their longest words (or, where that
     cannot fit, their names), then the text columns wrap to share what the other columns leave,
-    each kept as wide as its longest word where there is room; nothing is cut."""
+    each kept as wide as its longest word where there is room; nothing is cut. The columns
+    `whole` are counts: their whole values shown as integers (`cell`)."""
     width = width or terminal_width()
     columns = frame.columns
-    texts = [[cell(v, decimals(frame[c]), c not in IDENTIFIERS) for v in frame[c]] for c in columns]
+    texts = [[cell(v, decimals(frame[c]), c not in IDENTIFIERS, c in whole) for v in frame[c]] for c in columns]
     numeric = [t.is_numeric() or c == "step" for c, t in zip(columns, frame.dtypes)]
     cells = [max(map(len, column), default=0) for column in texts]
     sizes = [max(len(c), n) for c, n in zip(columns, cells)]
