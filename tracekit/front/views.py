@@ -294,7 +294,8 @@ def decimals(values: pl.Series) -> int:
 
 
 def header_pieces(name: str, size: int) -> list[str]:
-    """A column's name on as many lines as `size` needs, broken after its underscores."""
+    """A column's name on as many lines as `size` needs, broken after its underscores (only where
+    the table fits the terminal no other way: `table_text`)."""
     parts, lines = re.findall(r"[^_]+_?|_", name), [""]
     for part in parts:
         if lines[-1] and len(lines[-1]) + len(part) > size:
@@ -304,16 +305,18 @@ def header_pieces(name: str, size: int) -> list[str]:
 
 
 # Where a word too long for its line breaks: after `::`, `.`, `_` (not `._`: after its dot), `/`, `<`,
-# `,`, `(`, `:`, `-`, or between a lower-case letter and a capital (`cudaDevice|Synchronize`).
-BREAKS = re.compile(r"::|[./<,(:\-]|(?<!\.)_|(?<=[a-z])(?=[A-Z])")
+# `,`, `(`, `:`, `-` or `…` — never inside an identifier's run of letters and digits (`cudaDevice|Synchronize`).
+BREAKS = re.compile(r"::|[./<,(:\-…]|(?<!\.)_")
 PIECE = 4  # the fewest characters of a word put at the end of a line before the rest of it
+NARROW = 12  # a text column's width at least, where the table cannot give it its words (WORD)
+WIDE = 2 * WORD  # a text column's width at least where the table is wider than the terminal anyway (--wide)
 
 
 def wrapped(text: str, width: int) -> list[str]:
     """`text` in lines of at most `width`, filled word by word: a word that does not fit the
     line's rest starts the next line; one longer than a line is broken at its last boundary
     that fits (`BREAKS`: `FullyShardedDataParallel.` over `_pre_forward`), mid-identifier only
-    where no boundary leaves a third of a line."""
+    where it has none."""
     lines, line = [], ""
     for word in text.split():
         while word:
@@ -327,45 +330,62 @@ def wrapped(text: str, width: int) -> list[str]:
                 lines.append(line)  # the word starts the next line
                 line = ""
                 continue
-            cut = cut if cut >= width / 3 or line else width
+            cut = cut or width
             lines.append(line + sep + word[:cut])
             line, word = "", word[cut:]
     return lines + [line] if line or not lines else lines
 
 
+def atoms_of(word: str) -> list[str]:
+    """The pieces of `word` between the places it may break (`BREAKS`), each with its mark."""
+    ends = [m.end() for m in BREAKS.finditer(word) if 0 < m.end() < len(word)]
+    return [word[a:b] for a, b in zip([0, *ends], [*ends, len(word)])]
+
+
 def table_text(frame: pl.DataFrame, width: int | None = None, whole: set[str] = frozenset()) -> str:
     """The frame as an aligned plain table (numbers right, text left, a rule under the names),
-    two spaces between columns. When it is wider than `width` (default: the terminal's), first
-    the names of columns narrower than their name break after an underscore (`busbw_` over
-    `gbps`), as many as it takes to leave the text columns their longest words (or, where that
-    cannot fit, their names), then the text columns wrap to share what the other columns leave,
-    each kept as wide as its longest word where there is room; nothing is cut. The columns
-    `whole` are counts: their whole values shown as integers (`cell`)."""
+    two spaces between columns. A figure's column is never narrower than its widest figure, and
+    its name breaks (after an underscore) only where the table would not fit otherwise; when the table is wider than `width` (default: the
+    terminal's), the text columns wrap (at `BREAKS`) to share what the others leave, each kept
+    as wide as its longest word (up to `WORD`) where there is room, `NARROW` where there is
+    not, and `WIDE` where the table is wider than the terminal all the same (`--wide`); nothing
+    is cut. The columns `whole` are counts: their whole values shown as integers (`cell`)."""
     width = width or terminal_width()
     columns = frame.columns
     texts = [[cell(v, decimals(frame[c]), c not in IDENTIFIERS, c in whole) for v in frame[c]] for c in columns]
     numeric = [t.is_numeric() or c == "step" for c, t in zip(columns, frame.dtypes)]
-    cells = [max(map(len, column), default=0) for column in texts]
-    sizes = [max(len(c), n) for c, n in zip(columns, cells)]
+    sizes = [max(len(c), max(map(len, column), default=0)) for c, column in zip(columns, texts)]
     gaps = 2 * (len(columns) - 1)
     wrap = [i for i, t in enumerate(frame.dtypes) if t == pl.String and sizes[i] > WRAPPED]
-    words = {i: min(sizes[i], WORD, max((len(w) for t in texts[i] for w in t.split()), default=0)) for i in wrap}
-    least = {i: max(len(columns[i]), words[i]) for i in wrap}  # a text column's width with no word broken
-    fixed = [i for i in range(len(columns)) if i not in wrap]
-    shortest = {i: max(cells[i], max(map(len, re.findall(r"[^_]+_?|_", columns[i])))) for i in fixed}
-    floor = least if sum(shortest.values()) + sum(least.values()) + gaps <= width else {
-        i: len(columns[i]) for i in wrap}  # the text columns' words break too
-    if sum(shortest.values()) + sum(floor.values()) + gaps <= width:  # names break only where it makes it fit
-        for i in sorted(fixed, key=lambda i: cells[i] - sizes[i]):  # most to gain first
-            over = sum(sizes[j] for j in fixed) + sum(floor.values()) + gaps - width
-            if over <= 0:
-                break
-            sizes[i] = max(shortest[i], sizes[i] - over)
-    heads = [header_pieces(c, sizes[i]) if len(c) > sizes[i] else [c] for i, c in enumerate(columns)]
     room = width - sum(s for i, s in enumerate(sizes) if i not in wrap) - gaps
-    if wrap and sum(sizes[i] for i in wrap) > room >= sum(len(columns[i]) for i in wrap):
-        if sum(least.values()) > room:
-            least = {i: len(columns[i]) for i in wrap}  # words must break too
+    words = {i: max((len(w) for t in texts[i] for w in t.split()), default=0) for i in wrap}
+    atoms = {i: max((len(a) for t in texts[i] for w in t.split() for a in atoms_of(w)), default=0) for i in wrap}
+
+    def at_least(most: dict) -> dict:
+        return {i: max(len(columns[i]), min(sizes[i], WORD, most[i])) for i in wrap}
+
+    heads = [[c] for c in columns]
+    fixed = [i for i in range(len(columns)) if i not in wrap]
+    broken = {i: max(max(map(len, texts[i]), default=0), *map(len, header_pieces(columns[i], 1))) for i in fixed}
+    narrow = sum(max(len(columns[i]), min(sizes[i], NARROW)) for i in wrap)
+    for i in sorted(fixed, key=lambda i: broken[i] - sizes[i]) if room + sum(sizes[i] - broken[i] for i in fixed) >= narrow else []:
+        if sum(at_least(atoms).values()) <= room:  # a name breaks only where nothing else fits
+            break
+        heads[i] = header_pieces(columns[i], max(max(map(len, texts[i]), default=0),
+                                                 room - sum(at_least(atoms).values()) + sizes[i]))
+        room += sizes[i] - max(map(len, heads[i] + texts[i]))
+        sizes[i] = max(map(len, heads[i] + texts[i]))
+    least = at_least(words)
+    if sum(least.values()) > room:  # each as wide as its words, else its identifiers, where it fits
+        least = {i: max(len(columns[i]), min(sizes[i], NARROW)) for i in wrap}
+        for most in (atoms, words):
+            for i in sorted(wrap, key=lambda i: sizes[i]):
+                wider = max(least[i], at_least(most)[i])
+                if sum(least.values()) - least[i] + wider <= room:
+                    least[i] = wider
+    if sum(least.values()) > room:  # wider than the terminal whatever the text does (--wide)
+        least = {i: max(len(columns[i]), min(sizes[i], WIDE)) for i in wrap}
+    if sum(sizes[i] for i in wrap) > room:
         order = sorted(wrap, key=lambda i: sizes[i])  # the narrow ones keep their width
         for k, i in enumerate(order):
             rest = order[k + 1:]
