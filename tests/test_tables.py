@@ -268,3 +268,40 @@ def test_a_column_name_breaks_only_where_the_table_fits_no_other_way():
                  ["kernels", "--by", "op", DATA / "h200x2-blocks4" / "ddp" / "rank0.pt.trace.json.gz"]):
         lines = CliRunner(env={"COLUMNS": "100"}).invoke(main, list(map(str, args))).stdout.splitlines()
         assert lines[1].startswith("─") and max(map(len, lines)) <= 100, lines[:3]
+
+
+WILD = DATA / "wild" / "tracelens"
+
+
+@pytest.mark.parametrize("path", [WILD / "mi300" / "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz",
+                                  WILD / "inference" / "sglang_decode" / "sglang_Qwen3-8B_decode.json.gz",
+                                  WILD / "h100" / "gaunernst_bert-small-uncased__1016001.json.gz"],
+                         ids=["mi300-tensile", "sglang-aiter", "h100-bert"])
+def test_short_names_stay_apart_where_the_names_differ(path):
+    """Tensile's `Cijk_…` GEMMs, aiter's mangled kernels and BERT's Python frames (issue 27, D4):
+    in `kernels --top 40` and `critical-path --top 40` two different names never look alike."""
+    import polars as pl
+
+    from tracekit.front.views import short_kernel_name
+
+    for kind in ("kernels", "critical-path"):
+        doc = json.loads(run(kind, "--top", "40", "--format", "json", path))
+        field = {"critical-path": "items", "kernels": "kernels"}[kind]
+        full = sorted({i["name"] for t in doc["traces"] for s in t["steps"] for i in s[field] or []})
+        short = pl.DataFrame({"n": full}).select(short_kernel_name(pl.col("n")))["n"].to_list()
+        assert len(set(short)) == len(full), sorted(s for s in short if short.count(s) > 1)
+        assert not [s for s in short if s.startswith("_Z")] and max(map(len, short)) <= 44
+
+
+def test_tensile_aiter_and_python_frames_read_as_what_they_are():
+    """The two Tensile GEMMs of the MI300 Qwen trace by their macro tiles; aiter's kernels
+    demangled (libstdc++'s `__cxa_demangle`, std::bfloat16_t read for older ones); a BERT
+    module's frame with its line and function (issue 27, D4)."""
+    kernels = run("kernels", "--top", "2", WILD / "mi300" / "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz")
+    assert "[MT256x128x64]" in kernels and "[MT128x224x64]" in kernels
+    sglang = run("kernels", "--top", "12", WILD / "inference" / "sglang_decode" / "sglang_Qwen3-8B_decode.json.gz")
+    assert "aiter::add_rmsnorm_quant_kernel [256]" in sglang and "aiter::add_rmsnorm_quant_kernel [64]" in sglang
+    assert "sgl_hip::activation::act_and_mul_kernel" in sglang and "_Z" not in sglang
+    bert = [" ".join(p) for p in column_pieces(run("critical-path", "--top", "20", WILD / "h100" /
+                                                   "gaunernst_bert-small-uncased__1016001.json.gz"), "name")]
+    assert "modeling_bert.py(181): forward" in bert and "transformers/models/bert/modeling_bert.py" not in bert

@@ -16,10 +16,12 @@ import re
 import shutil
 import textwrap
 from dataclasses import dataclass, field
+from itertools import combinations
 
 import polars as pl
 
 from tracekit.core.errors import UsageError
+from tracekit.core.names import demangled
 
 
 @dataclass(frozen=True)
@@ -132,32 +134,92 @@ def human_bytes(expr: pl.Expr) -> pl.Expr:
 
 
 # Launchers whose meaning is in their first template argument: shown as `launcher<argument>`.
-LAUNCHERS = (r"^((at::native::)?(vectorized_|unrolled_|index_)?elementwise_kernel|(at::native::)?reduce_kernel|"
-             r"(at::native::)?multi_tensor_apply_kernel|cutlass::Kernel\d*|cutlass::device_kernel)$")
+LAUNCHERS = (r"^((at::native::)?(vectorized_|unrolled_|index_)?elementwise_kernel(_manual_unroll)?|"
+             r"(at::native::)?reduce_kernel|(at::native::)?multi_tensor_apply_kernel|cutlass\w*::Kernel\d*|"
+             r"cutlass::device_kernel|ck_tile::kentry)$")
 
 
 LONGEST = 44  # characters of a kernel's name in a table: with pct_peak, the default kernels table leaves 45
 
 
 def short_kernel_name(name: pl.Expr) -> pl.Expr:
-    """A kernel's base name, as `nsys stats` shows it: no `void `, anonymous namespaces or
-    `at::native::`, no template or argument lists; a generic launcher keeps the head of its
-    first template argument (`cutlass::Kernel2<cutlass_80_wmma_tensorop_bf16_s161616gemm_…>`,
-    `vectorized_elementwise_kernel<…FillFunctor>` keeps its functor's name; a host op of the
-    critical path named `enumerate(DataLoader)#…` keeps its whole name); past `LONGEST`
-    characters the middle is elided (the full name: `--wide`, json, csv)."""
-    clean = (name.str.replace(r"^void ", "").str.replace_all(r"\(anonymous namespace\)::", "")
-             .str.replace_all(r"\bat::native::", ""))
+    """A kernel's base name, as `nsys stats` shows it: a mangled C++ name (`_Z…`, as HIP
+    traces keep them) demangled, else its nested name (`sgl_hip::activation::act_and_mul_kernel`);
+    no `void `, anonymous namespaces or `at::native::`, no template or argument lists; a generic
+    launcher keeps the head of its first template argument (`cutlass::Kernel2<cutlass_80_wmma_…>`,
+    `ck_tile::kentry<ck_tile::Rmsnorm2dFwd>`; `vectorized_elementwise_kernel<…FillFunctor>`
+    keeps its functor's name); a Python frame keeps its file and function (`modeling_bert.py(181):
+    forward`), a host op of the critical path named `enumerate(DataLoader)#…` its whole name.
+    Where two different names of the column would look alike, each gets what tells it apart
+    (`told_apart`: Tensile's `Cijk_… [MT256x128x64]`); past `LONGEST` characters the middle is
+    elided (the full name: `--wide`, json, csv)."""
+    clean = (name.map_batches(lambda names: pl.Series([demangled(n) if n else n for n in names], dtype=pl.String),
+                              return_dtype=pl.String)
+             .str.replace(r"^void ", "").str.replace_all(r"\(anonymous namespace\)::", "")
+             .str.replace_all(r"\bat::native::", "").str.replace(r"^\S*/(\S+\.py\(\d+\): )", "${1}"))
     base = clean.str.extract(r"^([^<(]+)", 1).str.strip_chars()
     functor = clean.str.extract(r"([A-Za-z0-9_]+(?:_kernel_cuda|Functor|_functor))", 1)
     argument = clean.str.extract(r"^[^<(]+<\s*(?:\d+\s*,\s*)*([A-Za-z_][A-Za-z0-9_:]*)", 1)
     shown = (pl.when(base.str.contains(LAUNCHERS) & functor.is_not_null()).then(base + "<" + functor + ">")
              .when(base.str.contains(LAUNCHERS) & argument.is_not_null()).then(base + "<" + argument + ">")
              .otherwise(base))
-    annotation = clean.str.contains(r"^[A-Za-z_][\w.]*\([^()<>]*\)#")  # `enumerate(DataLoader)#…`: no kernel
-    shown = pl.when(shown.is_null() | (shown == "") | annotation).then(clean).otherwise(shown)
-    return pl.when(shown.str.len_chars() > LONGEST).then(  # generated names (Tensile's `Cijk_…`): the middle elided
-        shown.str.slice(0, 32) + "…" + shown.str.slice(-(LONGEST - 33))).otherwise(shown)
+    whole = clean.str.contains(r"^[A-Za-z_][\w.]*\([^()<>]*\)#|^\S+\.py\(\d+\): ")  # `enumerate(DataLoader)#…`, a frame
+    shown = pl.when(shown.is_null() | (shown == "") | whole).then(clean).otherwise(shown)
+    shown = pl.when(clean.str.starts_with("_Z")).then(mangled_head(clean)).otherwise(shown)
+    return pl.struct(shown, clean.alias("__full")).map_batches(told_apart, return_dtype=pl.String)  # named as `name`
+
+
+def mangled_head(name: pl.Expr) -> pl.Expr:
+    """The nested name at the head of a mangled name no demangler here reads (`_ZN7sgl_hip10
+    activation18act_and_mul_kernelI…` → `sgl_hip::activation::act_and_mul_kernel`)."""
+    def head(text: str | None) -> str | None:
+        if text is None:
+            return None
+        at, parts = 3 if text.startswith("_ZN") else 2, []
+        while (digits := re.match(r"\d+", text[at:])) and int(digits.group()) > 0:
+            start = at + len(digits.group())
+            parts.append(text[start:start + int(digits.group())])
+            at = start + int(digits.group())
+        return "::".join(parts) or text
+    return name.map_batches(lambda names: pl.Series([head(n) for n in names], dtype=pl.String), return_dtype=pl.String)
+
+
+def told_apart(pairs: pl.Series) -> pl.Series:
+    """Each (shown, full) name's shown name (a struct of the two, in that order); where different full names would be shown alike,
+    with the words of its full name at the places where those names first differ from each
+    other (`Cijk_Alik_Bljk_… [MT256x128x64]` beside `… [MT128x224x64]`), so that no two of them
+    look alike; past `LONGEST` characters the middle elided."""
+    shown, full = (pairs.struct.field(f.name).to_list() for f in pairs.dtype.fields)
+    alike: dict[str, set[str]] = {}
+    for s, f in zip(shown, full):
+        if s is not None:
+            alike.setdefault(elided(s, None), set()).add(f)
+    marks = {}
+    for looks, names in alike.items():
+        words = {f: re.findall(r"[A-Za-z0-9]+", f or "") for f in names}
+        places = sorted({first_difference(words[a], words[b]) for a, b in combinations(sorted(names), 2)})
+        for f in names if len(names) > 1 else ():
+            marks[looks, f] = ", ".join(words[f][i] if i < len(words[f]) else "–" for i in places)
+    return pl.Series([elided(s, marks.get((elided(s, None), f))) for s, f in zip(shown, full)], dtype=pl.String)
+
+
+def first_difference(a: list[str], b: list[str]) -> int:
+    """The first place where the word lists `a` and `b` differ."""
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
+def elided(shown: str | None, mark: str | None) -> str | None:
+    """`shown` (with ` [mark]` where it has one) in at most `LONGEST` characters: the middle of
+    a longer name elided, the mark kept (its own middle elided past half of them)."""
+    if shown is None:
+        return None
+    if mark is None:
+        return shown if len(shown) <= LONGEST else shown[:32] + "…" + shown[-(LONGEST - 33):]
+    if len(mark) > LONGEST // 2:
+        mark = mark[:LONGEST // 4] + "…" + mark[-(LONGEST // 4):]
+    tail = f" [{mark}]"
+    room = LONGEST - len(tail)
+    return (shown if len(shown) <= room else shown[:room - 1] + "…") + tail
 
 
 CHAIN = 52  # characters of a blame chain's names in a table: with `… N more`, one or two lines of its column
@@ -347,9 +409,9 @@ def table_text(frame: pl.DataFrame, width: int | None = None, whole: set[str] = 
     two spaces between columns. A figure's column is never narrower than its widest figure, and
     its name breaks (after an underscore) only where the table would not fit otherwise; when the table is wider than `width` (default: the
     terminal's), the text columns wrap (at `BREAKS`) to share what the others leave, each kept
-    as wide as its longest word (up to `WORD`) where there is room, `NARROW` where there is
-    not, and `WIDE` where the table is wider than the terminal all the same (`--wide`); nothing
-    is cut. The columns `whole` are counts: their whole values shown as integers (`cell`)."""
+    as wide as its longest word (up to `WORD`) where there is room, else its longest identifier,
+    else `NARROW`, else what is left, and `WIDE` where the table is wider than the terminal all
+    the same (`--wide`); nothing is cut. The columns `whole` are counts: their whole values shown as integers (`cell`)."""
     width = width or terminal_width()
     columns = frame.columns
     texts = [[cell(v, decimals(frame[c]), c not in IDENTIFIERS, c in whole) for v in frame[c]] for c in columns]
@@ -383,6 +445,8 @@ def table_text(frame: pl.DataFrame, width: int | None = None, whole: set[str] = 
                 wider = max(least[i], at_least(most)[i])
                 if sum(least.values()) - least[i] + wider <= room:
                     least[i] = wider
+    if sum(least.values()) > room:  # what is left, down to the names' width
+        least = {i: len(columns[i]) for i in wrap}
     if sum(least.values()) > room:  # wider than the terminal whatever the text does (--wide)
         least = {i: max(len(columns[i]), min(sizes[i], WIDE)) for i in wrap}
     if sum(sizes[i] for i in wrap) > room:
