@@ -678,3 +678,16 @@ def test_a_count_beside_its_mean_is_an_integer():
     start = lines[0].index("count")
     counts = [line[start - 2:start + 5] for line in lines[2:] if line[:5].strip()]
     assert "    3.7" in counts and "    6  " in counts and not [c for c in counts if c.endswith(".0")]
+
+
+def test_a_cpu_only_run_leaves_out_its_blank_columns_saying_why():
+    """`summary` of the gloo CPU run (two ranks, no device activity): no column of blank cells
+    (device, GPU span, busy, exposed comm, host-bound), one line saying which and why; `--wide`
+    still shows every column (issue 27, D9)."""
+    result = cli("summary", DATA / "gloo-cpu")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0].split() == ["rank", "step", "cpu_ms"]
+    assert " ".join(lines[-2:]).startswith("(not shown, blank in every row: device, gpu_span_ms, busy_pct, "
+                                           "exposed_comm_pct, host_bound; nothing here records them: a CPU-only run")
+    assert "gpu_span_ms" in cli("summary", "--wide", DATA / "gloo-cpu").stdout.splitlines()[0]

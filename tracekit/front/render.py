@@ -105,12 +105,29 @@ def render_frame(frame: pl.DataFrame, fmt: str, view: str | None = None, layout:
         if not table.height:
             return textwrap.fill(shown.empty, terminal_width())
         whole = whole_in_steps(picked, frame)
-        text = table_text(table, whole=whole)
+        blank = [] if layout.columns or layout.wide else blank_columns(table)
+        text = table_text(table.drop(blank), whole=whole)
         if shown.telling and max(map(len, text.splitlines())) > terminal_width():  # they fit, or --wide shows them
-            text = table_text(with_figures(chosen(frame, replace(shown, telling={}, default=tuple(
-                c for c in shown.default if c not in shown.telling)), layout)), whole=whole)
-        return text
+            table = with_figures(chosen(frame, replace(shown, telling={}, default=tuple(
+                c for c in shown.default if c not in shown.telling)), layout))
+            text = table_text(table.drop([c for c in blank if c in table.columns]), whole=whole)
+        return text + ("\n" + textwrap.fill(blank_note(blank), terminal_width()) if blank else "")
     return markdown(frame, VIEWS.get(view, View()))
+
+
+UNBLANKED = ("run", "rank", "step", "agg", "path", "variant")  # they name the row, blank or not
+
+
+def blank_columns(table: pl.DataFrame) -> list[str]:
+    """The table's columns with no value in any row (a CPU-only trace's device figures):
+    the default table leaves them out, saying so in one line."""
+    return [c for c in table.columns if c not in UNBLANKED and table[c].cast(pl.String).fill_null("").eq("").all()]
+
+
+def blank_note(blank: list[str]) -> str:
+    """The line under a table that left out the columns `blank`, saying why."""
+    why = ": a CPU-only run has no device figures" if "device" in blank else ""
+    return f"(not shown, blank in every row: {', '.join(blank)}; nothing here records them{why})"
 
 
 def whole_in_steps(table: pl.DataFrame, frame: pl.DataFrame) -> set[str]:
