@@ -72,7 +72,7 @@ def test_two_traces_claiming_one_rank_are_both_shown_named_and_warned(tmp_path):
 def test_missing_rank_selection(tmp_path):
     path = synth.write(tmp_path, "rank0.json", GOOD)
     result = run("summary", "--rank", "3", path)
-    assert result.exit_code == 2 and "no trace of rank 3" in result.stderr
+    assert result.exit_code == 2 and "no trace of rank 3" in messages(result.stderr)[0]
 
 
 def test_cpu_only_trace_is_valid(tmp_path):
