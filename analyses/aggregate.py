@@ -3,8 +3,8 @@
 The statistic row of a report has `step` null, `agg` (its name) and `n_steps`, one per device.
 A number column gets the statistic over the steps: a count's (an integer column that is not a
 time, `*_ns`, nor a size, `*_bytes`) to a tenth — the mean of 4 and 5 calls is 4.5 calls per
-step, never cut to 4; where every statistic of the column is whole, it stays an integer —, a time's or a size's to the whole ns or byte, any other figure's to 2
-decimals. In a ledger (a list of records, such as breakdown's `parts`), each record's numbers
+step, never cut to 4; where every statistic of the column is whole, it stays an integer —, a time's or a size's to the whole ns or byte, any other figure's
+unrounded (the mean of one step is that step's figure, to its last digit). In a ledger (a list of records, such as breakdown's `parts`), each record's numbers
 get it per key, a step without the key counting as 0 (a null figure of a step that has the key
 — an unknown `tflops` — stays out of the statistic), except in a rate — `mean_*`, `*_gbps`,
 `tflops`, `pct_peak`, a ratio of the record's own figures —, where such a step stays out.
@@ -75,7 +75,8 @@ def is_count(name: str, dtype) -> bool:
 
 def statistic(column: str, dtype, agg: str) -> pl.Expr:
     """The statistic of `column` over the rows: a count's to a tenth (a float), a time's or a
-    size's to the whole ns or byte, another figure's to 2 decimals."""
+    size's to the whole ns or byte, another figure's unrounded (the tables round it as they
+    round the steps' figures)."""
     expr = pl.col(column)
     value = {"median": expr.median(), "mean": expr.mean(), "p90": expr.quantile(0.9, "linear"),
              "min": expr.min(), "max": expr.max()}[agg]
@@ -83,7 +84,7 @@ def statistic(column: str, dtype, agg: str) -> pl.Expr:
         return value.round(1).alias(column)
     if dtype.is_integer():
         return value.round(0).cast(dtype).alias(column)
-    return value.round(2).alias(column)
+    return value.alias(column)
 
 
 def with_aggregate(frame: pl.DataFrame, agg: str | None) -> pl.DataFrame:

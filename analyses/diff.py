@@ -41,6 +41,7 @@ from tracekit.analyses.phases import DATA_LOADING, DATA_PHASE, RUNNER_PHASE, fsd
 from tracekit.analyses.syncs import host_syncs
 from tracekit.analyses.timeline import kept, outermost, timeline, unshared
 from tracekit.core.errors import TraceError
+from tracekit.core.files import name
 from tracekit.core.model import Trace
 from tracekit.core.names import kernel_identity
 
@@ -362,8 +363,9 @@ def combine(a_side: list[Material], b_side: list[Material], steps="all", top: in
     if len(a_side) == len(b_side) == 1:
         warnings += one_with_one(a_side[0], b_side[0])
     elif len(a_ranks) != len(b_ranks) or {m.world_size for m in a_side} != {m.world_size for m in b_side}:
-        warnings.append(f"A has {len(a_ranks)} rank(s) (world size {a_side[0].world_size}), B has "
-                        f"{len(b_ranks)} (world size {b_side[0].world_size}): comparing the ranks both have")
+        warnings.append(f"A has {len(a_ranks)} rank(s) ({world_words(a_side)}), B has "
+                        f"{len(b_ranks)} ({world_words(b_side)}): comparing the ranks both have")
+    warnings += one_per_rank("A", a_side) + one_per_rank("B", b_side)
     for side, materials in (("A", a_side), ("B", b_side)):
         warnings += [f"{side} rank {m.rank}: {m.named[1] - m.named[0]} of {m.named[1]} lean GPU activities not named "
                      "from the full step (no kernel of that name at their place in it): their op and dtype are "
@@ -422,10 +424,27 @@ def rank_words(m: Material) -> str:
     return f"rank {m.rank}" + (f" of world size {m.world_size}" if m.world_size is not None else "")
 
 
+def world_words(side: list[Material]) -> str:
+    """`world size 2`, or `world size not recorded` where the side's first trace gives none."""
+    size = side[0].world_size
+    return f"world size {size}" if size is not None else "world size not recorded"
+
+
+def one_per_rank(side: str, materials: list[Material]) -> list[str]:
+    """Where several traces of a side claim one rank: which one is compared (the first, as
+    `by_rank` keeps), by its file's name."""
+    claims: dict[int, list[str]] = {}
+    for m in materials:
+        claims.setdefault(m.rank, []).append(name(m.path))
+    return [f"{side}: {len(files)} traces claim rank {rank} ({', '.join(files)}): rank {rank} is compared as "
+            f"{files[0]}; give one file per side to choose another" for rank, files in claims.items() if len(files) > 1]
+
+
 def by_rank(a_side: list, b_side: list) -> tuple[dict, dict]:
-    """Each side's traces (or materials) by rank; one trace against one trace is a pair
-    whatever ranks they claim (HTA's trace diff takes a rank per side), under A's rank."""
-    a_ranks, b_ranks = {x.rank: x for x in a_side}, {x.rank: x for x in b_side}
+    """Each side's traces (or materials) by rank, the first of several that claim one rank
+    (`one_per_rank` says so); one trace against one trace is a pair whatever ranks they claim
+    (HTA's trace diff takes a rank per side), under A's rank."""
+    a_ranks, b_ranks = ({x.rank: x for x in reversed(side)} for side in (a_side, b_side))
     if len(a_side) == len(b_side) == 1:
         b_ranks = {a_side[0].rank: b_side[0]}
     return a_ranks, b_ranks

@@ -248,15 +248,43 @@ def run_findings(run) -> pl.DataFrame:
     return by_severity(rows)
 
 
-def _same_rank(infos: list) -> list[dict]:
+def _same_rank(infos: list, across: str = "; figures across ranks pair the wrong traces") -> list[dict]:
     """Several traces of a run that claim one rank and are not its profiling cycles
-    (`loading.cycles_by_rank`): every one is kept and shown, named by its file."""
+    (`loading.cycles_by_rank`): every one is kept and shown, named by its file (`across`:
+    what that does to the figures across ranks)."""
     by_rank: dict[int, list[str]] = {}
     for t in infos:
-        by_rank.setdefault(t.rank, []).append(name(t.path))
-    return [finding("warning", "same_rank", f"{len(files)} traces claim rank {rank} ({', '.join(files)}): each is "
-                    "shown, named by its file; figures across ranks pair the wrong traces", len(files))
-            for rank, files in sorted(by_rank.items()) if len(files) > 1]
+        by_rank.setdefault(t.rank, []).append(t.path)
+    return [finding("warning", "same_rank", f"{len(paths)} traces claim rank {rank} ({', '.join(told_apart(paths))}): "
+                    f"each is shown, named by its file{across}", len(paths))
+            for rank, paths in sorted(by_rank.items()) if len(paths) > 1]
+
+
+def told_apart(paths: list[str]) -> list[str]:
+    """Each path by its file's name, with as many of its folders before it as tell the paths
+    apart (`fsdp1/rank0.json`, `fsdp2/rank0.json`)."""
+    parts = [str(p).rstrip("/").split("/") for p in paths]
+    for k in range(1, max(map(len, parts)) + 1):
+        tails = ["/".join(p[-k:]) for p in parts]
+        if len(set(tails)) == len(tails):
+            return tails
+    return [str(p) for p in paths]
+
+
+@dataclass
+class GivenApart:
+    """The trace files given one by one (each its own run): `path` None, as no one folder holds them."""
+
+    results: list
+    path: None = None
+
+
+def given_apart(runs) -> list[tuple[GivenApart, pl.DataFrame]]:
+    """[(the trace files given one by one, their findings)] where two of them claim one rank
+    (`tracekit summary A B` of two rank-0 files): each is its own run, so no figure pairs them."""
+    apart = [r for run in runs if not run.facts.get("directory") for r in run.results]
+    rows = _same_rank([r.info for r in apart], " or folder, as its own run")
+    return [(GivenApart(apart), by_severity(rows))] if rows else []
 
 
 def _group_count_mismatch(counts: dict[int, pl.DataFrame]) -> list[dict]:
@@ -268,11 +296,17 @@ def _group_count_mismatch(counts: dict[int, pl.DataFrame]) -> list[dict]:
     for (pg,), group in together.group_by("pg", maintain_order=True):
         if group.height > 1 and group["n"].n_unique() > 1:
             per_rank = ", ".join(f"rank {r}: {n}" for r, n in group.sort("rank").select("rank", "n").iter_rows())
-            rows.append(finding("warning", "collective_count_mismatch", f"process group {pg}: the ranks hold "
+            rows.append(finding("warning", "collective_count_mismatch", f"{group_words(pg)}: the ranks hold "
                                 f"different numbers of collectives ({per_rank}); `comms` pairs them by launch "
                                 "order, so its transfer and wait figures past the first difference are unreliable",
                                 group.height))
     return rows
+
+
+def group_words(pg: str) -> str:
+    """`process group 0`, or where the trace names none (`comms` keys it `?`) `a process group
+    the trace does not name`."""
+    return "a process group the trace does not name" if pg == "?" else f"process group {pg}"
 
 
 def _ranges(ranks: list[int]) -> str:
@@ -300,7 +334,7 @@ def _clock_skew(firsts: dict[int, pl.DataFrame]) -> list[dict]:
     end_spread = int(first["end"].max() - first["end"].min())
     offsets = ", ".join(f"rank {r} {(s - first['start'].min()) / 1e6:+.3f}" for r, s in first.select("rank", "start").iter_rows())
     severity = "warning" if end_spread > 100_000 else "info"
-    return [finding(severity, "clock_skew", f"first collective ({first['coll_kind'][0]}, process group {pg}) starts "
+    return [finding(severity, "clock_skew", f"first collective ({first['coll_kind'][0]}, {group_words(pg)}) starts "
                     f"spread {ms(start_spread)} ({offsets} ms); its ends spread {ms(end_spread)}",
                     len(firsts), start_spread)]
 
@@ -316,7 +350,7 @@ def lint(runs) -> tuple[list, list]:
             rows = [finding("info", "other_cycles", f"{len(others)} other profiling cycle(s) of this rank not used "
                             f"(--cycle chooses): {', '.join(name(p) for p in others)}", len(others))] if others else []
             per_trace.append((r.info, pl.concat([r.value.findings, by_severity(rows)])))
-    return per_trace, [(run, run_findings(run)) for run in runs]
+    return per_trace, [(run, run_findings(run)) for run in runs] + given_apart(runs)
 
 
 def notes(per_trace: list, per_run: list) -> list[str]:

@@ -108,7 +108,7 @@ def variant_table(manifest: dict, runs: dict[str, Run], baseline: str | None = N
             peak = r["peak_allocated_bytes"]
             rows.append({
                 "variant": variant, "rank": r["rank"], "status": "ok", "precision": r.get("precision_path"),
-                "step_ms": round(float(np.median(steps)), 3), "step_ms_ci": [round(lo, 3), round(hi, 3)],
+                "step_ms": round(float(np.median(steps)), 3), "step_ms_ci": [round(max(lo, 0.0), 3), round(hi, 3)],
                 "d_step_ms": delta["d_ms"],
                 "d_step_ms_ci": delta["d_ms_ci"] if variant != base_name else None,
                 "verdict": delta["verdict"] if variant != base_name else "base",

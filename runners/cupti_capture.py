@@ -34,6 +34,8 @@ import json
 import os
 import threading
 
+from tracekit.core.names import demangled
+
 BUFFER_BYTES = 256 * 1024 * 1024  # ~250 bytes a record: ~1 M records, ~200 large/16 steps
 MARK_VALUE = 0xA5  # the byte the runner's marker memsets write (1 byte each)
 KINDS = ("CONCURRENT_KERNEL", "MEMCPY", "MEMSET")
@@ -130,34 +132,6 @@ class DeviceCapture:
         for kind in KINDS:
             cupti.activity_disable(getattr(cupti.ActivityKind, kind))
         cupti.activity_flush_all(1)
-
-
-@functools.cache
-def _cxa_demangle():
-    path = ctypes.util.find_library("stdc++")
-    if path is None:
-        return None
-    fn = ctypes.CDLL(path).__cxa_demangle
-    fn.restype = ctypes.c_void_p
-    fn.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]
-    return fn
-
-
-@functools.cache
-def demangled(name: str) -> str:
-    """`name` as Kineto writes it: libstdc++'s `__cxa_demangle` of a mangled C++ name (`_Z…`);
-    any other name, or one it cannot demangle, unchanged."""
-    fn = _cxa_demangle()
-    if fn is None or not name.startswith("_Z"):
-        return name
-    status = ctypes.c_int(0)
-    out = fn(name.encode(), None, None, ctypes.byref(status))
-    if status.value != 0 or not out:
-        return name
-    try:
-        return ctypes.string_at(out).decode(errors="replace")
-    finally:
-        ctypes.CDLL(None).free(ctypes.c_void_p(out))
 
 
 def is_marker(record: dict) -> bool:

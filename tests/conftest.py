@@ -32,3 +32,15 @@ def pytest_collection_modifyitems(items):
                         if defs and defs[-1].scope in ("module", "session") and defs[-1].baseid)
         if shared:
             item.add_marker(pytest.mark.xdist_group(f"{item.module.__name__}:{','.join(shared)}"))
+
+
+def messages(stderr: str) -> list[str]:
+    """stderr's messages, each whole: tracekit wraps its notes and errors at the terminal's
+    width, a line that starts with two spaces continuing the one before it."""
+    out: list[str] = []
+    for line in stderr.strip().splitlines():
+        if line.startswith("  ") and out:
+            out[-1] += " " + line.strip()
+        else:
+            out.append(line)
+    return out

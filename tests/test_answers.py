@@ -12,7 +12,7 @@ import polars as pl
 import pytest
 import synth
 from click.testing import CliRunner
-from conftest import DATA
+from conftest import DATA, messages
 
 import tracekit
 from tracekit.analyses.phases import launch_context
@@ -334,8 +334,9 @@ def test_a_statistic_row_of_counts_is_their_mean_per_step():
                                                               for op, c in categories.items()}
     assert (by_op["aten::le"]["count"], by_op["aten::le"]["mean_ns"], by_op["aten::mm"]["category"]) == (1, 6500, "mixed")
     table = cli("kernels", "--by", "op", "--agg", "mean", sampled).stdout
-    # aten::mm: 116 and 117 launches (one of step 552's is inside an `aten::matmul` with its bounds)
-    assert re.search(r"^ +0 +mean +116\.5 ", table, re.M) and re.search(r"^ +0 +551 +116\.0 ", table, re.M)
+    # aten::mm: 116 and 117 launches (one of step 552's is inside an `aten::matmul` with its bounds);
+    # a count's whole values read as integers beside the means' tenths (issue 27, D8)
+    assert re.search(r"^ +0 +mean +116\.5 ", table, re.M) and re.search(r"^ +0 +551 +116   ", table, re.M)
 
 
 def test_a_statistic_keeps_the_device_and_stream_that_name_a_record():
@@ -450,14 +451,14 @@ def test_argument_mistakes_say_what_would_work(tmp_path):
     a single file is refused rather than ignored."""
     run = DATA / "h200x2-blocks4"
     swapped = CliRunner().invoke(main, ["diff", "fsdp1", "fsdp2", str(run)])
-    assert swapped.exit_code == 2 and f"tracekit diff {run} fsdp1 fsdp2" in swapped.stderr
+    assert swapped.exit_code == 2 and f"tracekit diff {run} fsdp1 fsdp2" in " ".join(messages(swapped.stderr))
     swapped = CliRunner().invoke(main, ["diff", str(run / "fsdp1"), str(run / "fsdp2"), str(run)])  # A and B exist
-    assert swapped.exit_code == 2 and f"tracekit diff {run} fsdp1 fsdp2" in swapped.stderr
+    assert swapped.exit_code == 2 and f"tracekit diff {run} fsdp1 fsdp2" in " ".join(messages(swapped.stderr))
     for verb in ("summary", "lint"):
         absent = cli(verb, "--rank", "7", DATA / "h200x2-small" / "ddp")
-        assert absent.exit_code == 2 and "(ranks here: 0, 1)" in absent.stderr, verb
+        assert absent.exit_code == 2 and "(ranks here: 0, 1)" in " ".join(messages(absent.stderr)), verb
     cycle = cli("summary", "--cycle", "5", DATA / "h200x2-small" / "ddp" / "rank0.trace.json.gz")
-    assert cycle.exit_code == 2 and "--cycle 5: a trace file holds one profiling cycle" in cycle.stderr
+    assert cycle.exit_code == 2 and "--cycle 5: a trace file holds one profiling cycle" in " ".join(messages(cycle.stderr))
 
 
 def test_each_cycle_of_a_folder_whose_names_carry_their_time_stamps_is_read():
@@ -479,6 +480,7 @@ def test_comms_shows_what_tells_look_alike_rows_apart():
     path = DATA / "external" / "hta-tests-data" / "nccl_parser_config" / "nccl_data.json.gz"
     lines = cli("comms", path).stdout.splitlines()
     assert lines[0].split()[:5] == ["rank", "step", "kind", "dtype", "count"]
+    lines = lines[:next((i for i, line in enumerate(lines) if line.startswith("(not shown")), len(lines))]  # blank ones
     rows = {tuple(line.split()[:4]) for line in lines[2:]}
     assert len(rows) == len(lines) - 2  # every row tells itself apart
     assert "dtype" not in cli("comms", DATA / "h200x2-small" / "ddp").stdout.splitlines()[0]
@@ -487,6 +489,7 @@ def test_comms_shows_what_tells_look_alike_rows_apart():
     streams = [c["stream"] for c in json.loads(cli("comms", "--steps", "550", "--format", "json", path).stdout)
                ["traces"][0]["steps"][0]["collectives"]]
     lines = cli("comms", "--steps", "550", path).stdout.splitlines()
+    lines = lines[:next((i for i, line in enumerate(lines) if line.startswith("(not shown")), len(lines))]
     assert lines[0].split()[:3] == ["rank", "kind", "stream"] and [int(x.split()[2]) for x in lines[2:]] == streams
     assert sorted(streams) == [84, 285, 363]
 
@@ -642,3 +645,78 @@ def test_a_launch_inside_a_child_with_its_parents_bounds_is_the_childs():
     assert ops.sort("name")["end"].to_list() == [858_737_000, 858_737_000]  # the tie, as the trace has it
     inside = context.filter(pl.col("start").is_between(858_714_000, 858_737_000))
     assert inside.height == 1 and inside["op"].to_list() == ["aten::_local_scalar_dense"]
+
+
+@pytest.mark.parametrize("verb", ["summary", "syncs", "comms", "overlap", "breakdown", "kernels", "critical-path",
+                                  "lint"])
+def test_two_files_of_one_rank_given_apart_are_warned_on_every_verb_and_named(verb):
+    """`VERB A B` of the FSDP1 and FSDP2 rank-0 traces (each its own run): one short warning
+    naming both by their folders, and both shown, each row named (issue 27, D1)."""
+    paths = [DATA / "h200x2-blocks4" / v / "rank0.pt.trace.json.gz" for v in ("fsdp1", "fsdp2")]
+    result = cli(verb, *paths)
+    assert result.exit_code == 0, result.output
+    if verb == "lint":  # its findings are its answer
+        assert "2 traces claim rank 0 (fsdp1/rank0.pt.trace.json.gz, fsdp2/rank0.pt.trace.json.gz)" in " ".join(
+            line.split("  ")[-1].strip() for line in result.stdout.splitlines())
+        return
+    note = [line for line in result.stderr.splitlines() if "same_rank" in line]
+    assert note == ["tracekit: warning: same_rank: 2 traces claim rank 0 (fsdp1/rank0.pt.trace.json.gz,"], \
+        result.stderr
+    lines = result.stdout.splitlines()
+    rows = lines[next(i for i, line in enumerate(lines) if line.startswith("─")) + 1:]
+    assert {line.split()[0] for line in rows if not line.startswith((" ", "(not shown"))} == {"fsdp1", "fsdp2"}
+    assert [t["path"] for t in json.loads(cli(verb, "--format", "json", *paths).stdout)["traces"]] == \
+        list(map(str, paths))
+
+
+def test_one_file_given_twice_is_read_once_and_said():
+    """`summary X X`: one row, not two unnamed `rank 0` rows, and a note that X was given twice."""
+    path = DATA / "h200x2-blocks4" / "fsdp1" / "rank0.pt.trace.json.gz"
+    result = cli("summary", path, path)
+    assert result.exit_code == 0, result.output
+    assert len(result.stdout.splitlines()) == 3
+    assert f"tracekit: warning: {path} is given 2 times: read once" in " ".join(
+        line.strip() for line in result.stderr.splitlines())
+
+
+def test_an_unnamed_process_group_is_said_in_words():
+    """HTA's two sampled ranks record no process group name: the clock-skew note says so in
+    words, never `process group ?` (issue 27, D8)."""
+    result = cli("summary", DATA / "external" / "hta-tests-data" / "trace_filter")
+    assert result.exit_code == 0, result.output
+    note = " ".join(line.strip() for line in result.stderr.splitlines())
+    assert "first collective (send_recv, a process group the trace does not name) starts" in note
+    assert "group ?" not in note
+
+
+def test_a_count_beside_its_mean_is_an_integer():
+    """`syncs --agg mean` of the lean FSDP2 trace's rank 1: 190 and 181 `Event Sync` records are
+    185.5 per step, so the column is of floats; each step's count still reads as the integer it is
+    (`190`, not `190.0`), its units under the mean's (issue 27, D8)."""
+    lines = cli("syncs", "--agg", "mean", DATA / "h200x2-lean" / "fsdp2" / "rank1.pt.trace.json.gz").stdout.splitlines()
+    start = lines[0].index("count")
+    counts = [line[start - 2:start + 5].rstrip() for line in lines[2:] if line[:5].strip()]
+    assert "  185.5" in counts and "  190" in counts and not [c for c in counts if c.endswith(".0")]
+
+
+def test_a_cpu_only_run_leaves_out_its_blank_columns_saying_why():
+    """`summary` of the gloo CPU run (two ranks, no device activity): no column of blank cells
+    (device, GPU span, busy, exposed comm, host-bound), one line saying which and why; `--wide`
+    still shows every column (issue 27, D9)."""
+    result = cli("summary", DATA / "gloo-cpu")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0].split() == ["rank", "step", "cpu_ms"]
+    assert " ".join(lines[-2:]).startswith("(not shown, blank in every row: device, gpu_span_ms, busy_pct, "
+                                           "exposed_comm_pct, host_bound; nothing here records them: a CPU-only run")
+    assert "gpu_span_ms" in cli("summary", "--wide", DATA / "gloo-cpu").stdout.splitlines()[0]
+
+
+def test_the_mean_of_one_step_is_that_step():
+    """`comms --agg mean` of the FSDP1 H200 run (one recorded step): each collective's bus
+    bandwidth on the mean row is the step's, to its last digit (9.385 GB/s read 9.38: issue 27, D8)."""
+    doc = json.loads(cli("comms", "--agg", "mean", "--format", "json", DATA / "h200x2-blocks4" / "fsdp1").stdout)
+    for trace in doc["traces"]:
+        (step,), (mean,) = ([s for s in trace["steps"] if (s.get("agg") is None) == one] for one in (True, False))
+        assert [(c["kind"], c["busbw_gbps"], c["algbw_gbps"]) for c in step["collectives"]] == \
+            [(c["kind"], c["busbw_gbps"], c["algbw_gbps"]) for c in mean["collectives"]]

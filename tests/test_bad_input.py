@@ -6,6 +6,7 @@ import json
 import pytest
 import synth
 from click.testing import CliRunner
+from conftest import messages
 
 from tracekit.front.cli import main
 
@@ -42,7 +43,7 @@ def test_bad_file_is_one_line_and_exit_2(tmp_path, name):
     before = sorted(p.name for p in tmp_path.iterdir())
     result = run("summary", path)
     assert result.exit_code == 2
-    lines = result.stderr.strip().splitlines()
+    lines = messages(result.stderr)
     assert len(lines) == 1 and lines[0].startswith(f"tracekit: {path}: ") and reason in lines[0], lines
     assert "Traceback" not in result.output
     assert sorted(p.name for p in tmp_path.iterdir()) == before and path.read_bytes() == data
@@ -51,7 +52,7 @@ def test_bad_file_is_one_line_and_exit_2(tmp_path, name):
 def test_directory_without_traces(tmp_path):
     (tmp_path / "manifest.json").write_text("{}")
     result = run("summary", tmp_path)
-    assert result.exit_code == 2 and "no trace files in this directory" in result.stderr
+    assert result.exit_code == 2 and "no trace files in this directory" in messages(result.stderr)[0]
 
 
 def test_two_traces_claiming_one_rank_are_both_shown_named_and_warned(tmp_path):
@@ -71,7 +72,7 @@ def test_two_traces_claiming_one_rank_are_both_shown_named_and_warned(tmp_path):
 def test_missing_rank_selection(tmp_path):
     path = synth.write(tmp_path, "rank0.json", GOOD)
     result = run("summary", "--rank", "3", path)
-    assert result.exit_code == 2 and "no trace of rank 3" in result.stderr
+    assert result.exit_code == 2 and "no trace of rank 3" in messages(result.stderr)[0]
 
 
 def test_cpu_only_trace_is_valid(tmp_path):
@@ -87,5 +88,5 @@ def test_every_verb_reports_bad_input_the_same_way(tmp_path, verb):
     path = tmp_path / "truncated.json"
     path.write_bytes(CASES["truncated.json"][0])
     result = run(verb, path)
-    assert result.exit_code == 2 and result.stderr.startswith(f"tracekit: {path}: not valid JSON")
+    assert result.exit_code == 2 and messages(result.stderr)[0].startswith(f"tracekit: {path}: not valid JSON")
     assert "Traceback" not in result.output

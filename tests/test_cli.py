@@ -89,3 +89,28 @@ def test_a_lint_error_on_a_verb_is_a_warning_not_the_error_prefix():
     assert lint.exit_code == 0 and "tracekit: error" not in lint.stderr
     assert [f["severity"] for r in json.loads(lint.stdout)["runs"] for f in r["findings"]
             if f["kind"] == "missing_ranks"] == ["error"]  # lint itself still counts it an error
+
+
+def test_a_self_diff_says_each_note_once():
+    """`diff X X` of TraceLens' Qwen H100 trace (device work outside every step): its two sides
+    find the same lint note; it is said once (issue 27, D7)."""
+    path = DATA / "wild" / "tracelens" / "h100" / "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
+    result = CliRunner(env={"COLUMNS": "100"}).invoke(main, ["diff", str(path), str(path)])
+    assert result.exit_code == 0, result.output
+    assert result.stderr.count("orphan_gpu_work") == 1
+
+
+def test_errors_and_notes_fit_the_terminal_and_keep_a_number_with_its_unit(capsys):
+    """A long mistake (`--columns` of a name the table has not, which lists every column) is one
+    line to a pipe (a script reads one line) and, at a terminal, wrapped at 100 columns as the
+    notes are; a note never ends a line between a number and its unit (issue 27, D7)."""
+    from tracekit.front.cli.common import shout
+
+    result = CliRunner(env={"COLUMNS": "100"}).invoke(main, ["summary", "--columns", "nope", str(FSDP2)])
+    assert result.exit_code == 2 and len(result.stderr.splitlines()) == 1  # to a pipe: one line
+    shout(result.stderr.strip().removeprefix("tracekit: "))  # at a terminal
+    lines = capsys.readouterr().err.splitlines()
+    assert max(map(len, lines)) <= 100 and len(lines) > 1 and all(line.startswith("  ") for line in lines[1:])
+    shout("x" * 82 + " 13.742 ms of device work and 1.20 × the step, 3.53 GiB")
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0].endswith("x" * 82) and lines[1] == "  13.742 ms of device work and 1.20 × the step, 3.53 GiB"

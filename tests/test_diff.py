@@ -254,3 +254,32 @@ def test_data_loading_is_its_own_phase_not_the_next_kernels():
     assert loading and {r["phase"] for r in loading} == {"data loading"}
     assert {r["phase"] for r in rows if "DataLoader" not in r["name"] and r["kind"] != "other"} <= {
         "forward", "backward", "optimizer", "unknown", ""}
+
+
+def test_a_side_without_a_world_size_says_so_in_words():
+    """TraceLens' H100 folder (no `distributedInfo`) against a 2-rank run: the ranks-and-world
+    warning says the world size is not recorded, never `world size None` (issue 27)."""
+    result = CliRunner(env={"COLUMNS": "100"}).invoke(main, ["diff", str(DATA / "wild" / "tracelens" / "h100"),
+                                                             str(DATA / "h200x2-small" / "ddp")])
+    assert result.exit_code == 0, result.output
+    note = " ".join(line.strip() for line in result.stderr.splitlines())
+    assert "(world size not recorded), B has 2 (world size 2)" in note and "None" not in result.output
+
+
+def test_a_folder_of_traces_claiming_one_rank_says_which_one_it_compares():
+    """TraceLens' H100 and MI300 folders each hold three single-GPU traces, all rank 0: the diff
+    compares one pair, and says which file of each side that is (issue 27, D2)."""
+    tracelens = DATA / "wild" / "tracelens"
+    result = CliRunner(env={"COLUMNS": "100"}).invoke(main, ["diff", str(tracelens / "h100"), str(tracelens / "mi300")])
+    assert result.exit_code == 0, result.output
+    note = " ".join(line.strip() for line in result.stderr.splitlines())
+    for side in "AB":
+        assert (f"warning: {side}: 3 traces claim rank 0 (Falconsai_nsfw_image_detection__1016002.json.gz, "
+                "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz, gaunernst_bert-small-uncased__1016001.json.gz): rank 0 "
+                "is compared as Falconsai_nsfw_image_detection__1016002.json.gz") in note
+    falconsai = [tracekit.load(tracelens / side / "Falconsai_nsfw_image_detection__1016002.json.gz")
+                 for side in ("h100", "mi300")]
+    alone = diff_runs(falconsai[:1], falconsai[1:])
+    shown = json.loads(CliRunner().invoke(main, ["diff", "--format", "json", str(tracelens / "h100"),
+                                                 str(tracelens / "mi300")]).stdout)
+    assert shown["step_delta_ns"] == alone.per_rank[0].step_delta_ns

@@ -1,4 +1,4 @@
-"""A user's mistake: one line on stderr, exit 2, nothing written — or the right output."""
+"""A user's mistake: one message on stderr (wrapped at the terminal), exit 2, nothing written — or the right output."""
 
 import json
 from pathlib import Path
@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import synth
 from click.testing import CliRunner
-from conftest import DATA
+from conftest import DATA, messages
 
 from tracekit.front.cli import main
 
@@ -21,7 +21,7 @@ def cli(*args):
 def one_line(result, *words):
     assert result.exit_code == 2, result.output
     assert "Traceback" not in result.output and result.stdout == ""
-    (line,) = result.stderr.strip().splitlines()
+    (line,) = messages(result.stderr)
     assert line.startswith("tracekit: ") and all(w in line for w in words), line
 
 
@@ -62,9 +62,9 @@ def test_a_plot_without_suffix_says_the_file_it_wrote(tmp_path):
     pytest.importorskip("matplotlib")
     result = cli("diff", FSDP1, FSDP2, "--plot", tmp_path / "wf")
     assert result.exit_code == 0 and (tmp_path / "wf.png").exists()
-    assert result.stderr.strip().splitlines()[-1] == f"tracekit: wrote {tmp_path / 'wf.png'}"
+    assert messages(result.stderr)[-1] == f"tracekit: wrote {tmp_path / 'wf.png'}"
     again = cli("diff", FSDP1, FSDP2, "--plot", tmp_path / "wf.png")
-    assert again.stderr.strip().splitlines()[-1].endswith("(replacing the file that was there)")
+    assert messages(again.stderr)[-1].endswith("(replacing the file that was there)")
 
 
 def test_plot_timeline_of_a_step_that_is_not_there(tmp_path):

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 from click.testing import CliRunner
-from conftest import DATA
+from conftest import DATA, messages
 
 from tracekit.front.cli import main
 
@@ -42,7 +42,7 @@ def test_an_unreachable_scheduler_is_one_line(tmp_path):
     """Run as a user would (its own process: Dask's client keeps retrying in the background)."""
     result = subprocess.run([sys.executable, "-m", "tracekit", "summary", "--scheduler", "tcp://127.0.0.1:9",
                              str(RUN / "ddp")], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 2 and len(result.stderr.splitlines()) == 1
+    assert result.returncode == 2 and len(messages(result.stderr)) == 1
     assert result.stderr.startswith("tracekit: --scheduler tcp://127.0.0.1:9: cannot reach")
 
 

@@ -8,7 +8,7 @@ from collections import Counter
 import polars as pl
 import pytest
 from click.testing import CliRunner
-from conftest import DATA
+from conftest import DATA, messages
 from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace as PerfettoTrace
 from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TrackEvent
 
@@ -121,7 +121,7 @@ def test_bad_input_writes_nothing(tmp_path):
     bad.write_text('{"traceEvents": [')
     out = tmp_path / "out.pftrace"
     result = CliRunner().invoke(main, ["export", str(bad), "-o", str(out)])
-    assert result.exit_code == 2 and "not valid JSON" in result.stderr and not out.exists()
+    assert result.exit_code == 2 and "not valid JSON" in " ".join(messages(result.stderr)) and not out.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.json"]
 
 

@@ -6,6 +6,7 @@ import sys
 
 import numpy as np
 import pytest
+from conftest import messages
 
 import tracekit
 from tracekit.analyses.summary import summary
@@ -283,7 +284,7 @@ def test_lightning_variants_say_why_they_are_skipped(monkeypatch):
 def test_existing_out_is_not_overwritten(out):
     before = (out / "manifest.json").read_bytes()
     result = tracekit_cli("profile", "--device", "cpu", "--variants", "ddp", "--out", out)
-    assert result.returncode == 2 and result.stderr.strip() == f"tracekit: {out} exists; pass --overwrite to write into it"
+    assert result.returncode == 2 and messages(result.stderr) == [f"tracekit: {out} exists; pass --overwrite to write into it"]
     assert (out / "manifest.json").read_bytes() == before
 
 
@@ -369,6 +370,6 @@ def test_an_existing_out_under_torchrun_is_refused_by_every_rank(out):
     before = (out / "manifest.json").read_bytes()
     result = torchrun("profile", "--device", "cpu", "--variants", "ddp", "--out", out)
     refusal = f"tracekit: {out} exists; pass --overwrite to write into it"
-    refusals = [line for line in result.stderr.splitlines() if line == refusal]
+    refusals = [line for line in messages(result.stderr) if line == refusal]
     assert result.returncode != 0 and len(refusals) == 2  # one per rank, neither waiting for the other
     assert (out / "manifest.json").read_bytes() == before

@@ -4,7 +4,7 @@ of traces at mixed depths is read whole."""
 import json
 
 from click.testing import CliRunner
-from conftest import DATA
+from conftest import DATA, messages
 
 from tracekit.front.cli import main
 
@@ -56,5 +56,5 @@ def test_a_folder_of_traces_at_mixed_depths_is_read_each_trace_named(tmp_path):
     (empty / "published.json").write_text("{}")
     result = CliRunner().invoke(main, ["summary", str(tmp_path / "nothing")])
     assert result.exit_code == 2
-    assert result.stderr.strip() == f"tracekit: {tmp_path / 'nothing'}: no trace files in this directory or the " \
-                                    "folders below it"
+    assert messages(result.stderr) == [f"tracekit: {tmp_path / 'nothing'}: no trace files in this directory or the " \
+                                      "folders below it"]

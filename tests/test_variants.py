@@ -416,3 +416,11 @@ def pl_col(name):
     import polars as pl
 
     return pl.col(name)
+
+
+def test_a_step_time_interval_never_goes_below_zero():
+    """Steps of 5, 5, 120 and 5 ms: the median's interval is wider than the median; a time
+    cannot be negative, so its lower bound is 0 (issue 27, D8)."""
+    manifest = {"variants": {"ddp": {"status": "ok", "ranks": [rank([5.0, 5.0, 120.0, 5.0, 6.0])]}}}
+    lo, hi = variant_table(manifest, {}).row(0, named=True)["step_ms_ci"]
+    assert lo == 0.0 and hi > 5.0

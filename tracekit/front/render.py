@@ -100,15 +100,44 @@ def render_frame(frame: pl.DataFrame, fmt: str, view: str | None = None, layout:
         return with_whole_counts(frame).write_csv()
     if fmt == "table":
         shown = VIEWS.get(view, View())
-        table = with_figures(chosen(frame, shown, layout))
+        picked = chosen(frame, shown, layout)
+        table = with_figures(picked)
         if not table.height:
             return textwrap.fill(shown.empty, terminal_width())
-        text = table_text(table)
+        whole = whole_in_steps(picked, frame)
+        blank = [] if layout.columns or layout.wide else blank_columns(table)
+        text = table_text(table.drop(blank), whole=whole)
         if shown.telling and max(map(len, text.splitlines())) > terminal_width():  # they fit, or --wide shows them
-            text = table_text(with_figures(chosen(frame, replace(shown, telling={}, default=tuple(
-                c for c in shown.default if c not in shown.telling)), layout)))
-        return text
+            table = with_figures(chosen(frame, replace(shown, telling={}, default=tuple(
+                c for c in shown.default if c not in shown.telling)), layout))
+            text = table_text(table.drop([c for c in blank if c in table.columns]), whole=whole)
+        return text + ("\n" + textwrap.fill(blank_note(blank), terminal_width()) if blank else "")
     return markdown(frame, VIEWS.get(view, View()))
+
+
+UNBLANKED = ("run", "rank", "step", "agg", "path", "variant")  # they name the row, blank or not
+
+
+def blank_columns(table: pl.DataFrame) -> list[str]:
+    """The table's columns with no value in any row (a CPU-only trace's device figures):
+    the default table leaves them out, saying so in one line."""
+    return [c for c in table.columns if c not in UNBLANKED and table[c].cast(pl.String).fill_null("").eq("").all()]
+
+
+def blank_note(blank: list[str]) -> str:
+    """The line under a table that left out the columns `blank`, saying why."""
+    why = ": a CPU-only run has no device figures" if "device" in blank else ""
+    return f"(not shown, blank in every row: {', '.join(blank)}; nothing here records them{why})"
+
+
+def whole_in_steps(table: pl.DataFrame, frame: pl.DataFrame) -> set[str]:
+    """The table's float columns whose values are whole in every step's row: counts that a
+    statistic row (`agg`: a mean of 4.5) made floats, shown as the integers they are."""
+    if "agg" not in frame.columns:
+        return set()
+    steps = table.filter(frame["agg"].is_null())
+    return {c for c, t in table.schema.items() if t.is_float() and steps[c].drop_nulls().len() > 0
+            and steps[c].drop_nulls().eq(steps[c].drop_nulls().round(0)).all()}
 
 
 def with_whole_counts(frame: pl.DataFrame) -> pl.DataFrame:

@@ -16,10 +16,12 @@ import re
 import shutil
 import textwrap
 from dataclasses import dataclass, field
+from itertools import combinations
 
 import polars as pl
 
 from tracekit.core.errors import UsageError
+from tracekit.core.names import demangled
 
 
 @dataclass(frozen=True)
@@ -132,32 +134,92 @@ def human_bytes(expr: pl.Expr) -> pl.Expr:
 
 
 # Launchers whose meaning is in their first template argument: shown as `launcher<argument>`.
-LAUNCHERS = (r"^((at::native::)?(vectorized_|unrolled_|index_)?elementwise_kernel|(at::native::)?reduce_kernel|"
-             r"(at::native::)?multi_tensor_apply_kernel|cutlass::Kernel\d*|cutlass::device_kernel)$")
+LAUNCHERS = (r"^((at::native::)?(vectorized_|unrolled_|index_)?elementwise_kernel(_manual_unroll)?|"
+             r"(at::native::)?reduce_kernel|(at::native::)?multi_tensor_apply_kernel|cutlass\w*::Kernel\d*|"
+             r"cutlass::device_kernel|ck_tile::kentry)$")
 
 
 LONGEST = 44  # characters of a kernel's name in a table: with pct_peak, the default kernels table leaves 45
 
 
 def short_kernel_name(name: pl.Expr) -> pl.Expr:
-    """A kernel's base name, as `nsys stats` shows it: no `void `, anonymous namespaces or
-    `at::native::`, no template or argument lists; a generic launcher keeps the head of its
-    first template argument (`cutlass::Kernel2<cutlass_80_wmma_tensorop_bf16_s161616gemm_…>`,
-    `vectorized_elementwise_kernel<…FillFunctor>` keeps its functor's name; a host op of the
-    critical path named `enumerate(DataLoader)#…` keeps its whole name); past `LONGEST`
-    characters the middle is elided (the full name: `--wide`, json, csv)."""
-    clean = (name.str.replace(r"^void ", "").str.replace_all(r"\(anonymous namespace\)::", "")
-             .str.replace_all(r"\bat::native::", ""))
+    """A kernel's base name, as `nsys stats` shows it: a mangled C++ name (`_Z…`, as HIP
+    traces keep them) demangled, else its nested name (`sgl_hip::activation::act_and_mul_kernel`);
+    no `void `, anonymous namespaces or `at::native::`, no template or argument lists; a generic
+    launcher keeps the head of its first template argument (`cutlass::Kernel2<cutlass_80_wmma_…>`,
+    `ck_tile::kentry<ck_tile::Rmsnorm2dFwd>`; `vectorized_elementwise_kernel<…FillFunctor>`
+    keeps its functor's name); a Python frame keeps its file and function (`modeling_bert.py(181):
+    forward`), a host op of the critical path named `enumerate(DataLoader)#…` its whole name.
+    Where two different names of the column would look alike, each gets what tells it apart
+    (`told_apart`: Tensile's `Cijk_… [MT256x128x64]`); past `LONGEST` characters the middle is
+    elided (the full name: `--wide`, json, csv)."""
+    clean = (name.map_batches(lambda names: pl.Series([demangled(n) if n else n for n in names], dtype=pl.String),
+                              return_dtype=pl.String)
+             .str.replace(r"^void ", "").str.replace_all(r"\(anonymous namespace\)::", "")
+             .str.replace_all(r"\bat::native::", "").str.replace(r"^\S*/(\S+\.py\(\d+\): )", "${1}"))
     base = clean.str.extract(r"^([^<(]+)", 1).str.strip_chars()
     functor = clean.str.extract(r"([A-Za-z0-9_]+(?:_kernel_cuda|Functor|_functor))", 1)
     argument = clean.str.extract(r"^[^<(]+<\s*(?:\d+\s*,\s*)*([A-Za-z_][A-Za-z0-9_:]*)", 1)
     shown = (pl.when(base.str.contains(LAUNCHERS) & functor.is_not_null()).then(base + "<" + functor + ">")
              .when(base.str.contains(LAUNCHERS) & argument.is_not_null()).then(base + "<" + argument + ">")
              .otherwise(base))
-    annotation = clean.str.contains(r"^[A-Za-z_][\w.]*\([^()<>]*\)#")  # `enumerate(DataLoader)#…`: no kernel
-    shown = pl.when(shown.is_null() | (shown == "") | annotation).then(clean).otherwise(shown)
-    return pl.when(shown.str.len_chars() > LONGEST).then(  # generated names (Tensile's `Cijk_…`): the middle elided
-        shown.str.slice(0, 32) + "…" + shown.str.slice(-(LONGEST - 33))).otherwise(shown)
+    whole = clean.str.contains(r"^[A-Za-z_][\w.]*\([^()<>]*\)#|^\S+\.py\(\d+\): ")  # `enumerate(DataLoader)#…`, a frame
+    shown = pl.when(shown.is_null() | (shown == "") | whole).then(clean).otherwise(shown)
+    shown = pl.when(clean.str.starts_with("_Z")).then(mangled_head(clean)).otherwise(shown)
+    return pl.struct(shown, clean.alias("__full")).map_batches(told_apart, return_dtype=pl.String)  # named as `name`
+
+
+def mangled_head(name: pl.Expr) -> pl.Expr:
+    """The nested name at the head of a mangled name no demangler here reads (`_ZN7sgl_hip10
+    activation18act_and_mul_kernelI…` → `sgl_hip::activation::act_and_mul_kernel`)."""
+    def head(text: str | None) -> str | None:
+        if text is None:
+            return None
+        at, parts = 3 if text.startswith("_ZN") else 2, []
+        while (digits := re.match(r"\d+", text[at:])) and int(digits.group()) > 0:
+            start = at + len(digits.group())
+            parts.append(text[start:start + int(digits.group())])
+            at = start + int(digits.group())
+        return "::".join(parts) or text
+    return name.map_batches(lambda names: pl.Series([head(n) for n in names], dtype=pl.String), return_dtype=pl.String)
+
+
+def told_apart(pairs: pl.Series) -> pl.Series:
+    """Each (shown, full) name's shown name (a struct of the two, in that order); where different full names would be shown alike,
+    with the words of its full name at the places where those names first differ from each
+    other (`Cijk_Alik_Bljk_… [MT256x128x64]` beside `… [MT128x224x64]`), so that no two of them
+    look alike; past `LONGEST` characters the middle elided."""
+    shown, full = (pairs.struct.field(f.name).to_list() for f in pairs.dtype.fields)
+    alike: dict[str, set[str]] = {}
+    for s, f in zip(shown, full):
+        if s is not None:
+            alike.setdefault(elided(s, None), set()).add(f)
+    marks = {}
+    for looks, names in alike.items():
+        words = {f: re.findall(r"[A-Za-z0-9]+", f or "") for f in names}
+        places = sorted({first_difference(words[a], words[b]) for a, b in combinations(sorted(names), 2)})
+        for f in names if len(names) > 1 else ():
+            marks[looks, f] = ", ".join(words[f][i] if i < len(words[f]) else "–" for i in places)
+    return pl.Series([elided(s, marks.get((elided(s, None), f))) for s, f in zip(shown, full)], dtype=pl.String)
+
+
+def first_difference(a: list[str], b: list[str]) -> int:
+    """The first place where the word lists `a` and `b` differ."""
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
+def elided(shown: str | None, mark: str | None) -> str | None:
+    """`shown` (with ` [mark]` where it has one) in at most `LONGEST` characters: the middle of
+    a longer name elided, the mark kept (its own middle elided past half of them)."""
+    if shown is None:
+        return None
+    if mark is None:
+        return shown if len(shown) <= LONGEST else shown[:32] + "…" + shown[-(LONGEST - 33):]
+    if len(mark) > LONGEST // 2:
+        mark = mark[:LONGEST // 4] + "…" + mark[-(LONGEST // 4):]
+    tail = f" [{mark}]"
+    room = LONGEST - len(tail)
+    return (shown if len(shown) <= room else shown[:room - 1] + "…") + tail
 
 
 CHAIN = 52  # characters of a blame chain's names in a table: with `… N more`, one or two lines of its column
@@ -265,15 +327,18 @@ def terminal_width() -> int:
 IDENTIFIERS = ("step", "rank", "device", "stream", "pg")  # numbers that name something: no separators
 
 
-def cell(value, decimals: int, separators: bool = True) -> str:
+def cell(value, decimals: int, separators: bool = True, whole: bool = False) -> str:
     """A value as the table prints it: blank for null, thousands separators (not in
-    identifiers), a column's fixed decimals."""
+    identifiers), a column's fixed decimals; in a column of counts (`whole`) a whole value as
+    the integer it is, its units under the units of the column's averages (`6  ` over `3.7`)."""
     if value is None:
         return ""
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, int):
         return f"{value:,}" if separators else str(value)
+    if isinstance(value, float) and whole and value.is_integer():
+        return f"{int(value):,}" + " " * (decimals + 1 if decimals else 0)
     if isinstance(value, float):
         return f"{value:,.{decimals}f}" if math.isfinite(value) else str(value)
     return str(value)
@@ -291,7 +356,8 @@ def decimals(values: pl.Series) -> int:
 
 
 def header_pieces(name: str, size: int) -> list[str]:
-    """A column's name on as many lines as `size` needs, broken after its underscores."""
+    """A column's name on as many lines as `size` needs, broken after its underscores (only where
+    the table fits the terminal no other way: `table_text`)."""
     parts, lines = re.findall(r"[^_]+_?|_", name), [""]
     for part in parts:
         if lines[-1] and len(lines[-1]) + len(part) > size:
@@ -301,16 +367,18 @@ def header_pieces(name: str, size: int) -> list[str]:
 
 
 # Where a word too long for its line breaks: after `::`, `.`, `_` (not `._`: after its dot), `/`, `<`,
-# `,`, `(`, `:`, `-`, or between a lower-case letter and a capital (`cudaDevice|Synchronize`).
-BREAKS = re.compile(r"::|[./<,(:\-]|(?<!\.)_|(?<=[a-z])(?=[A-Z])")
+# `,`, `(`, `:`, `-` or `…` — never inside an identifier's run of letters and digits (`cudaDevice|Synchronize`).
+BREAKS = re.compile(r"::|[./<,(:\-…]|(?<!\.)_")
 PIECE = 4  # the fewest characters of a word put at the end of a line before the rest of it
+NARROW = 12  # a text column's width at least, where the table cannot give it its words (WORD)
+WIDE = 2 * WORD  # a text column's width at least where the table is wider than the terminal anyway (--wide)
 
 
 def wrapped(text: str, width: int) -> list[str]:
     """`text` in lines of at most `width`, filled word by word: a word that does not fit the
     line's rest starts the next line; one longer than a line is broken at its last boundary
     that fits (`BREAKS`: `FullyShardedDataParallel.` over `_pre_forward`), mid-identifier only
-    where no boundary leaves a third of a line."""
+    where it has none."""
     lines, line = [], ""
     for word in text.split():
         while word:
@@ -324,44 +392,64 @@ def wrapped(text: str, width: int) -> list[str]:
                 lines.append(line)  # the word starts the next line
                 line = ""
                 continue
-            cut = cut if cut >= width / 3 or line else width
+            cut = cut or width
             lines.append(line + sep + word[:cut])
             line, word = "", word[cut:]
     return lines + [line] if line or not lines else lines
 
 
-def table_text(frame: pl.DataFrame, width: int | None = None) -> str:
+def atoms_of(word: str) -> list[str]:
+    """The pieces of `word` between the places it may break (`BREAKS`), each with its mark."""
+    ends = [m.end() for m in BREAKS.finditer(word) if 0 < m.end() < len(word)]
+    return [word[a:b] for a, b in zip([0, *ends], [*ends, len(word)])]
+
+
+def table_text(frame: pl.DataFrame, width: int | None = None, whole: set[str] = frozenset()) -> str:
     """The frame as an aligned plain table (numbers right, text left, a rule under the names),
-    two spaces between columns. When it is wider than `width` (default: the terminal's), first
-    the names of columns narrower than their name break after an underscore (`busbw_` over
-    `gbps`), as many as it takes to leave the text columns their longest words (or, where that
-    cannot fit, their names), then the text columns wrap to share what the other columns leave,
-    each kept as wide as its longest word where there is room; nothing is cut."""
+    two spaces between columns. A figure's column is never narrower than its widest figure, and
+    its name breaks (after an underscore) only where the table would not fit otherwise; when the table is wider than `width` (default: the
+    terminal's), the text columns wrap (at `BREAKS`) to share what the others leave, each kept
+    as wide as its longest word (up to `WORD`) where there is room, else its longest identifier,
+    else `NARROW`, else what is left, and `WIDE` where the table is wider than the terminal all
+    the same (`--wide`); nothing is cut. The columns `whole` are counts: their whole values shown as integers (`cell`)."""
     width = width or terminal_width()
     columns = frame.columns
-    texts = [[cell(v, decimals(frame[c]), c not in IDENTIFIERS) for v in frame[c]] for c in columns]
+    texts = [[cell(v, decimals(frame[c]), c not in IDENTIFIERS, c in whole) for v in frame[c]] for c in columns]
     numeric = [t.is_numeric() or c == "step" for c, t in zip(columns, frame.dtypes)]
-    cells = [max(map(len, column), default=0) for column in texts]
-    sizes = [max(len(c), n) for c, n in zip(columns, cells)]
+    sizes = [max(len(c), max(map(len, column), default=0)) for c, column in zip(columns, texts)]
     gaps = 2 * (len(columns) - 1)
     wrap = [i for i, t in enumerate(frame.dtypes) if t == pl.String and sizes[i] > WRAPPED]
-    words = {i: min(sizes[i], WORD, max((len(w) for t in texts[i] for w in t.split()), default=0)) for i in wrap}
-    least = {i: max(len(columns[i]), words[i]) for i in wrap}  # a text column's width with no word broken
-    fixed = [i for i in range(len(columns)) if i not in wrap]
-    shortest = {i: max(cells[i], max(map(len, re.findall(r"[^_]+_?|_", columns[i])))) for i in fixed}
-    floor = least if sum(shortest.values()) + sum(least.values()) + gaps <= width else {
-        i: len(columns[i]) for i in wrap}  # the text columns' words break too
-    if sum(shortest.values()) + sum(floor.values()) + gaps <= width:  # names break only where it makes it fit
-        for i in sorted(fixed, key=lambda i: cells[i] - sizes[i]):  # most to gain first
-            over = sum(sizes[j] for j in fixed) + sum(floor.values()) + gaps - width
-            if over <= 0:
-                break
-            sizes[i] = max(shortest[i], sizes[i] - over)
-    heads = [header_pieces(c, sizes[i]) if len(c) > sizes[i] else [c] for i, c in enumerate(columns)]
     room = width - sum(s for i, s in enumerate(sizes) if i not in wrap) - gaps
-    if wrap and sum(sizes[i] for i in wrap) > room >= sum(len(columns[i]) for i in wrap):
-        if sum(least.values()) > room:
-            least = {i: len(columns[i]) for i in wrap}  # words must break too
+    words = {i: max((len(w) for t in texts[i] for w in t.split()), default=0) for i in wrap}
+    atoms = {i: max((len(a) for t in texts[i] for w in t.split() for a in atoms_of(w)), default=0) for i in wrap}
+
+    def at_least(most: dict) -> dict:
+        return {i: max(len(columns[i]), min(sizes[i], WORD, most[i])) for i in wrap}
+
+    heads = [[c] for c in columns]
+    fixed = [i for i in range(len(columns)) if i not in wrap]
+    broken = {i: max(max(map(len, texts[i]), default=0), *map(len, header_pieces(columns[i], 1))) for i in fixed}
+    narrow = sum(max(len(columns[i]), min(sizes[i], NARROW)) for i in wrap)
+    for i in sorted(fixed, key=lambda i: broken[i] - sizes[i]) if room + sum(sizes[i] - broken[i] for i in fixed) >= narrow else []:
+        if sum(at_least(atoms).values()) <= room:  # a name breaks only where nothing else fits
+            break
+        heads[i] = header_pieces(columns[i], max(max(map(len, texts[i]), default=0),
+                                                 room - sum(at_least(atoms).values()) + sizes[i]))
+        room += sizes[i] - max(map(len, heads[i] + texts[i]))
+        sizes[i] = max(map(len, heads[i] + texts[i]))
+    least = at_least(words)
+    if sum(least.values()) > room:  # each as wide as its words, else its identifiers, where it fits
+        least = {i: max(len(columns[i]), min(sizes[i], NARROW)) for i in wrap}
+        for most in (atoms, words):
+            for i in sorted(wrap, key=lambda i: sizes[i]):
+                wider = max(least[i], at_least(most)[i])
+                if sum(least.values()) - least[i] + wider <= room:
+                    least[i] = wider
+    if sum(least.values()) > room:  # what is left, down to the names' width
+        least = {i: len(columns[i]) for i in wrap}
+    if sum(least.values()) > room:  # wider than the terminal whatever the text does (--wide)
+        least = {i: max(len(columns[i]), min(sizes[i], WIDE)) for i in wrap}
+    if sum(sizes[i] for i in wrap) > room:
         order = sorted(wrap, key=lambda i: sizes[i])  # the narrow ones keep their width
         for k, i in enumerate(order):
             rest = order[k + 1:]

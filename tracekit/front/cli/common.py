@@ -4,6 +4,8 @@ and the helpers that load, analyse and print."""
 from __future__ import annotations
 
 import functools
+import re
+import sys
 import textwrap
 from pathlib import Path
 
@@ -22,10 +24,10 @@ class Group(click.Group):
         try:
             result = super().invoke(ctx)
         except TracekitError as e:
-            click.echo(f"tracekit: {e}", err=True)
+            shout(str(e), wrap=sys.stderr.isatty())
             ctx.exit(2)
         except click.UsageError as e:
-            click.echo(f"tracekit: {e.format_message()}", err=True)
+            shout(e.format_message(), wrap=sys.stderr.isatty())
             ctx.exit(2)
         except (SystemExit, click.exceptions.Exit):  # a verb's own exit status: its notes stand
             said()
@@ -51,12 +53,26 @@ def inputs(paths) -> list:
     """`paths`, or the bundled sample trace with a note on stderr saying so (and how to read
     the traces in the current folder, where there are any)."""
     if paths:
-        return list(paths)
+        return once(paths)
     here = sorted(p.name for p in Path.cwd().glob("*.json*") if p.name.endswith((".json", ".json.gz")))
     hint = f"; this folder holds {len(here)} JSON file(s): `tracekit <verb> .` reads them" if here else ""
     say(f"no PATHS given: reading the bundled sample trace {Path(sample_trace_path()).name} "
         f"(FSDP1, rank 0 of 2 × H200){hint}")
     return [sample_trace_path()]
+
+
+def once(paths) -> list:
+    """`paths` with each location once (a file given twice is read once), with a note where one
+    was given again."""
+    from tracekit.core.files import is_url
+
+    given: dict[str, list] = {}
+    for p in paths:
+        given.setdefault(str(p) if is_url(p) else str(Path(p).resolve()), []).append(p)
+    for same in given.values():
+        if len(same) > 1:
+            say(f"warning: {same[0]} is given {len(same)} times: read once")
+    return [same[0] for same in given.values()]
 
 
 def analysed_runs(paths, options: dict, analysis=None, here: bool = False, rank: int | None = None) -> list:
@@ -105,7 +121,9 @@ def say(note: str) -> None:
     ctx = click.get_current_context(silent=True)
     if ctx is None:
         return shout(note)
-    ctx.find_root().meta.setdefault("held notes", []).append(note)
+    held = ctx.find_root().meta.setdefault("held notes", [])
+    if note not in held:  # a self-diff's two sides find the same
+        held.append(note)
 
 
 def said() -> None:
@@ -115,11 +133,21 @@ def said() -> None:
         shout(note)
 
 
-def shout(note: str) -> None:
+# A number and its unit (`13.742 ms`, `1.20 ×`, `3.53 GiB`): one word when a note is wrapped
+WITH_UNIT = re.compile(r"(?<=\d) (?=(?:ns|µs|us|ms|s|min|%|×|B|KiB|MiB|GiB|TiB|GB/s|TB/s|TFLOP/s)(?![\w/]))")
+
+
+def shout(note: str, prefix: str = "tracekit: ", wrap: bool = True) -> None:
+    """`PREFIX NOTE` on stderr, wrapped at the terminal's width (a number kept with its unit,
+    a long path or name whole on its line). An error is wrapped only for a person at a terminal
+    (`wrap`): to a script or a log it is one line."""
     from tracekit.front.views import terminal_width
 
-    click.echo(textwrap.fill(f"tracekit: {note}", terminal_width(), subsequent_indent="  ",
-                             break_on_hyphens=False, break_long_words=False), err=True)
+    if not wrap:
+        return click.echo(f"{prefix}{note}", err=True)
+    text = textwrap.fill(WITH_UNIT.sub("\u00a0", f"{prefix}{note}"), terminal_width(), subsequent_indent="  ",
+                         break_on_hyphens=False, break_long_words=False)
+    click.echo(text.replace("\u00a0", " "), err=True)
 
 
 def of_ranks(runs, rank: int | None, paths) -> list:
@@ -187,7 +215,7 @@ def wrote(path, more: str = "") -> None:
     """`tracekit: wrote PATH` on stderr, saying so when it replaced a file that was there."""
     replaced = str(path) in click.get_current_context().meta.get("existing", ())
     said()
-    click.echo(f"tracekit: wrote {path}{' (replacing the file that was there)' if replaced else ''}{more}", err=True)
+    shout(f"wrote {path}{' (replacing the file that was there)' if replaced else ''}{more}")
 
 
 paths_argument = click.argument("paths", nargs=-1, callback=existing)

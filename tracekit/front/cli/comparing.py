@@ -11,7 +11,8 @@ import click
 from tracekit.core.errors import UsageError
 
 from .common import (analysed_runs, emit, existing, format_option, load_options, load_traces, main, named_beside,
-                     new_file, of_ranks, rank_option, render_frame, say, steps_choice, table_layout, wrote)
+                     new_file, of_ranks, rank_option, render_frame, say, shout, steps_choice, table_layout,
+                     wrote)
 
 
 def named_material(trace, by: str, comm_kernels: tuple = (), cache=None):
@@ -236,12 +237,12 @@ def check(out, fmt, layout):
     else:
         emit(render_frame(counts, fmt) + "\n\n" + render_frame(parity, fmt, "check.parity", layout))
     for row in counts.filter(~counts["match"]).iter_rows(named=True):
-        click.echo(f"tracekit check: mismatch: {row['variant']} rank {row['rank']} step {row['step']} {row['count']}: "
-                   f"trace {row['trace']}, runtime {row['runtime']}", err=True)
+        shout(f"mismatch: {row['variant']} rank {row['rank']} step {row['step']} {row['count']}: "
+              f"trace {row['trace']}, runtime {row['runtime']}", "tracekit check: ")
     for row in parity.filter(~parity["match"]).iter_rows(named=True):
-        click.echo(f"tracekit check: mismatch: {row['variant']} rank {row['rank']} {row['figure']} "
-                   f"{row['value']:.6g} vs {row['base']}'s {row['base_value']:.6g} (relative {row['rel_diff']:.2g} > "
-                   f"{row['tolerance']:g})", err=True)
+        shout(f"mismatch: {row['variant']} rank {row['rank']} {row['figure']} "
+              f"{row['value']:.6g} vs {row['base']}'s {row['base_value']:.6g} (relative {row['rel_diff']:.2g} > "
+              f"{row['tolerance']:g})", "tracekit check: ")
     verdict = agreement(counts.height, int((~counts["match"]).sum()), "counts match", "counts differ")
     if parity.height:
         verdict += ", " + agreement(parity.height, int((~parity["match"]).sum()), "parity figures match",
