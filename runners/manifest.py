@@ -7,6 +7,8 @@ import json
 import os
 import platform
 import statistics
+import subprocess
+from importlib import metadata
 from pathlib import Path
 
 from tracekit.core.timing import step_time
@@ -14,7 +16,23 @@ from tracekit.core.timing import step_time
 MANIFEST = "manifest.json"
 
 
+def source_revision(folder: Path) -> str | None:
+    """The git commit of the checkout holding `folder`, with "-dirty" when tracked files differ
+    from it; None outside a git checkout (an installed wheel) or without git."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(folder), *args], capture_output=True, text=True,
+                              timeout=10, check=True).stdout.strip()
+    try:
+        commit = git("rev-parse", "HEAD")
+        dirty = git("status", "--porcelain", "--untracked-files=no")
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return commit + ("-dirty" if dirty else "")
+
+
 def versions() -> dict:
+    """What ran the run: python, torch, cuda, nccl, torchao, the GPU, the host, and tracekit's
+    version and source revision (`source_revision` of the runners' folder)."""
     import torch
 
     cuda = torch.cuda.is_available()
@@ -26,7 +44,8 @@ def versions() -> dict:
         torchao_version = None
     return {"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
             "nccl": nccl, "torchao": torchao_version,
-            "gpu": torch.cuda.get_device_name(0) if cuda else None, "host": platform.node()}
+            "gpu": torch.cuda.get_device_name(0) if cuda else None, "host": platform.node(),
+            "tracekit": metadata.version("torch-tracekit"), "tracekit_revision": source_revision(Path(__file__).parent)}
 
 
 def write_json_atomically(path: Path, document: dict) -> None:

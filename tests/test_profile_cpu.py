@@ -373,3 +373,37 @@ def test_an_existing_out_under_torchrun_is_refused_by_every_rank(out):
     refusals = [line for line in messages(result.stderr) if line == refusal]
     assert result.returncode != 0 and len(refusals) == 2  # one per rank, neither waiting for the other
     assert (out / "manifest.json").read_bytes() == before
+
+
+def test_the_manifest_names_the_source_revision_that_ran(out, tmp_path):
+    """`versions.tracekit_revision` is git's own HEAD of the checkout that ran (`-dirty` only
+    with changed tracked files); in a scratch repository the same function follows git's commit
+    and its dirtiness, and outside any checkout it is None."""
+    from pathlib import Path
+
+    from tracekit.runners.manifest import source_revision
+
+    def git(folder, *args):
+        return subprocess.run(["git", "-C", str(folder), *args], capture_output=True, text=True,
+                              check=True).stdout.strip()
+
+    checkout = Path(tracekit.__file__).resolve().parent.parent
+    recorded = json.loads((out / "manifest.json").read_text())["versions"]
+    assert recorded["tracekit"] == tracekit.__version__
+    assert recorded["tracekit_revision"].removesuffix("-dirty") == git(checkout, "rev-parse", "HEAD")
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    (repo / "f.txt").write_text("one\n")
+    git(repo, "add", "f.txt")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "one")
+    head = git(repo, "rev-parse", "HEAD")
+    assert source_revision(repo) == head
+    (repo / "untracked.txt").write_text("x\n")
+    assert source_revision(repo) == head  # untracked files do not change what ran
+    (repo / "f.txt").write_text("two\n")
+    assert source_revision(repo) == head + "-dirty"
+    outside = tmp_path / "plain"
+    outside.mkdir()
+    assert source_revision(outside) is None
