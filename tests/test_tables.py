@@ -183,7 +183,7 @@ def column_pieces(text: str, name: str) -> list[list[str]]:
 
 def mid_word_breaks(pieces: list[str], names: set[str]) -> list[str]:
     """The line breaks of a cell (its `pieces`, one a line) that are neither at a space of its
-    name (one of `names`) nor after one of `._:/<,(-…`; None when the cell is none of the names."""
+    name (one of `names`) nor after one of `._:/<,(-…#`; None when the cell is none of the names."""
     for name in names:
         bad, pos = [], 0
         for a, b in zip(pieces, pieces[1:] + [None]):
@@ -194,7 +194,7 @@ def mid_word_breaks(pieces: list[str], names: set[str]) -> list[str]:
                 return bad if pos == len(name) else None
             if name.startswith(" ", pos):
                 pos += 1
-            elif not a.endswith(tuple("._:/<,(-…")):
+            elif not a.endswith(tuple("._:/<,(-…#")):
                 bad.append(f"{a}|{b}")
     return None
 
@@ -203,10 +203,11 @@ def shown_names(kind: str, doc) -> set[str]:
     """The names the table shows (kernel names short, as the table's views make them)."""
     import polars as pl
 
-    from tracekit.front.views import short_kernel_name
+    from tracekit.front.views import VIEWS, kernel_column, short_kernel_name
 
-    if kind == "diff":
-        return {i["name"] for i in doc["items"]}
+    if kind == "diff":  # its compute and memcpy items' kernels short, the others as they are
+        items = pl.DataFrame(doc["items"]).select("kind", "name")
+        return set(items.select(kernel_column(pl.col("name"), VIEWS["diff.items"].kernel_kinds))["name"])
     field = {"critical-path": "items", "kernels": "kernels"}[kind]
     full = [i["name"] for t in doc["traces"] for s in t["steps"] for i in s[field] or []]
     return set(pl.DataFrame({"n": full}, schema={"n": pl.String}).select(short_kernel_name(pl.col("n")))["n"])
@@ -305,3 +306,56 @@ def test_tensile_aiter_and_python_frames_read_as_what_they_are():
     bert = [" ".join(p) for p in column_pieces(run("critical-path", "--top", "20", WILD / "h100" /
                                                    "gaunernst_bert-small-uncased__1016001.json.gz"), "name")]
     assert "modeling_bert.py(181): forward" in bert and "transformers/models/bert/modeling_bert.py" not in bert
+
+
+def diff_items_text(text: str) -> str:
+    """The items' table of `diff`'s first (or only) rank."""
+    return text[text.index("\nkind ") + 1:].split("\n\n")[0]
+
+
+def test_diff_shows_kernels_short_and_keeps_distinct_ones_apart():
+    """`diff` of TraceLens' BERT and Qwen, H100 against MI300 (issue 27, item 1): the BERT H100
+    trace runs three different `cutlass::Kernel2<…>` GEMMs (read from its JSON): three items, not
+    one `cutlass::Kernel2`, each shown short (`kernels`' names, at most 44 characters) and
+    unlike the others; Qwen's Tensile `Cijk_…` GEMMs (300+ characters, their full names in json
+    and with --wide) take at most three lines each, not 19."""
+    import gzip
+
+    bert = [WILD / side / "gaunernst_bert-small-uncased__1016001.json.gz" for side in ("h100", "mi300")]
+    events = json.loads(gzip.decompress(bert[0].read_bytes()))["traceEvents"]
+    launched = {e["name"].split("<", 1)[1].split(">", 1)[0] for e in events
+                if e.get("cat") == "kernel" and "cutlass::Kernel2<" in e["name"]}
+    assert len(launched) == 3
+    doc = json.loads(run("diff", "--top", "40", "--format", "json", *bert))
+    assert {i["name"] for i in doc["items"] if i["name"].startswith("cutlass")} == \
+        {f"cutlass::Kernel2<{k}>" for k in launched}
+    cells = ["".join(p) for p in column_pieces(diff_items_text(run("diff", "--top", "40", *bert)), "name")]
+    shown = [c for c in cells if c.startswith("cutlass::Kernel2<")]
+    assert len(shown) == len(set(shown)) == 3 and max(map(len, shown)) <= 44, shown
+    qwen = [WILD / side / "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz" for side in ("h100", "mi300")]
+    full = [i["name"] for i in json.loads(run("diff", "--format", "json", *qwen))["items"]]  # the rows' order
+    assert min(len(n) for n in full if n.startswith("Cijk")) > 300
+    rows = column_pieces(diff_items_text(run("diff", *qwen)), "name")
+    tensile = {(f, " ".join(p)) for f, p in zip(full, rows, strict=True) if f.startswith("Cijk")}
+    assert max(len(p) for p in rows if p[0].startswith("Cijk")) <= 3  # 19 lines before
+    assert len({f for f, _ in tensile}) == len({s for _, s in tensile}) == len(tensile) >= 2  # one look per name
+    wide = ["".join(p) for p in column_pieces(diff_items_text(run("diff", "--wide", *qwen)), "name")]
+    assert wide == full
+
+
+def test_a_long_name_breaks_at_a_token_boundary_never_inside_a_dunder():
+    """A word too long for its line breaks after a token's boundary (`#`, `.`, `::`) before an
+    underscore inside an identifier, and never inside a run of underscores (`__next__`,
+    `kernel__5x`): the TensorBoard ResNet's `enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__`
+    in `breakdown`'s 47-column cause was `…#_` over `SingleProcessDataLoaderIter.__next__` (issue 27, item 5)."""
+    from tracekit.front.views import wrapped
+
+    name = "cpu_op: enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+    assert wrapped(name, 47) == ["cpu_op: enumerate(DataLoader)#", "_SingleProcessDataLoaderIter.__next__"]
+    assert wrapped("sm90_xmma_gemm_bf16bf16_bf16f32_…__5x_cublas", 19) == [
+        "sm90_xmma_gemm_", "bf16bf16_bf16f32_…", "__5x_cublas"]  # was `…_` over `_5x_cublas`
+    assert wrapped("autograd::engine::evaluate_function: AddBackward0", 31) == [
+        "autograd::engine::", "evaluate_function: AddBackward0"]
+    cells = column_pieces(run("breakdown", DATA / "wild" / "tensorboard-plugin" / "resnet50_num_workers_0"), "cause")
+    broken = [p for p in cells if len(p) > 1]
+    assert broken and all(p[0].endswith(("#", ".", "::", ":")) or p[1].startswith("…") for p in broken), broken

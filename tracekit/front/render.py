@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import json
 import math
-import textwrap
 from dataclasses import replace
 from decimal import Decimal
 from functools import partial
 
 import polars as pl
 
-from .views import VIEWS, Layout, View, chosen, short_chain, short_kernel_name, table_text, terminal_width, with_figures
+from .views import (VIEWS, Layout, View, chosen, filled, kernel_column, path_text, short_chain, table_text,
+                    terminal_width, with_figures)
 
 
 def defined(value):
@@ -103,7 +103,7 @@ def render_frame(frame: pl.DataFrame, fmt: str, view: str | None = None, layout:
         picked = chosen(frame, shown, layout)
         table = with_figures(picked)
         if not table.height:
-            return textwrap.fill(shown.empty, terminal_width())
+            return filled(shown.empty, terminal_width())
         whole = whole_in_steps(picked, frame)
         blank = [] if layout.columns or layout.wide else blank_columns(table)
         text = table_text(table.drop(blank), whole=whole)
@@ -111,7 +111,7 @@ def render_frame(frame: pl.DataFrame, fmt: str, view: str | None = None, layout:
             table = with_figures(chosen(frame, replace(shown, telling={}, default=tuple(
                 c for c in shown.default if c not in shown.telling)), layout))
             text = table_text(table.drop([c for c in blank if c in table.columns]), whole=whole)
-        return text + ("\n" + textwrap.fill(blank_note(blank), terminal_width()) if blank else "")
+        return text + ("\n" + filled(blank_note(blank), terminal_width()) if blank else "")
     return markdown(frame, VIEWS.get(view, View()))
 
 
@@ -174,7 +174,7 @@ def for_reading(frame: pl.DataFrame, view: View) -> pl.DataFrame:
     def shown(name: str, dtype) -> pl.Expr:
         col = pl.col(name)
         if name in view.kernel_names:
-            col = short_kernel_name(col)
+            col = kernel_column(col, view.kernel_kinds)
         elif name in view.chains:
             col = short_chain(col)
         if dtype == pl.String and name not in view.prose:
@@ -293,18 +293,35 @@ def real_text(real: dict) -> str:
 
 
 def diff_blocks(a_path: str, b_path: str, diff, result, ranks: str, fmt: str, layout: Layout) -> list[str]:
-    """One diff's header (in a table, each line wrapped to the terminal after its path), items,
+    """One diff's header (in a table, each line wrapped to the terminal after its path, the
+    path relative or elided to fit a line: `path_text`), items,
     syncs and collectives."""
+    if fmt == "table":  # each path in a line of its own at most
+        a_path, b_path = (path_text(p, terminal_width() - 2) for p in (a_path, b_path))
     head = diff_head(a_path, b_path, diff, result, ranks)
     if fmt == "table":
-        head = "\n".join(textwrap.fill(line, terminal_width(), subsequent_indent="  ", break_long_words=False,
-                                        break_on_hyphens=False) for line in head.splitlines())
+        head = "\n".join(filled(line, terminal_width(), "  ") for line in head.splitlines())
     parts = [head, render_frame(diff.items, fmt, "diff.items", layout)]
     per_rank = ", mean per rank" if diff.rank is None and ranks == "mean" else ""  # counts such as 4.5
     for title, frame in (("syncs", diff.syncs), ("collectives", diff.collectives)):
         if frame.height:
             parts += [f"{title}{per_rank}:", render_frame(frame, fmt, f"diff.{title}", Layout(wide=layout.wide))]
     return parts
+
+
+def lead_text(lead: list[str], items: pl.DataFrame, fmt: str) -> str:
+    """The lead's sentences as one paragraph; in a table, filled to the terminal (`filled`) with
+    each kernel's name as the items' table shows it (`kernel_column`: a Tensile GEMM's 600
+    characters short), the full names being in json."""
+    text = " ".join(lead)
+    if fmt != "table":
+        return text
+    view = VIEWS["diff.items"]
+    names = items.select("name", short=kernel_column(pl.col("name"), view.kernel_kinds)).unique("name")
+    for full, short in sorted(names.iter_rows(), key=lambda r: -len(r[0] or "")):
+        if full and short and full != short:
+            text = text.replace(full, short)
+    return filled(text, terminal_width())
 
 
 def render_diff(a_path: str, b_path: str, result, fmt: str, layout: Layout = Layout(), ranks: str = "each",
@@ -319,7 +336,7 @@ def render_diff(a_path: str, b_path: str, result, fmt: str, layout: Layout = Lay
             return pl.concat([d.items.select(pl.lit(d.rank).alias("rank"), pl.all()) for d in result.per_rank],
                              how="diagonal_relaxed").write_csv()
         return result.shown(ranks).items.write_csv()
-    parts = [textwrap.fill(" ".join(lead), terminal_width() if fmt == "table" else 10**6)] if lead else []
+    parts = [lead_text(lead, result.shown(ranks).items, fmt)] if lead else []
     if result.real:
         parts += [real_text(result.real), render_frame(result.reconciled, fmt, "diff.reconciliation", Layout(wide=layout.wide))]
     for diff in result.per_rank if each else [result.shown(ranks)]:

@@ -12,6 +12,7 @@ default, add names to its `View.default` (raw or shown names; absent ones are sk
 from __future__ import annotations
 
 import math
+import os
 import re
 import shutil
 import textwrap
@@ -30,9 +31,11 @@ class View:
     shares: dict = field(default_factory=dict)  # shown name → (part column, whole column)
     aliases: dict = field(default_factory=dict)  # raw column → shown name (before the unit suffix)
     kernel_names: tuple[str, ...] = ()  # raw columns of kernel names, shown without `void`, namespaces, arguments
+    kernel_kinds: tuple[str, ...] = ()  # the rows' `kind`s whose name is a kernel's (empty: every row's)
     chains: tuple[str, ...] = ()  # raw columns of blame chains (names joined by " < "), shown short
     prose: tuple[str, ...] = ()  # raw columns of sentences: whole in Markdown, where long names are elided
     varied: tuple[str, ...] = ("run", "step")  # default columns shown only when they take more than one value
+    # (a figure's column: more than one besides blanks)
     empty: str = "no figures in these traces"  # the table's one line when no row has a figure
     implied: dict = field(default_factory=dict)  # default column → the column that says it already
     telling: dict = field(default_factory=dict)  # default column → the rows' keys: shown only where two
@@ -104,7 +107,10 @@ VIEWS = {
                                 aliases={"real_d_ms": "real", "real_d_ms_ci": "real_ci", "recorded_d_ms": "recorded",
                                          "attributed_d_ms": "attributed", "device_d_ms": "device",
                                          "idle_d_ms": "idle", "unexplained_ms": "unexplained"}),
-    "diff.items": View(("kind", "name", "phase", "fsdp", "change", "a_ms", "b_ms", "delta_ms", "critical", "why")),
+    "diff.items": View(("kind", "name", "op", "phase", "fsdp", "change", "a_ms", "b_ms", "delta_ms", "critical", "why"),
+                       kernel_names=("name",), kernel_kinds=("compute", "memcpy"),
+                       telling={"op": ("kind", "name", "phase", "fsdp")},  # one kernel from two ops: two rows
+                       varied=("phase", "fsdp")),  # a trace without phases: `unknown` on every row says nothing
     "diff.syncs": View(("api", "a_count", "a_blocked_ms", "b_count", "b_blocked_ms")),
     "diff.collectives": View(("kind", "a_count", "a_bytes", "a_exposed_ms", "b_count", "b_bytes", "b_exposed_ms")),
 }
@@ -167,6 +173,16 @@ def short_kernel_name(name: pl.Expr) -> pl.Expr:
     shown = pl.when(shown.is_null() | (shown == "") | whole).then(clean).otherwise(shown)
     shown = pl.when(clean.str.starts_with("_Z")).then(mangled_head(clean)).otherwise(shown)
     return pl.struct(shown, clean.alias("__full")).map_batches(told_apart, return_dtype=pl.String)  # named as `name`
+
+
+def kernel_column(name: pl.Expr, kinds: tuple[str, ...] = ()) -> pl.Expr:
+    """A column of names short (`short_kernel_name`): those of the rows whose `kind` is one of
+    `kinds` (a diff's compute and memcpy items; the others name an idle cause, a collective, a
+    host op), every row's without `kinds`."""
+    if not kinds:
+        return short_kernel_name(name)
+    kernel = pl.col("kind").is_in(list(kinds))
+    return pl.coalesce(short_kernel_name(pl.when(kernel).then(name)), name)
 
 
 def mangled_head(name: pl.Expr) -> pl.Expr:
@@ -250,7 +266,7 @@ def in_units(raw: str, dtype, view: View, wide: bool = False) -> pl.Expr:
     names short (full with `wide`)."""
     col = pl.col(raw)
     if raw in view.kernel_names and not wide:
-        return short_kernel_name(col)
+        return kernel_column(col, view.kernel_kinds)
     if raw in view.chains and not wide:
         return short_chain(col)
     if not dtype.is_numeric():
@@ -297,7 +313,7 @@ def chosen(frame: pl.DataFrame, view: View, layout: Layout) -> pl.DataFrame:
     if layout.wide or not view.default:
         return frame.select(shown[shown_name(c, view)] for c in frame.columns)
     names = [c for c in view.default if c in shown and view.implied.get(c) not in shown and
-             (c not in view.varied or frame.select(shown[c].n_unique()).item() > 1)]
+             (c not in view.varied or frame.select((shown[c] if c in KEYS else shown[c].drop_nulls()).n_unique()).item() > 1)]
     names = [c for c in names if c not in view.telling or telling(frame, shown[c], view.telling[c], view)]
     if "step" in names and "agg" in names:  # one column: the step, or the statistic's row (`mean`)
         shown["step"] = pl.coalesce(pl.col("agg"), pl.col("step").cast(pl.String)).alias("step")
@@ -318,6 +334,24 @@ def telling(frame: pl.DataFrame, column: pl.Expr, keys: tuple[str, ...], view: V
     raw = {view.aliases.get(c, c): c for c in frame.columns}
     by = [pl.col(raw[k]) for k in keys if k in raw] or [pl.lit(0)]
     return frame.select(column.n_unique().over(by).max()).item() > 1
+
+
+def path_text(path: str, room: int) -> str:
+    """`path` as a table's heading shows it in at most `room` characters: relative to the
+    current folder where it lies under it, then, where still longer, its middle folders elided
+    (`/work/…/trace_diff/control/control.json.gz`), its file's name kept whole where it fits."""
+    here = os.getcwd().rstrip("/") + "/"
+    text = path[len(here):] if path.startswith(here) else path
+    if len(text) <= room:
+        return text
+    parts = text.split("/")
+    head, tail = ("/".join(parts[:2]) if text.startswith("/") else parts[0]), parts[-1]
+    for part in reversed(parts[2 if text.startswith("/") else 1:-1]):
+        if len(f"{head}/…/{part}/{tail}") > room:
+            break
+        tail = f"{part}/{tail}"
+    text = f"{head}/…/{tail}"
+    return text if len(text) <= room else "…" + text[len(text) - room + 1:]
 
 
 def terminal_width() -> int:
@@ -366,28 +400,65 @@ def header_pieces(name: str, size: int) -> list[str]:
     return lines
 
 
-# Where a word too long for its line breaks: after `::`, `.`, `_` (not `._`: after its dot), `/`, `<`,
-# `,`, `(`, `:`, `-` or `…` — never inside an identifier's run of letters and digits (`cudaDevice|Synchronize`).
-BREAKS = re.compile(r"::|[./<,(:\-…]|(?<!\.)_")
+# Where a word too long for its line breaks: at a token's boundary, after `::`, `.`, `/`, `<`, `,`,
+# `(`, `:`, `-`, `#` or `…`; inside an identifier only after an underscore (not one of a run, `__next__`,
+# nor one that starts a name, `._x`, `#_x`), where it has no boundary that fits; never inside a run of
+# letters and digits (`cudaDevice|Synchronize`) but where there is no other place at all.
+TOKEN_BREAKS = re.compile(r"::|[./<,(:\-…#]")
+IDENTIFIER_BREAKS = re.compile(r"(?<![._#])_(?!_)")
+BREAKS = re.compile(f"{TOKEN_BREAKS.pattern}|{IDENTIFIER_BREAKS.pattern}")
 PIECE = 4  # the fewest characters of a word put at the end of a line before the rest of it
 NARROW = 12  # a text column's width at least, where the table cannot give it its words (WORD)
 WIDE = 2 * WORD  # a text column's width at least where the table is wider than the terminal anyway (--wide)
+# Spaces that never end a line: between a number and its unit (`13.742 ms`, `0.026 / ms`, `1.20 ×`,
+# `3.53 GiB`, `… 3 more`), and in `rank 0`, `step 12`
+KEPT_SPACES = re.compile(r"(?<=\d) (?=(?:ns|µs|us|ms|s|min|%|×|B|KiB|MiB|GiB|TiB|GB/s|TB/s|TFLOP/s|more)(?![\w/]))"
+                         r"|(?<=\d) (?=/ (?:ns|µs|us|ms|s)\b)|(?<=\d /) (?=(?:ns|µs|us|ms|s)\b)"
+                         r"|(?:(?<=\brank)|(?<=\bstep)) (?=\d)|(?<=…) (?=\d+ more)")
+NBSP = "\u00a0"
+
+
+def kept_together(text: str) -> str:
+    """`text` with the spaces that must not end a line (`KEPT_SPACES`) made no-break spaces."""
+    return KEPT_SPACES.sub(NBSP, text)
+
+
+def filled(text: str, width: int, indent: str = "") -> str:
+    """Prose (a note, a sentence, a heading) filled in lines of at most `width`, the lines after
+    the first indented by `indent`: a number kept with its unit (`KEPT_SPACES`), a path or name
+    whole on its line, never broken inside."""
+    return textwrap.fill(kept_together(text), width, subsequent_indent=indent, break_long_words=False,
+                         break_on_hyphens=False).replace(NBSP, " ")
+
+
+def words_of(text: str) -> list[str]:
+    """`text`'s words, split at its spaces but those `kept_together` (no-break spaces)."""
+    return [w for w in re.split(r"[^\S\u00a0]+", kept_together(text)) if w]
+
+
+def cut_at(word: str, room: int) -> int:
+    """Where `word` breaks to fill `room`: after its last token boundary that fits, else (none
+    of at least `PIECE` characters) after its last underscore that fits (`BREAKS`); 0 if none."""
+    cut = max((m.end() for m in TOKEN_BREAKS.finditer(word) if m.end() <= room), default=0)
+    if cut >= PIECE:
+        return cut
+    return max((m.end() for m in BREAKS.finditer(word) if m.end() <= room), default=0)
 
 
 def wrapped(text: str, width: int) -> list[str]:
-    """`text` in lines of at most `width`, filled word by word: a word that does not fit the
-    line's rest starts the next line; one longer than a line is broken at its last boundary
-    that fits (`BREAKS`: `FullyShardedDataParallel.` over `_pre_forward`), mid-identifier only
-    where it has none."""
+    """`text` in lines of at most `width`, filled word by word (a number kept with its unit:
+    `kept_together`): a word that does not fit the line's rest starts the next line; one longer
+    than a line is broken at its last boundary that fits (`cut_at`: `FullyShardedDataParallel.`
+    over `_pre_forward`), mid-identifier only where it has none."""
     lines, line = [], ""
-    for word in text.split():
+    for word in words_of(text):
         while word:
             sep = " " if line else ""
             room = width - len(line) - len(sep)
             if len(word) <= room:
                 line, word = line + sep + word, ""
                 continue
-            cut = max((m.end() for m in BREAKS.finditer(word) if m.end() <= room), default=0)
+            cut = cut_at(word, room)
             if line and (cut < PIECE or len(word) <= width):
                 lines.append(line)  # the word starts the next line
                 line = ""
@@ -395,7 +466,8 @@ def wrapped(text: str, width: int) -> list[str]:
             cut = cut or width
             lines.append(line + sep + word[:cut])
             line, word = "", word[cut:]
-    return lines + [line] if line or not lines else lines
+    lines = lines + [line] if line or not lines else lines
+    return [piece.replace(NBSP, " ") for piece in lines]
 
 
 def atoms_of(word: str) -> list[str]:
@@ -420,8 +492,8 @@ def table_text(frame: pl.DataFrame, width: int | None = None, whole: set[str] = 
     gaps = 2 * (len(columns) - 1)
     wrap = [i for i, t in enumerate(frame.dtypes) if t == pl.String and sizes[i] > WRAPPED]
     room = width - sum(s for i, s in enumerate(sizes) if i not in wrap) - gaps
-    words = {i: max((len(w) for t in texts[i] for w in t.split()), default=0) for i in wrap}
-    atoms = {i: max((len(a) for t in texts[i] for w in t.split() for a in atoms_of(w)), default=0) for i in wrap}
+    words = {i: max((len(w) for t in texts[i] for w in words_of(t)), default=0) for i in wrap}
+    atoms = {i: max((len(a) for t in texts[i] for w in words_of(t) for a in atoms_of(w)), default=0) for i in wrap}
 
     def at_least(most: dict) -> dict:
         return {i: max(len(columns[i]), min(sizes[i], WORD, most[i])) for i in wrap}

@@ -6,7 +6,6 @@ from __future__ import annotations
 import functools
 import re
 import sys
-import textwrap
 from pathlib import Path
 
 import click
@@ -133,21 +132,15 @@ def said() -> None:
         shout(note)
 
 
-# A number and its unit (`13.742 ms`, `1.20 ×`, `3.53 GiB`): one word when a note is wrapped
-WITH_UNIT = re.compile(r"(?<=\d) (?=(?:ns|µs|us|ms|s|min|%|×|B|KiB|MiB|GiB|TiB|GB/s|TB/s|TFLOP/s)(?![\w/]))")
-
-
 def shout(note: str, prefix: str = "tracekit: ", wrap: bool = True) -> None:
     """`PREFIX NOTE` on stderr, wrapped at the terminal's width (a number kept with its unit,
-    a long path or name whole on its line). An error is wrapped only for a person at a terminal
-    (`wrap`): to a script or a log it is one line."""
-    from tracekit.front.views import terminal_width
+    a long path or name whole on its line: `views.filled`). An error is wrapped only for a
+    person at a terminal (`wrap`): to a script or a log it is one line."""
+    from tracekit.front.views import filled, terminal_width
 
     if not wrap:
         return click.echo(f"{prefix}{note}", err=True)
-    text = textwrap.fill(WITH_UNIT.sub("\u00a0", f"{prefix}{note}"), terminal_width(), subsequent_indent="  ",
-                         break_on_hyphens=False, break_long_words=False)
-    click.echo(text.replace("\u00a0", " "), err=True)
+    click.echo(filled(f"{prefix}{note}", terminal_width(), "  "), err=True)
 
 
 def of_ranks(runs, rank: int | None, paths) -> list:
