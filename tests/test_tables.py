@@ -250,14 +250,21 @@ def test_wide_keeps_every_figure_readable_and_the_names_long():
     """`kernels --wide` of TraceLens' MI300 Qwen trace (Tensile `Cijk_…` names of 300+
     characters): the table is wider than the terminal all the same, so no column's name breaks
     and no figure's column narrows, and the names wrap in lines of 48 characters (`views.WIDE`),
-    not 4 (issue 27, D5)."""
+    not 4 (issue 27, D5); the trace's path is said once above the table, not on every row (it
+    took 48 columns of each: issue 27, item 4), and a folder's rows name their run."""
     path = DATA / "wild" / "tracelens" / "mi300" / "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
     lines = CliRunner(env={"COLUMNS": "100"}).invoke(main, ["kernels", "--wide", "--top", "3", str(path)]).stdout.splitlines()
-    assert lines[1].startswith("─")  # the names on one line
-    assert lines[0].split() == ["path", "rank", "step", "device", "gpu_busy_ms", "name", "category", "coll_kind", "count",
+    assert lines[0] == f"path: {path}" and lines[2].startswith("─")  # the names on one line
+    assert lines[1].split() == ["rank", "step", "device", "gpu_busy_ms", "name", "category", "coll_kind", "count",
                                 "total_ms", "mean_ms", "pct_of_busy", "tflops", "pct_peak"]
-    widths = {name: len(rule) for name, rule in zip(lines[0].split(), lines[1].split())}
-    assert widths["name"] == widths["path"] == 48 and widths["pct_of_busy"] == len("pct_of_busy")
+    widths = {name: len(rule) for name, rule in zip(lines[1].split(), lines[2].split())}
+    assert widths["name"] == 48 and widths["pct_of_busy"] == len("pct_of_busy")
+    assert sum(str(path) in line for line in lines) == 1
+    run_folder = DATA / "h200x2-small"
+    lines = run("kernels", "--wide", "--top", "2", run_folder).splitlines()
+    paths = sorted(str(p) for p in run_folder.glob("*/rank*.trace.json.gz"))
+    assert lines[0] == "paths:" and sorted(line.strip() for line in lines[1:11]) == paths
+    assert lines[11].split()[:2] == ["run", "rank"] and not any(str(run_folder) in line for line in lines[12:])
 
 
 def test_a_column_name_breaks_only_where_the_table_fits_no_other_way():

@@ -16,7 +16,7 @@ from functools import partial
 
 import polars as pl
 
-from .views import (VIEWS, Layout, View, chosen, filled, kernel_column, path_text, short_chain, table_text,
+from .views import (VIEWS, Layout, View, chosen, filled, kernel_column, path_text, paths_line, short_chain, table_text,
                     terminal_width, with_figures)
 
 
@@ -106,12 +106,13 @@ def render_frame(frame: pl.DataFrame, fmt: str, view: str | None = None, layout:
             return filled(shown.empty, terminal_width())
         whole = whole_in_steps(picked, frame)
         blank = [] if layout.columns or layout.wide else blank_columns(table)
-        text = table_text(table.drop(blank), whole=whole)
+        text = table_text(table.drop(blank), whole=whole, wide=layout.wide)
         if shown.telling and max(map(len, text.splitlines())) > terminal_width():  # they fit, or --wide shows them
             table = with_figures(chosen(frame, replace(shown, telling={}, default=tuple(
                 c for c in shown.default if c not in shown.telling)), layout))
-            text = table_text(table.drop([c for c in blank if c in table.columns]), whole=whole)
-        return text + ("\n" + filled(blank_note(blank), terminal_width()) if blank else "")
+            text = table_text(table.drop([c for c in blank if c in table.columns]), whole=whole, wide=layout.wide)
+        above = paths_line(frame) + "\n" if layout.wide and paths_line(frame) else ""
+        return above + text + ("\n" + filled(blank_note(blank), terminal_width()) if blank else "")
     return markdown(frame, VIEWS.get(view, View()))
 
 

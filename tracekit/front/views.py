@@ -310,8 +310,10 @@ def chosen(frame: pl.DataFrame, view: View, layout: Layout) -> pl.DataFrame:
         if unknown:
             raise UsageError(f"--columns: no column {', '.join(unknown)}; choose from {', '.join(shown)}")
         return frame.select(shown[names[c]] for c in layout.columns)
-    if layout.wide or not view.default:
-        return frame.select(shown[shown_name(c, view)] for c in frame.columns)
+    if layout.wide or not view.default:  # a trace's path once, above the table (`paths_line`), not on every row
+        several = "path" in frame.columns and frame["path"].n_unique() > 1
+        return frame.select(shown["run" if c == "path" else shown_name(c, view)] for c in frame.columns
+                            if c != "path" or several and layout.wide or not layout.wide)
     names = [c for c in view.default if c in shown and view.implied.get(c) not in shown and
              (c not in view.varied or frame.select((shown[c] if c in KEYS else shown[c].drop_nulls()).n_unique()).item() > 1)]
     names = [c for c in names if c not in view.telling or telling(frame, shown[c], view.telling[c], view)]
@@ -319,6 +321,13 @@ def chosen(frame: pl.DataFrame, view: View, layout: Layout) -> pl.DataFrame:
         shown["step"] = pl.coalesce(pl.col("agg"), pl.col("step").cast(pl.String)).alias("step")
         names.remove("agg")
     return frame.select(shown[c] for c in names)
+
+
+def paths_line(frame: pl.DataFrame) -> str:
+    """Above a `--wide` table, which shows a row's run (its folder) and not its path: the paths
+    of its traces, once each (`path: P`, or `paths:` then one a line)."""
+    paths = frame["path"].unique(maintain_order=True).to_list() if "path" in frame.columns else []
+    return f"path: {paths[0]}" if len(paths) == 1 else "paths:\n" + "\n".join(f"  {p}" for p in paths) if paths else ""
 
 
 def with_figures(table: pl.DataFrame) -> pl.DataFrame:
@@ -476,14 +485,15 @@ def atoms_of(word: str) -> list[str]:
     return [word[a:b] for a, b in zip([0, *ends], [*ends, len(word)])]
 
 
-def table_text(frame: pl.DataFrame, width: int | None = None, whole: set[str] = frozenset()) -> str:
+def table_text(frame: pl.DataFrame, width: int | None = None, whole: set[str] = frozenset(), wide: bool = False) -> str:
     """The frame as an aligned plain table (numbers right, text left, a rule under the names),
     two spaces between columns. A figure's column is never narrower than its widest figure, and
     its name breaks (after an underscore) only where the table would not fit otherwise; when the table is wider than `width` (default: the
     terminal's), the text columns wrap (at `BREAKS`) to share what the others leave, each kept
     as wide as its longest word (up to `WORD`) where there is room, else its longest identifier,
     else `NARROW`, else what is left, and `WIDE` where the table is wider than the terminal all
-    the same (`--wide`); nothing is cut. The columns `whole` are counts: their whole values shown as integers (`cell`)."""
+    the same (`--wide`, `wide`: its names whole, its text columns `WIDE` wide where the terminal
+    is narrower); nothing is cut. The columns `whole` are counts: their whole values shown as integers (`cell`)."""
     width = width or terminal_width()
     columns = frame.columns
     texts = [[cell(v, decimals(frame[c]), c not in IDENTIFIERS, c in whole) for v in frame[c]] for c in columns]
@@ -491,6 +501,9 @@ def table_text(frame: pl.DataFrame, width: int | None = None, whole: set[str] = 
     sizes = [max(len(c), max(map(len, column), default=0)) for c, column in zip(columns, texts)]
     gaps = 2 * (len(columns) - 1)
     wrap = [i for i, t in enumerate(frame.dtypes) if t == pl.String and sizes[i] > WRAPPED]
+    if wide:  # the terminal, or what its figures and its text columns at `WIDE` take
+        width = max(width, sum(s for i, s in enumerate(sizes) if i not in wrap) + gaps + sum(
+            max(len(columns[i]), min(sizes[i], WIDE)) for i in wrap))
     room = width - sum(s for i, s in enumerate(sizes) if i not in wrap) - gaps
     words = {i: max((len(w) for t in texts[i] for w in words_of(t)), default=0) for i in wrap}
     atoms = {i: max((len(a) for t in texts[i] for w in words_of(t) for a in atoms_of(w)), default=0) for i in wrap}
