@@ -100,20 +100,32 @@ def render_frame(frame: pl.DataFrame, fmt: str, view: str | None = None, layout:
         return with_whole_counts(frame).write_csv()
     if fmt == "table":
         shown = VIEWS.get(view, View())
-        picked = chosen(frame, shown, layout)
-        table = with_figures(picked)
-        if not table.height:
-            return filled(shown.empty, terminal_width())
-        whole = whole_in_steps(picked, frame)
-        blank = [] if layout.columns or layout.wide else blank_columns(table)
-        text = table_text(table.drop(blank), whole=whole, wide=layout.wide)
-        if shown.telling and max(map(len, text.splitlines())) > terminal_width():  # they fit, or --wide shows them
-            table = with_figures(chosen(frame, replace(shown, telling={}, default=tuple(
-                c for c in shown.default if c not in shown.telling)), layout))
-            text = table_text(table.drop([c for c in blank if c in table.columns]), whole=whole, wide=layout.wide)
-        above = paths_line(frame) + "\n" if layout.wide and paths_line(frame) else ""
-        return above + text + ("\n" + filled(blank_note(blank), terminal_width()) if blank else "")
+        text, note = table_of(frame, shown, layout)
+        room = terminal_width() - max(map(len, text.splitlines()))
+        if shown.kernel_names and "…" in text and room > 0 and not (layout.wide or layout.columns):
+            text, note = table_of(frame, shown, replace(layout, longest=layout.longest + room))  # elided for want of room only
+        return text + note
     return markdown(frame, VIEWS.get(view, View()))
+
+
+def table_of(frame: pl.DataFrame, shown: View, layout: Layout) -> tuple[str, str]:
+    """The terminal table of `frame` in the view `shown` (`views.table_text`; with `--wide`, the
+    paths above it) and the line under it: the rows with a figure, the columns blank in every
+    row left out with a line saying so, the `telling` columns only where they fit; one line
+    where no row has a figure."""
+    picked = chosen(frame, shown, layout)
+    table = with_figures(picked)
+    if not table.height:
+        return filled(shown.empty, terminal_width()), ""
+    whole = whole_in_steps(picked, frame)
+    blank = [] if layout.columns or layout.wide else blank_columns(table)
+    text = table_text(table.drop(blank), whole=whole, wide=layout.wide)
+    if shown.telling and max(map(len, text.splitlines())) > terminal_width():  # they fit, or --wide shows them
+        table = with_figures(chosen(frame, replace(shown, telling={}, default=tuple(
+            c for c in shown.default if c not in shown.telling)), layout))
+        text = table_text(table.drop([c for c in blank if c in table.columns]), whole=whole, wide=layout.wide)
+    above = paths_line(frame) + "\n" if layout.wide and paths_line(frame) else ""
+    return above + text, ("\n" + filled(blank_note(blank), terminal_width()) if blank else "")
 
 
 UNBLANKED = ("run", "rank", "step", "agg", "path", "variant")  # they name the row, blank or not

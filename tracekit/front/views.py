@@ -17,6 +17,7 @@ import re
 import shutil
 import textwrap
 from dataclasses import dataclass, field
+from functools import partial
 from itertools import combinations
 
 import polars as pl
@@ -42,12 +43,16 @@ class View:
     # rows that share those keys differ in it (the process group, dtype, device of look-alike rows)
 
 
+LONGEST = 44  # characters of a kernel's name in a table (more where the table has room): with pct_peak, the default kernels table leaves 45
+
+
 @dataclass(frozen=True)
 class Layout:
     """The user's choice: `--columns` (shown or raw names) or `--wide`."""
 
     columns: tuple[str, ...] | None = None
     wide: bool = False
+    longest: int = LONGEST  # a kernel's name's characters at most (more where the table has room: `render`)
 
 
 SPAN = "gpu_span_ns"
@@ -145,10 +150,9 @@ LAUNCHERS = (r"^((at::native::)?(vectorized_|unrolled_|index_)?elementwise_kerne
              r"cutlass::device_kernel|ck_tile::kentry)$")
 
 
-LONGEST = 44  # characters of a kernel's name in a table: with pct_peak, the default kernels table leaves 45
 
 
-def short_kernel_name(name: pl.Expr) -> pl.Expr:
+def short_kernel_name(name: pl.Expr, longest: int = LONGEST) -> pl.Expr:
     """A kernel's base name, as `nsys stats` shows it: a mangled C++ name (`_Z…`, as HIP
     traces keep them) demangled, else its nested name (`sgl_hip::activation::act_and_mul_kernel`);
     no `void `, anonymous namespaces or `at::native::`, no template or argument lists; a generic
@@ -158,7 +162,7 @@ def short_kernel_name(name: pl.Expr) -> pl.Expr:
     forward`), a host op of the critical path named `enumerate(DataLoader)#…` its whole name.
     Where two different names of the column would look alike, each gets what tells it apart
     (`told_apart`: Tensile's `Cijk_… [MT256x128x64]`); past `LONGEST` characters the middle is
-    elided (the full name: `--wide`, json, csv)."""
+    elided (the full name: `--wide`, json, csv); `longest` where the table has more room."""
     clean = (name.map_batches(lambda names: pl.Series([demangled(n) if n else n for n in names], dtype=pl.String),
                               return_dtype=pl.String)
              .str.replace(r"^void ", "").str.replace_all(r"\(anonymous namespace\)::", "")
@@ -172,17 +176,18 @@ def short_kernel_name(name: pl.Expr) -> pl.Expr:
     whole = clean.str.contains(r"^[A-Za-z_][\w.]*\([^()<>]*\)#|^\S+\.py\(\d+\): ")  # `enumerate(DataLoader)#…`, a frame
     shown = pl.when(shown.is_null() | (shown == "") | whole).then(clean).otherwise(shown)
     shown = pl.when(clean.str.starts_with("_Z")).then(mangled_head(clean)).otherwise(shown)
-    return pl.struct(shown, clean.alias("__full")).map_batches(told_apart, return_dtype=pl.String)  # named as `name`
+    return pl.struct(shown, clean.alias("__full")).map_batches(partial(told_apart, longest=longest),
+                                                               return_dtype=pl.String)  # named as `name`
 
 
-def kernel_column(name: pl.Expr, kinds: tuple[str, ...] = ()) -> pl.Expr:
+def kernel_column(name: pl.Expr, kinds: tuple[str, ...] = (), longest: int = LONGEST) -> pl.Expr:
     """A column of names short (`short_kernel_name`): those of the rows whose `kind` is one of
     `kinds` (a diff's compute and memcpy items; the others name an idle cause, a collective, a
     host op), every row's without `kinds`."""
     if not kinds:
-        return short_kernel_name(name)
+        return short_kernel_name(name, longest)
     kernel = pl.col("kind").is_in(list(kinds))
-    return pl.coalesce(short_kernel_name(pl.when(kernel).then(name)), name)
+    return pl.coalesce(short_kernel_name(pl.when(kernel).then(name), longest), name)
 
 
 def mangled_head(name: pl.Expr) -> pl.Expr:
@@ -200,23 +205,24 @@ def mangled_head(name: pl.Expr) -> pl.Expr:
     return name.map_batches(lambda names: pl.Series([head(n) for n in names], dtype=pl.String), return_dtype=pl.String)
 
 
-def told_apart(pairs: pl.Series) -> pl.Series:
+def told_apart(pairs: pl.Series, longest: int = LONGEST) -> pl.Series:
     """Each (shown, full) name's shown name (a struct of the two, in that order); where different full names would be shown alike,
     with the words of its full name at the places where those names first differ from each
     other (`Cijk_Alik_Bljk_… [MT256x128x64]` beside `… [MT128x224x64]`), so that no two of them
-    look alike; past `LONGEST` characters the middle elided."""
+    look alike; past `longest` characters the middle elided."""
     shown, full = (pairs.struct.field(f.name).to_list() for f in pairs.dtype.fields)
     alike: dict[str, set[str]] = {}
     for s, f in zip(shown, full):
         if s is not None:
-            alike.setdefault(elided(s, None), set()).add(f)
+            alike.setdefault(elided(s, None, longest), set()).add(f)
     marks = {}
     for looks, names in alike.items():
         words = {f: re.findall(r"[A-Za-z0-9]+", f or "") for f in names}
         places = sorted({first_difference(words[a], words[b]) for a, b in combinations(sorted(names), 2)})
         for f in names if len(names) > 1 else ():
             marks[looks, f] = ", ".join(words[f][i] if i < len(words[f]) else "–" for i in places)
-    return pl.Series([elided(s, marks.get((elided(s, None), f))) for s, f in zip(shown, full)], dtype=pl.String)
+    return pl.Series([elided(s, marks.get((elided(s, None, longest), f)), longest) for s, f in zip(shown, full)],
+                     dtype=pl.String)
 
 
 def first_difference(a: list[str], b: list[str]) -> int:
@@ -224,17 +230,18 @@ def first_difference(a: list[str], b: list[str]) -> int:
     return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
 
 
-def elided(shown: str | None, mark: str | None) -> str | None:
-    """`shown` (with ` [mark]` where it has one) in at most `LONGEST` characters: the middle of
-    a longer name elided, the mark kept (its own middle elided past half of them)."""
+def elided(shown: str | None, mark: str | None, longest: int = LONGEST) -> str | None:
+    """`shown` (with ` [mark]` where it has one) in at most `longest` characters: the middle of
+    a longer name elided (its last 11 characters kept), the mark kept (its own middle elided
+    past half of them)."""
     if shown is None:
         return None
     if mark is None:
-        return shown if len(shown) <= LONGEST else shown[:32] + "…" + shown[-(LONGEST - 33):]
-    if len(mark) > LONGEST // 2:
-        mark = mark[:LONGEST // 4] + "…" + mark[-(LONGEST // 4):]
+        return shown if len(shown) <= longest else shown[:longest - 12] + "…" + shown[-11:]
+    if len(mark) > longest // 2:
+        mark = mark[:longest // 4] + "…" + mark[-(longest // 4):]
     tail = f" [{mark}]"
-    room = LONGEST - len(tail)
+    room = longest - len(tail)
     return (shown if len(shown) <= room else shown[:room - 1] + "…") + tail
 
 
@@ -261,12 +268,12 @@ def size_text(n: int) -> str:
     return pl.select(human_bytes(pl.lit(n, pl.Int64))).item()
 
 
-def in_units(raw: str, dtype, view: View, wide: bool = False) -> pl.Expr:
+def in_units(raw: str, dtype, view: View, wide: bool = False, longest: int = LONGEST) -> pl.Expr:
     """The column as a person reads it: ns → ms (3 decimals), bytes → GiB/MiB/KiB, kernel
     names short (full with `wide`)."""
     col = pl.col(raw)
     if raw in view.kernel_names and not wide:
-        return kernel_column(col, view.kernel_kinds)
+        return kernel_column(col, view.kernel_kinds, longest)
     if raw in view.chains and not wide:
         return short_chain(col)
     if not dtype.is_numeric():
@@ -278,11 +285,12 @@ def in_units(raw: str, dtype, view: View, wide: bool = False) -> pl.Expr:
     return col
 
 
-def catalogue(frame: pl.DataFrame, view: View, wide: bool = False) -> dict[str, pl.Expr]:
+def catalogue(frame: pl.DataFrame, view: View, wide: bool = False, longest: int = LONGEST) -> dict[str, pl.Expr]:
     """Every column the table can show, by shown name: the frame's own, its run (the trace's
     directory; its file's name where two files of the folder claim one rank, after the folder
     where two folders hold files of that name) and the view's shares."""
-    out = {shown_name(c, view): in_units(c, t, view, wide).alias(shown_name(c, view)) for c, t in frame.schema.items()}
+    out = {shown_name(c, view): in_units(c, t, view, wide, longest).alias(shown_name(c, view))
+           for c, t in frame.schema.items()}
     if "path" in frame.columns:  # a trace file's folder; its own name where two files of one rank share one
         path = pl.col("path").str.replace(r"/+$", "")
         file = path.str.contains(r"\.json(\.gz)?$")
@@ -302,7 +310,7 @@ def catalogue(frame: pl.DataFrame, view: View, wide: bool = False) -> dict[str, 
 def chosen(frame: pl.DataFrame, view: View, layout: Layout) -> pl.DataFrame:
     """The table's columns: `layout.columns`, every column with `wide`, else the view's
     default (of its `varied` columns, those that take more than one value)."""
-    shown = catalogue(frame, view, layout.wide)
+    shown = catalogue(frame, view, layout.wide, layout.longest)
     if layout.columns:
         names = {**{c: shown_name(c, view) for c in frame.columns},
                  **{view.aliases.get(c, c): shown_name(c, view) for c in frame.columns}, **{c: c for c in shown}}
