@@ -366,3 +366,21 @@ def test_a_long_name_breaks_at_a_token_boundary_never_inside_a_dunder():
     cells = column_pieces(run("breakdown", DATA / "wild" / "tensorboard-plugin" / "resnet50_num_workers_0"), "cause")
     broken = [p for p in cells if len(p) > 1]
     assert broken and all(p[0].endswith(("#", ".", "::", ":")) or p[1].startswith("…") for p in broken), broken
+
+
+def test_markdown_has_the_table_s_decimals_and_blanks_for_missing_values():
+    """Markdown of HTA's trace_diff test trace with `--agg mean` wrote `65.090000` for a share the
+    table shows as `65.09` (a mean needing six decimals set its column's), and of the DDP H200
+    trace `16.84` beside the table's `16.840` ms; HTA's simple-add kernels wrote `null` where a
+    kernel has no collective kind or FLOPs (issue 27, item 6). Now each float column has the
+    table's decimals (the same cells), and a missing value is blank as in the table."""
+    figures = ("cpu_ms", "compute_ms", "overlap_pct")
+    for args in (["--agg", "mean", DATA / "external" / "hta-tests-data" / "trace_diff" / "test" / "test.json.gz"],
+                 [DATA / "h200x2-small" / "ddp"]):
+        table = table_rows(run("summary", "--columns", ",".join(figures), *args))
+        md = markdown_cells(run("summary", "--format", "md", *args))
+        assert [[row[f] for f in figures] for row in md] == [row[0].split() for row in table]
+    kernels = run("kernels", "--format", "md", DATA / "external" / "hta-simple-add" /
+                  "benchmark_result_493459_1694039959_trace.json.gz")
+    rows = markdown_cells(kernels)
+    assert "null" not in kernels and rows and all(r["kernels.coll_kind"] == "" for r in rows)

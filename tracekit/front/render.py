@@ -11,12 +11,11 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import replace
-from decimal import Decimal
 from functools import partial
 
 import polars as pl
 
-from .views import (VIEWS, Layout, View, chosen, filled, kernel_column, path_text, paths_line, short_chain, table_text,
+from .views import (VIEWS, Layout, View, chosen, decimals, filled, kernel_column, path_text, paths_line, short_chain, table_text,
                     terminal_width, with_figures)
 
 
@@ -203,25 +202,16 @@ def for_reading(frame: pl.DataFrame, view: View) -> pl.DataFrame:
 
 def markdown(frame: pl.DataFrame, view: View = View()) -> str:
     """A Markdown table of every column, for reading (`for_reading`: ms, long text elided); a
-    float column's values with one number of decimals, the most any of them needs (`185.0`
-    beside `185.5`, never `7.203514e6`)."""
+    float column's values with the decimals the table gives it (`views.decimals`: 3 for ms, what
+    the values need for shares and the rest), the same on every row, never `7.203514e6`; a
+    missing value blank, not `null`."""
     frame = for_reading(frame, view)
-    frame = frame.with_columns(pl.col(c).map_elements(partial(fixed, places=places(frame[c])), return_dtype=pl.String)
+    frame = frame.with_columns(pl.col(c).map_elements(partial(fixed, places=decimals(frame[c])), return_dtype=pl.String)
                                for c, t in frame.schema.items() if t.is_float())
+    frame = frame.with_columns(pl.all().cast(pl.String).fill_null(""))
     with pl.Config(tbl_formatting="MARKDOWN", tbl_rows=-1, tbl_cols=-1, tbl_width_chars=65_000,
                    fmt_str_lengths=65_000, tbl_hide_dataframe_shape=True, tbl_hide_column_data_types=True):
         return str(frame)
-
-
-MOST_PLACES = 6  # a float's decimals in Markdown at most (a mean over 3 ranks: 1234.333333)
-
-
-def places(values: pl.Series) -> int:
-    """The decimals the column's finite values need in full (their shortest exact text), at
-    most `MOST_PLACES`."""
-    needed = [max(0, -Decimal(repr(v)).normalize().as_tuple().exponent)
-              for v in values.drop_nulls() if math.isfinite(v)]
-    return min(max(needed, default=0), MOST_PLACES)
 
 
 def fixed(value: float, places: int) -> str:
