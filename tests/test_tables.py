@@ -384,3 +384,14 @@ def test_markdown_has_the_table_s_decimals_and_blanks_for_missing_values():
                   "benchmark_result_493459_1694039959_trace.json.gz")
     rows = markdown_cells(kernels)
     assert "null" not in kernels and rows and all(r["kernels.coll_kind"] == "" for r in rows)
+
+
+def test_relative_differences_keep_their_tolerances_decimals():
+    """`check` of the one-H200 CUPTI run: fsdp2's parity figures equal fsdp1's, and `rel_diff`
+    read `0` where the H200 × 2 run's reads `0.000` beside its tolerance's `0.001` (one format for
+    the column whatever the run: issue 27, item 7); now 3 decimals, as its tolerance."""
+    result = CliRunner(env={"COLUMNS": "100"}).invoke(main, ["check", str(DATA / "h200x1-cupti")])
+    text = result.stdout[result.stdout.index("\nvariant") + 1:result.stdout.index("\nall ")]  # the verdict after it
+    cells = column_pieces(text, "rel_diff")
+    assert cells and all(len(p) == 1 and p[0].endswith(".000") for p in cells), cells
+    assert {p[0] for p in column_pieces(text, "tolerance")} == {"0.001", "0.010"}

@@ -73,15 +73,34 @@ def tables(runs: list[list], statistics=("mean",)) -> dict[str, str]:
 def widest(runs: list[list], statistics=("mean",)) -> dict[str, int]:
     """Each verb's widest line; asserts too that no table parts a number from its unit, and
     that a kernel's name is elided only where the table takes the terminal's width (it has no
-    room for more: issue 27, item 5)."""
+    room for more: issue 27, item 5), and that a share's column has one number of decimals, 2
+    at most (`pct_of_busy` of a mean was `14.050` beside `9.84`: item 7)."""
     texts = tables(runs, statistics)
     assert not {verb: split for verb, text in texts.items() if (split := unit_splits(text))}
     assert not [verb for verb, text in texts.items() if verb.startswith(("kernels", "critical-path")) and "…" in text
                 and max(map(len, text.splitlines())) < WIDTH]
+    assert not {verb: odd for verb, text in texts.items() if (odd := share_decimals(text))}
     return {verb: max(map(len, text.splitlines())) for verb, text in texts.items()}
 
 
 UNIT = re.compile(r"(?:ns|µs|ms|s|%|×|B|KiB|MiB|GiB|GB/s|more|/ (?:ns|µs|ms|s))(?![\w/])")
+
+
+def share_decimals(text: str) -> dict[str, set[int]]:
+    """A table's share and rate columns (`pct`, `gbps` in the name, the lines of a broken name
+    joined) whose figures have more than 2 decimals, or not the same number on every row."""
+    lines, odd = text.splitlines(), {}
+    for k, rule in enumerate(lines):
+        if not rule.startswith("─"):
+            continue
+        head = list(reversed([line for line in reversed(lines[:k]) if line.strip()][:3]))
+        for m in re.finditer("─+", rule):
+            name = "".join(line[m.start():m.end()].strip() for line in head)
+            cells = [line[m.start():m.end()].strip() for line in lines[k + 1:] if line.strip()]
+            places = {len(c.partition(".")[2]) for c in cells if re.fullmatch(r"-?[\d,]+\.\d+", c)}
+            if re.search(r"pct|gbps", name) and (len(places) > 1 or max(places, default=0) > 2):
+                odd[name] = places
+    return odd
 
 
 def unit_splits(text: str) -> list[str]:

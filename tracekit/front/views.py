@@ -395,12 +395,18 @@ def cell(value, decimals: int, separators: bool = True, whole: bool = False) -> 
     return str(value)
 
 
+SHARE = re.compile(r"(?:^|[._])(?:pct|gbps)(?:_|$)")  # a percentage or a rate: `busy_pct`, `pct_of_busy`, `busbw_gbps`
+RELATIVE = ("rel_diff", "tolerance")  # relative figures, read against each other: 3 decimals always
+
+
 def decimals(values: pl.Series) -> int:
-    """The decimals of a float column, the same on every row: 3 for ms; what the values need
-    (1 or 2) for percentages and rates; else what the values need, at most 3."""
-    if values.name == "ms" or values.name.endswith("_ms"):
+    """The decimals of a float column, the same on every row: 3 for ms and for relative
+    differences and their tolerances (`0.000` beside `0.001`, never `0`); what the values need
+    (1 or 2) for percentages and rates (`pct_of_busy` too: a mean of 0.795 reads `0.80`, not
+    beside `14.050`); else what the values need, at most 3."""
+    if values.name == "ms" or values.name.endswith("_ms") or values.name.endswith(RELATIVE):
         return 3
-    most = 2 if values.name.endswith(("pct", "gbps")) else 3
+    most = 2 if SHARE.search(values.name) else 3
     needed = [len(f"{v:.{most}f}".rstrip("0").partition(".")[2]) for v in values
               if isinstance(v, float) and math.isfinite(v)]
     return max(needed, default=0) if most == 3 else max([1, *needed])
