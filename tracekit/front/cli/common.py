@@ -48,13 +48,19 @@ def sample_trace_path() -> str:
     return str(files("tracekit") / "data" / "fsdp1_rank0.trace.json.gz")
 
 
+def counted(n: int, thing: str, things: str | None = None) -> str:
+    """`1 thing`, `2 things` (`things` where the plural is not `thing` + `s`)."""
+    return f"{n:,} {thing if n == 1 else things or thing + 's'}"
+
+
 def inputs(paths) -> list:
     """`paths`, or the bundled sample trace with a note on stderr saying so (and how to read
     the traces in the current folder, where there are any)."""
     if paths:
         return once(paths)
     here = sorted(p.name for p in Path.cwd().glob("*.json*") if p.name.endswith((".json", ".json.gz")))
-    hint = f"; this folder holds {len(here)} JSON file(s): `tracekit <verb> .` reads them" if here else ""
+    reads = f"`tracekit <verb> .` reads {'it' if len(here) == 1 else 'them'}"
+    hint = f"; this folder holds {counted(len(here), 'JSON file')}: {reads}" if here else ""
     say(f"no PATHS given: reading the bundled sample trace {Path(sample_trace_path()).name} "
         f"(FSDP1, rank 0 of 2 × H200){hint}")
     return [sample_trace_path()]
