@@ -205,12 +205,15 @@ def shown_names(kind: str, doc) -> set[str]:
 
     from tracekit.front.views import VIEWS, kernel_column, short_kernel_name
 
+    lengths = range(44, 101)  # elided to 44 characters, or as many more as the table has room for
     if kind == "diff":  # its compute and memcpy items' kernels short, the others as they are
         items = pl.DataFrame(doc["items"]).select("kind", "name")
-        return set(items.select(kernel_column(pl.col("name"), VIEWS["diff.items"].kernel_kinds))["name"])
+        return {n for k in lengths
+                for n in items.select(kernel_column(pl.col("name"), VIEWS["diff.items"].kernel_kinds, k))["name"]}
     field = {"critical-path": "items", "kernels": "kernels"}[kind]
-    full = [i["name"] for t in doc["traces"] for s in t["steps"] for i in s[field] or []]
-    return set(pl.DataFrame({"n": full}, schema={"n": pl.String}).select(short_kernel_name(pl.col("n")))["n"])
+    full = pl.DataFrame({"n": [i["name"] for t in doc["traces"] for s in t["steps"] for i in s[field] or []]},
+                        schema={"n": pl.String})
+    return {n for k in lengths for n in full.select(short_kernel_name(pl.col("n"), k))["n"]}
 
 
 @pytest.mark.parametrize("args", [
@@ -395,3 +398,19 @@ def test_relative_differences_keep_their_tolerances_decimals():
     cells = column_pieces(text, "rel_diff")
     assert cells and all(len(p) == 1 and p[0].endswith(".000") for p in cells), cells
     assert {p[0] for p in column_pieces(text, "tolerance")} == {"0.001", "0.010"}
+
+
+def test_a_name_is_elided_only_where_two_lines_of_its_column_cannot_hold_it():
+    """`critical-path` of the FSDP1 H200 trace: `FullyShardedDataParallel._pre_backward_prefetch`
+    (47 characters) was elided to 44, `_pre_ba…rd_prefetch`, in a column of 28 whose two lines
+    hold it whole (issue 27, item 5); now whole, and every name the json gives that two lines
+    of the column hold is shown whole."""
+    path = DATA / "h200x2-small" / "fsdp1" / "rank0.trace.json.gz"
+    text = run("critical-path", path)
+    names = {i["name"] for t in json.loads(run("critical-path", "--format", "json", path))["traces"]
+             for s in t["steps"] for i in s["items"]}
+    assert "FullyShardedDataParallel._pre_backward_prefetch" in names
+    cells = ["".join(p) for p in column_pieces(text, "name")]
+    width = len(next(r for h, r in zip(text.splitlines()[0].split(), text.splitlines()[1].split()) if h == "name"))
+    assert "FullyShardedDataParallel._pre_backward_prefetch" in cells
+    assert not [c for c in cells if "…" in c and len(c) <= 2 * width - 4]

@@ -15,7 +15,7 @@ from functools import partial
 
 import polars as pl
 
-from .views import (VIEWS, Layout, View, chosen, decimals, filled, kernel_column, path_text, paths_line, short_chain, table_text,
+from .views import (VIEWS, Layout, View, chosen, column_width, decimals, filled, kernel_column, path_text, paths_line, short_chain, shown_name, table_text,
                     terminal_width, with_figures)
 
 
@@ -100,11 +100,20 @@ def render_frame(frame: pl.DataFrame, fmt: str, view: str | None = None, layout:
     if fmt == "table":
         shown = VIEWS.get(view, View())
         text, note = table_of(frame, shown, layout)
-        room = terminal_width() - max(map(len, text.splitlines()))
-        if shown.kernel_names and "…" in text and room > 0 and not (layout.wide or layout.columns):
-            text, note = table_of(frame, shown, replace(layout, longest=layout.longest + room))  # elided for want of room only
+        if shown.kernel_names and "…" in text and not (layout.wide or layout.columns):  # elided for want of room only
+            longer = table_of(frame, shown, replace(layout, longest=roomier(text, shown_name(shown.kernel_names[0], shown),
+                                                                           layout.longest)))
+            text, note = longer if max(map(len, longer[0].splitlines())) <= terminal_width() else (text, note)
         return text + note
     return markdown(frame, VIEWS.get(view, View()))
+
+
+def roomier(text: str, column: str, longest: int) -> int:
+    """How long the kernel names of the table `text` (their column: `column`) may be: what the
+    terminal leaves beside the table more, or, where the column wraps (the table takes the
+    terminal), two of its lines; `longest` at least."""
+    room = terminal_width() - max(map(len, text.splitlines()))
+    return max(longest, longest + room if room > 0 else 2 * column_width(text, column))
 
 
 def table_of(frame: pl.DataFrame, shown: View, layout: Layout) -> tuple[str, str]:

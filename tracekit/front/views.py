@@ -331,6 +331,14 @@ def chosen(frame: pl.DataFrame, view: View, layout: Layout) -> pl.DataFrame:
     return frame.select(shown[c] for c in names)
 
 
+def column_width(text: str, name: str) -> int:
+    """The width of the column `name` of the table `text` (by its rule; 0 if it has none)."""
+    lines = text.splitlines()
+    rule = next((k for k, line in enumerate(lines) if line.startswith("─")), None)
+    spans = [m.span() for m in re.finditer("─+", lines[rule])] if rule else []
+    return next((b - a for a, b in spans if any(line[a:b].strip() == name for line in lines[:rule])), 0)
+
+
 def paths_line(frame: pl.DataFrame) -> str:
     """Above a `--wide` table, which shows a row's run (its folder) and not its path: the paths
     of its traces, once each (`path: P`, or `paths:` then one a line)."""
