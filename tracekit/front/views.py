@@ -319,7 +319,7 @@ def chosen(frame: pl.DataFrame, view: View, layout: Layout) -> pl.DataFrame:
             raise UsageError(f"--columns: no column {', '.join(unknown)}; choose from {', '.join(shown)}")
         return frame.select(shown[names[c]] for c in layout.columns)
     if layout.wide or not view.default:  # a trace's path once, above the table (`paths_line`), not on every row
-        several = "path" in frame.columns and frame["path"].n_unique() > 1
+        several = "path" in frame.columns and frame.select(shown["run"].n_unique()).item() > 1  # runs
         return frame.select(shown["run" if c == "path" else shown_name(c, view)] for c in frame.columns
                             if c != "path" or several and layout.wide or not layout.wide)
     names = [c for c in view.default if c in shown and view.implied.get(c) not in shown and
