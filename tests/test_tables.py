@@ -414,3 +414,15 @@ def test_a_name_is_elided_only_where_two_lines_of_its_column_cannot_hold_it():
     width = len(next(r for h, r in zip(text.splitlines()[0].split(), text.splitlines()[1].split()) if h == "name"))
     assert "FullyShardedDataParallel._pre_backward_prefetch" in cells
     assert not [c for c in cells if "…" in c and len(c) <= 2 * width - 4]
+
+
+def test_an_identifier_stays_whole_where_column_names_can_make_room():
+    """`critical-path` of HTA's simple-add trace: its host spends most time in
+    `cudaDeviceGetStreamPriorityRange` (32 characters), printed `cudaDeviceGetStreamPrior` over
+    `ityRange` in a column of 24 (issue 27, item 5); column names break after their underscore
+    instead and the runtime calls are whole on their line, the table within 100 columns."""
+    text = run("critical-path", DATA / "external" / "hta-simple-add" / "benchmark_result_493459_1694039959_trace.json.gz")
+    cells = column_pieces(text, "name")
+    for name in ("cudaDeviceGetStreamPriorityRange", "cudaStreamCreateWithFlags"):
+        assert [name] in cells, [c for c in cells if len(c) > 1]
+    assert max(map(len, text.splitlines())) <= 100

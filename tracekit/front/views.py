@@ -60,6 +60,7 @@ KEYS = ("run", "rank", "step", "agg", "device", "path", "variant", "n_steps")  #
 DEVICE_ONLY = ("no device activity (kernel, memcpy or memset records) in these steps: {} device work. "
                "CPU-only (gloo) runs: host-side collectives in `tracekit comms`, CPU time in `summary`")
 WORD = 24  # a text column is kept this wide, where its words are, before a column's name breaks
+WHOLE = 32  # an identifier up to this long is kept whole where the table can make room (`cudaStreamCreateWithFlags`)
 WRAPPED = 16  # text columns wider than this wrap when the table is too wide; names (run, kind) do not
 VIEWS = {
     "summary": View(("run", "rank", "step", "agg", "device", "cpu_ms", "gpu_span_ms", "busy_pct",
@@ -530,8 +531,8 @@ def table_text(frame: pl.DataFrame, width: int | None = None, whole: set[str] = 
     words = {i: max((len(w) for t in texts[i] for w in words_of(t)), default=0) for i in wrap}
     atoms = {i: max((len(a) for t in texts[i] for w in words_of(t) for a in atoms_of(w)), default=0) for i in wrap}
 
-    def at_least(most: dict) -> dict:
-        return {i: max(len(columns[i]), min(sizes[i], WORD, most[i])) for i in wrap}
+    def at_least(most: dict) -> dict:  # an identifier up to `WHOLE` characters, words up to `WORD`
+        return {i: max(len(columns[i]), min(sizes[i], WHOLE if most is atoms else WORD, most[i])) for i in wrap}
 
     heads = [[c] for c in columns]
     fixed = [i for i in range(len(columns)) if i not in wrap]
