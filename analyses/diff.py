@@ -51,7 +51,8 @@ PER_SIDE = ("a_cp_ns", "b_cp_ns", "a_flops", "b_flops", "a_busy_ns", "b_busy_ns"
 PATH_COLUMNS = ("critical", "why", *PER_SIDE, "d_flops_ns", "d_efficiency_ns")
 
 # CUTLASS and CK launchers: the kernel they run is their first template argument.
-LAUNCHED = r"^(?:void )?(?:cutlass\w*::Kernel\d*|cutlass::device_kernel|ck_tile::kentry)<\s*(?:\d+\s*,\s*)*([A-Za-z_][A-Za-z0-9_:]*)"
+LAUNCHED = (r"^(?:void )?(?:cutlass\w*::Kernel\d*|cutlass::device_kernel|ck_tile::kentry)"
+            r"<\s*(?:\d+\s*,\s*)*([A-Za-z_][A-Za-z0-9_:]*)")
 
 
 def item_identity(name: pl.Expr) -> pl.Expr:

@@ -421,7 +421,8 @@ def test_an_identifier_stays_whole_where_column_names_can_make_room():
     `cudaDeviceGetStreamPriorityRange` (32 characters), printed `cudaDeviceGetStreamPrior` over
     `ityRange` in a column of 24 (issue 27, item 5); column names break after their underscore
     instead and the runtime calls are whole on their line, the table within 100 columns."""
-    text = run("critical-path", DATA / "external" / "hta-simple-add" / "benchmark_result_493459_1694039959_trace.json.gz")
+    path = DATA / "external" / "hta-simple-add" / "benchmark_result_493459_1694039959_trace.json.gz"
+    text = run("critical-path", path)
     cells = column_pieces(text, "name")
     for name in ("cudaDeviceGetStreamPriorityRange", "cudaStreamCreateWithFlags"):
         assert [name] in cells, [c for c in cells if len(c) > 1]

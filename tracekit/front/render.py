@@ -15,8 +15,8 @@ from functools import partial
 
 import polars as pl
 
-from .views import (VIEWS, Layout, View, chosen, column_width, decimals, filled, kernel_column, path_text, paths_line, short_chain, shown_name, table_text,
-                    terminal_width, with_figures)
+from .views import (VIEWS, Layout, View, chosen, column_width, decimals, filled, kernel_column, path_text, paths_line,
+                    short_chain, shown_name, table_text, terminal_width, with_figures)
 
 
 def defined(value):
@@ -101,8 +101,8 @@ def render_frame(frame: pl.DataFrame, fmt: str, view: str | None = None, layout:
         shown = VIEWS.get(view, View())
         text, note = table_of(frame, shown, layout)
         if shown.kernel_names and "…" in text and not (layout.wide or layout.columns):  # elided for want of room only
-            longer = table_of(frame, shown, replace(layout, longest=roomier(text, shown_name(shown.kernel_names[0], shown),
-                                                                           layout.longest)))
+            column = shown_name(shown.kernel_names[0], shown)
+            longer = table_of(frame, shown, replace(layout, longest=roomier(text, column, layout.longest)))
             text, note = longer if max(map(len, longer[0].splitlines())) <= terminal_width() else (text, note)
         return text + note
     return markdown(frame, VIEWS.get(view, View()))

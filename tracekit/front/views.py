@@ -43,7 +43,8 @@ class View:
     # rows that share those keys differ in it (the process group, dtype, device of look-alike rows)
 
 
-LONGEST = 44  # characters of a kernel's name in a table (more where the table has room): with pct_peak, the default kernels table leaves 45
+# characters of a kernel's name in a table (more where the table has room): with pct_peak, the default kernels table leaves 45
+LONGEST = 44
 
 
 @dataclass(frozen=True)
@@ -323,8 +324,11 @@ def chosen(frame: pl.DataFrame, view: View, layout: Layout) -> pl.DataFrame:
         several = "path" in frame.columns and frame.select(shown["run"].n_unique()).item() > 1  # runs
         return frame.select(shown["run" if c == "path" else shown_name(c, view)] for c in frame.columns
                             if c != "path" or several and layout.wide or not layout.wide)
+    def varies(c: str) -> bool:  # a figure's column: besides blanks
+        return frame.select((shown[c] if c in KEYS else shown[c].drop_nulls()).n_unique()).item() > 1
+
     names = [c for c in view.default if c in shown and view.implied.get(c) not in shown and
-             (c not in view.varied or frame.select((shown[c] if c in KEYS else shown[c].drop_nulls()).n_unique()).item() > 1)]
+             (c not in view.varied or varies(c))]
     names = [c for c in names if c not in view.telling or telling(frame, shown[c], view.telling[c], view)]
     if "step" in names and "agg" in names:  # one column: the step, or the statistic's row (`mean`)
         shown["step"] = pl.coalesce(pl.col("agg"), pl.col("step").cast(pl.String)).alias("step")

@@ -60,7 +60,8 @@ def diff_sides(paths: tuple) -> tuple[str, str]:
     """A's and B's paths: `A B` (trace files or run directories), or `OUT A B` (variant names
     of one profile output)."""
     if len(paths) not in (2, 3):
-        raise UsageError(f"diff takes A B, or OUT A B (variants of a profile output); got {counted(len(paths), 'argument')}")
+        raise UsageError("diff takes A B, or OUT A B (variants of a profile output); "
+                         f"got {counted(len(paths), 'argument')}")
     if len(paths) == 2:
         existing(None, None, paths)
         return paths
