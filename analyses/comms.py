@@ -132,7 +132,7 @@ def census(kernels: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
             .with_columns(algbw_gbps=pl.when(pl.col("kernel_ns") > 0).then(pl.col("bytes") / pl.col("kernel_ns")).round(3))
             .with_columns(busbw_gbps=(pl.col("algbw_gbps") * pl.col("busbw_factor")).round(3))
             .drop("busbw_factor")
-            .sort("step", "pg", "kind", "device", "stream"))
+            .sort("step", "pg", "kind", "dtype", "device", "stream"))  # one kind's two dtypes by name, not by chance
     per_step = rows.group_by("step", maintain_order=True).agg(collectives=pl.struct(
         "pg", "kind", "dtype", "device", "stream", "count", "bytes", "kernel_ns", "exposed_ns", "algbw_gbps",
         "busbw_gbps", "transfer_ns", "wait_ns", "mismatched"))

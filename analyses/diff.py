@@ -8,7 +8,7 @@ identity — (kind, name, op, phase) — and subtracting gives deltas whose sum 
 time − A's (integer ns).
 
 - kind: compute | comm | memcpy (memcpy and memset) | idle.
-- name: the kernel identity (`names.kernel_identity`), `<collective kind> <dtype>` for
+- name: the kernel identity (`item_identity`), `<collective kind> <dtype>` for
   collectives, the cause for idle parts.
 - op: the CPU op that launched it; phase: forward / backward / optimizer (`phases.py`), so
   that the same kernel pairs across FSDP1 and FSDP2; an idle part takes the phase of the
@@ -49,6 +49,20 @@ VIEWS = {"kernel": ["kind", "name", "op", "phase"], "fsdp": ["kind", "phase", "f
 SUMS = ("a_ns", "b_ns", "delta_ns", "a_count", "b_count")
 PER_SIDE = ("a_cp_ns", "b_cp_ns", "a_flops", "b_flops", "a_busy_ns", "b_busy_ns")  # summed over ranks too
 PATH_COLUMNS = ("critical", "why", *PER_SIDE, "d_flops_ns", "d_efficiency_ns")
+
+# CUTLASS and CK launchers: the kernel they run is their first template argument.
+LAUNCHED = (r"^(?:void )?(?:cutlass\w*::Kernel\d*|cutlass::device_kernel|ck_tile::kentry)"
+            r"<\s*(?:\d+\s*,\s*)*([A-Za-z_][A-Za-z0-9_:]*)")
+
+
+def item_identity(name: pl.Expr) -> pl.Expr:
+    """`names.kernel_identity`, where a generic CUTLASS or CK launcher keeps the head of its
+    first template argument (`cutlass::Kernel2<cutlass_80_wmma_tensorop_…_align8>`), so that
+    two kernels it launches stay two items."""
+    identity = kernel_identity(name)
+    return pl.when(name.str.contains(LAUNCHED)).then(
+        pl.format("{}<{}>", identity, name.str.extract(LAUNCHED, 1))).otherwise(identity)
+
 
 # An item in one side only was added (B only) or removed (A only).
 CHANGE = (pl.when(pl.col("a_count") == 0).then(pl.lit("added"))
@@ -115,7 +129,7 @@ def all_items(trace: Trace) -> pl.DataFrame:
         line, context = timeline(trace), launch_context(trace)
         items = pl.concat([line.shares.select("step", "row", "category", "cause", "share_ns"), idle_items(trace)],
                           how="diagonal_relaxed")
-        names = trace.gpu.select("name").unique().with_columns(identity=kernel_identity(pl.col("name")))
+        names = trace.gpu.select("name").unique().with_columns(identity=item_identity(pl.col("name")))
         gpu = trace.gpu.with_row_index("row").select("row", "dtype", "name").join(names, on="name", how="left")
         joined = (items.join(gpu, on="row", how="left").join(context, on="row", how="left")
                   .with_columns(phase=pl.coalesce("phase", "idle_phase")))

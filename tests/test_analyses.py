@@ -245,3 +245,20 @@ def test_bus_bandwidth_factors_and_zero_duration(tmp_path):
     result = CliRunner().invoke(main, ["comms", "--format", "json", str(path)])
     assert result.exit_code == 0 and "NaN" not in result.stdout and "Infinity" not in result.stdout
     json.loads(result.stdout, parse_constant=lambda c: pytest.fail(f"{c} in JSON"))
+
+
+def test_a_step_s_collectives_are_in_one_order_in_every_step():
+    """HTA's NCCL parser trace runs one Float and one Long broadcast per step: their rows came in
+    the order a hash grouping left them, Long before Float in one step and after it in the next
+    (issue 27, item 7). Every step's rows are sorted by process group, kind, then dtype — twenty
+    times over, since the old order changed from run to run."""
+    from conftest import DATA
+
+    trace = tracekit.load(DATA / "external" / "hta-tests-data" / "nccl_parser_config" / "nccl_data.json.gz")
+    orders = set()
+    for _ in range(20):
+        for row in comms([trace])[0].iter_rows(named=True):
+            keys = [(c["pg"] or "", c["kind"], c["dtype"] or "") for c in row["collectives"] or []]
+            assert keys == sorted(keys), keys
+            orders.add(tuple(keys))
+    assert orders == {(("0", "all_reduce", "Float"), ("0", "broadcast", "Float"), ("0", "broadcast", "Long"))}

@@ -114,3 +114,12 @@ def test_errors_and_notes_fit_the_terminal_and_keep_a_number_with_its_unit(capsy
     shout("x" * 82 + " 13.742 ms of device work and 1.20 × the step, 3.53 GiB")
     lines = capsys.readouterr().err.splitlines()
     assert lines[0].endswith("x" * 82) and lines[1] == "  13.742 ms of device work and 1.20 × the step, 3.53 GiB"
+
+
+def test_counts_of_things_read_in_the_singular_and_the_plural():
+    """`diff` of one path said `got 1 argument(s)` (issue 27, item 7): one argument, two
+    arguments, never `(s)`."""
+    result = CliRunner(env={"COLUMNS": "100"}).invoke(main, ["diff", str(FSDP2)])
+    assert result.exit_code == 2 and result.stderr.strip().endswith("got 1 argument")
+    result = CliRunner(env={"COLUMNS": "100"}).invoke(main, ["diff", *[str(FSDP2)] * 4])
+    assert result.exit_code == 2 and "got 4 arguments" in result.stderr

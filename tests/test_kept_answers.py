@@ -161,6 +161,6 @@ def test_cache_info_and_clear_see_the_answers_and_the_bound_holds(tmp_path):
     info = tracekit(tmp_path, "cache", "info", "--format", "json")
     assert json.loads(info.out)["answers"] == 1
     cleared = tracekit(tmp_path, "cache", "clear")
-    assert b"and 1 kept answer(s)" in cleared.err and kept_files(tmp_path) == []
+    assert b"and 1 kept answer" in cleared.err and b"answer(s)" not in cleared.err and kept_files(tmp_path) == []
     tracekit(tmp_path, "summary", DATA / "gloo-cpu", TRACEKIT_CACHE_MAX_GB="0")
     assert kept_files(tmp_path) == []

@@ -183,7 +183,7 @@ def column_pieces(text: str, name: str) -> list[list[str]]:
 
 def mid_word_breaks(pieces: list[str], names: set[str]) -> list[str]:
     """The line breaks of a cell (its `pieces`, one a line) that are neither at a space of its
-    name (one of `names`) nor after one of `._:/<,(-…`; None when the cell is none of the names."""
+    name (one of `names`) nor after one of `._:/<,(-…#`; None when the cell is none of the names."""
     for name in names:
         bad, pos = [], 0
         for a, b in zip(pieces, pieces[1:] + [None]):
@@ -194,7 +194,7 @@ def mid_word_breaks(pieces: list[str], names: set[str]) -> list[str]:
                 return bad if pos == len(name) else None
             if name.startswith(" ", pos):
                 pos += 1
-            elif not a.endswith(tuple("._:/<,(-…")):
+            elif not a.endswith(tuple("._:/<,(-…#")):
                 bad.append(f"{a}|{b}")
     return None
 
@@ -203,13 +203,17 @@ def shown_names(kind: str, doc) -> set[str]:
     """The names the table shows (kernel names short, as the table's views make them)."""
     import polars as pl
 
-    from tracekit.front.views import short_kernel_name
+    from tracekit.front.views import VIEWS, kernel_column, short_kernel_name
 
-    if kind == "diff":
-        return {i["name"] for i in doc["items"]}
+    lengths = range(44, 101)  # elided to 44 characters, or as many more as the table has room for
+    if kind == "diff":  # its compute and memcpy items' kernels short, the others as they are
+        items = pl.DataFrame(doc["items"]).select("kind", "name")
+        return {n for k in lengths
+                for n in items.select(kernel_column(pl.col("name"), VIEWS["diff.items"].kernel_kinds, k))["name"]}
     field = {"critical-path": "items", "kernels": "kernels"}[kind]
-    full = [i["name"] for t in doc["traces"] for s in t["steps"] for i in s[field] or []]
-    return set(pl.DataFrame({"n": full}, schema={"n": pl.String}).select(short_kernel_name(pl.col("n")))["n"])
+    full = pl.DataFrame({"n": [i["name"] for t in doc["traces"] for s in t["steps"] for i in s[field] or []]},
+                        schema={"n": pl.String})
+    return {n for k in lengths for n in full.select(short_kernel_name(pl.col("n"), k))["n"]}
 
 
 @pytest.mark.parametrize("args", [
@@ -249,14 +253,21 @@ def test_wide_keeps_every_figure_readable_and_the_names_long():
     """`kernels --wide` of TraceLens' MI300 Qwen trace (Tensile `Cijk_…` names of 300+
     characters): the table is wider than the terminal all the same, so no column's name breaks
     and no figure's column narrows, and the names wrap in lines of 48 characters (`views.WIDE`),
-    not 4 (issue 27, D5)."""
+    not 4 (issue 27, D5); the trace's path is said once above the table, not on every row (it
+    took 48 columns of each: issue 27, item 4), and a folder's rows name their run."""
     path = DATA / "wild" / "tracelens" / "mi300" / "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
     lines = CliRunner(env={"COLUMNS": "100"}).invoke(main, ["kernels", "--wide", "--top", "3", str(path)]).stdout.splitlines()
-    assert lines[1].startswith("─")  # the names on one line
-    assert lines[0].split() == ["path", "rank", "step", "device", "gpu_busy_ms", "name", "category", "coll_kind", "count",
+    assert lines[0] == f"path: {path}" and lines[2].startswith("─")  # the names on one line
+    assert lines[1].split() == ["rank", "step", "device", "gpu_busy_ms", "name", "category", "coll_kind", "count",
                                 "total_ms", "mean_ms", "pct_of_busy", "tflops", "pct_peak"]
-    widths = {name: len(rule) for name, rule in zip(lines[0].split(), lines[1].split())}
-    assert widths["name"] == widths["path"] == 48 and widths["pct_of_busy"] == len("pct_of_busy")
+    widths = {name: len(rule) for name, rule in zip(lines[1].split(), lines[2].split())}
+    assert widths["name"] == 48 and widths["pct_of_busy"] == len("pct_of_busy")
+    assert sum(str(path) in line for line in lines) == 1
+    run_folder = DATA / "h200x2-small"
+    lines = run("kernels", "--wide", "--top", "2", run_folder).splitlines()
+    paths = sorted(str(p) for p in run_folder.glob("*/rank*.trace.json.gz"))
+    assert lines[0] == "paths:" and sorted(line.strip() for line in lines[1:11]) == paths
+    assert lines[11].split()[:2] == ["run", "rank"] and not any(str(run_folder) in line for line in lines[12:])
 
 
 def test_a_column_name_breaks_only_where_the_table_fits_no_other_way():
@@ -305,3 +316,114 @@ def test_tensile_aiter_and_python_frames_read_as_what_they_are():
     bert = [" ".join(p) for p in column_pieces(run("critical-path", "--top", "20", WILD / "h100" /
                                                    "gaunernst_bert-small-uncased__1016001.json.gz"), "name")]
     assert "modeling_bert.py(181): forward" in bert and "transformers/models/bert/modeling_bert.py" not in bert
+
+
+def diff_items_text(text: str) -> str:
+    """The items' table of `diff`'s first (or only) rank."""
+    return text[text.index("\nkind ") + 1:].split("\n\n")[0]
+
+
+def test_diff_shows_kernels_short_and_keeps_distinct_ones_apart():
+    """`diff` of TraceLens' BERT and Qwen, H100 against MI300 (issue 27, item 1): the BERT H100
+    trace runs three different `cutlass::Kernel2<…>` GEMMs (read from its JSON): three items, not
+    one `cutlass::Kernel2`, each shown short (`kernels`' names, at most 44 characters) and
+    unlike the others; Qwen's Tensile `Cijk_…` GEMMs (300+ characters, their full names in json
+    and with --wide) take at most three lines each, not 19."""
+    import gzip
+
+    bert = [WILD / side / "gaunernst_bert-small-uncased__1016001.json.gz" for side in ("h100", "mi300")]
+    events = json.loads(gzip.decompress(bert[0].read_bytes()))["traceEvents"]
+    launched = {e["name"].split("<", 1)[1].split(">", 1)[0] for e in events
+                if e.get("cat") == "kernel" and "cutlass::Kernel2<" in e["name"]}
+    assert len(launched) == 3
+    doc = json.loads(run("diff", "--top", "40", "--format", "json", *bert))
+    assert {i["name"] for i in doc["items"] if i["name"].startswith("cutlass")} == \
+        {f"cutlass::Kernel2<{k}>" for k in launched}
+    cells = ["".join(p) for p in column_pieces(diff_items_text(run("diff", "--top", "40", *bert)), "name")]
+    shown = [c for c in cells if c.startswith("cutlass::Kernel2<")]
+    assert len(shown) == len(set(shown)) == 3 and max(map(len, shown)) <= 44, shown
+    qwen = [WILD / side / "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz" for side in ("h100", "mi300")]
+    full = [i["name"] for i in json.loads(run("diff", "--format", "json", *qwen))["items"]]  # the rows' order
+    assert min(len(n) for n in full if n.startswith("Cijk")) > 300
+    rows = column_pieces(diff_items_text(run("diff", *qwen)), "name")
+    tensile = {(f, " ".join(p)) for f, p in zip(full, rows, strict=True) if f.startswith("Cijk")}
+    assert max(len(p) for p in rows if p[0].startswith("Cijk")) <= 3  # 19 lines before
+    assert len({f for f, _ in tensile}) == len({s for _, s in tensile}) == len(tensile) >= 2  # one look per name
+    wide = ["".join(p) for p in column_pieces(diff_items_text(run("diff", "--wide", *qwen)), "name")]
+    assert wide == full
+
+
+def test_a_long_name_breaks_at_a_token_boundary_never_inside_a_dunder():
+    """A word too long for its line breaks after a token's boundary (`#`, `.`, `::`) before an
+    underscore inside an identifier, and never inside a run of underscores (`__next__`,
+    `kernel__5x`): the TensorBoard ResNet's `enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__`
+    in `breakdown`'s 47-column cause was `…#_` over `SingleProcessDataLoaderIter.__next__` (issue 27, item 5)."""
+    from tracekit.front.views import wrapped
+
+    name = "cpu_op: enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+    assert wrapped(name, 47) == ["cpu_op: enumerate(DataLoader)#", "_SingleProcessDataLoaderIter.__next__"]
+    assert wrapped("sm90_xmma_gemm_bf16bf16_bf16f32_…__5x_cublas", 19) == [
+        "sm90_xmma_gemm_", "bf16bf16_bf16f32_…", "__5x_cublas"]  # was `…_` over `_5x_cublas`
+    assert wrapped("autograd::engine::evaluate_function: AddBackward0", 31) == [
+        "autograd::engine::", "evaluate_function: AddBackward0"]
+    cells = column_pieces(run("breakdown", DATA / "wild" / "tensorboard-plugin" / "resnet50_num_workers_0"), "cause")
+    broken = [p for p in cells if len(p) > 1]
+    assert broken and all(p[0].endswith(("#", ".", "::", ":")) or p[1].startswith("…") for p in broken), broken
+
+
+def test_markdown_has_the_table_s_decimals_and_blanks_for_missing_values():
+    """Markdown of HTA's trace_diff test trace with `--agg mean` wrote `65.090000` for a share the
+    table shows as `65.09` (a mean needing six decimals set its column's), and of the DDP H200
+    trace `16.84` beside the table's `16.840` ms; HTA's simple-add kernels wrote `null` where a
+    kernel has no collective kind or FLOPs (issue 27, item 6). Now each float column has the
+    table's decimals (the same cells), and a missing value is blank as in the table."""
+    figures = ("cpu_ms", "compute_ms", "overlap_pct")
+    for args in (["--agg", "mean", DATA / "external" / "hta-tests-data" / "trace_diff" / "test" / "test.json.gz"],
+                 [DATA / "h200x2-small" / "ddp"]):
+        table = table_rows(run("summary", "--columns", ",".join(figures), *args))
+        md = markdown_cells(run("summary", "--format", "md", *args))
+        assert [[row[f] for f in figures] for row in md] == [row[0].split() for row in table]
+    kernels = run("kernels", "--format", "md", DATA / "external" / "hta-simple-add" /
+                  "benchmark_result_493459_1694039959_trace.json.gz")
+    rows = markdown_cells(kernels)
+    assert "null" not in kernels and rows and all(r["kernels.coll_kind"] == "" for r in rows)
+
+
+def test_relative_differences_keep_their_tolerances_decimals():
+    """`check` of the one-H200 CUPTI run: fsdp2's parity figures equal fsdp1's, and `rel_diff`
+    read `0` where the H200 × 2 run's reads `0.000` beside its tolerance's `0.001` (one format for
+    the column whatever the run: issue 27, item 7); now 3 decimals, as its tolerance."""
+    result = CliRunner(env={"COLUMNS": "100"}).invoke(main, ["check", str(DATA / "h200x1-cupti")])
+    text = result.stdout[result.stdout.index("\nvariant") + 1:result.stdout.index("\nall ")]  # the verdict after it
+    cells = column_pieces(text, "rel_diff")
+    assert cells and all(len(p) == 1 and p[0].endswith(".000") for p in cells), cells
+    assert {p[0] for p in column_pieces(text, "tolerance")} == {"0.001", "0.010"}
+
+
+def test_a_name_is_elided_only_where_two_lines_of_its_column_cannot_hold_it():
+    """`critical-path` of the FSDP1 H200 trace: `FullyShardedDataParallel._pre_backward_prefetch`
+    (47 characters) was elided to 44, `_pre_ba…rd_prefetch`, in a column of 28 whose two lines
+    hold it whole (issue 27, item 5); now whole, and every name the json gives that two lines
+    of the column hold is shown whole."""
+    path = DATA / "h200x2-small" / "fsdp1" / "rank0.trace.json.gz"
+    text = run("critical-path", path)
+    names = {i["name"] for t in json.loads(run("critical-path", "--format", "json", path))["traces"]
+             for s in t["steps"] for i in s["items"]}
+    assert "FullyShardedDataParallel._pre_backward_prefetch" in names
+    cells = ["".join(p) for p in column_pieces(text, "name")]
+    width = len(next(r for h, r in zip(text.splitlines()[0].split(), text.splitlines()[1].split()) if h == "name"))
+    assert "FullyShardedDataParallel._pre_backward_prefetch" in cells
+    assert not [c for c in cells if "…" in c and len(c) <= 2 * width - 4]
+
+
+def test_an_identifier_stays_whole_where_column_names_can_make_room():
+    """`critical-path` of HTA's simple-add trace: its host spends most time in
+    `cudaDeviceGetStreamPriorityRange` (32 characters), printed `cudaDeviceGetStreamPrior` over
+    `ityRange` in a column of 24 (issue 27, item 5); column names break after their underscore
+    instead and the runtime calls are whole on their line, the table within 100 columns."""
+    path = DATA / "external" / "hta-simple-add" / "benchmark_result_493459_1694039959_trace.json.gz"
+    text = run("critical-path", path)
+    cells = column_pieces(text, "name")
+    for name in ("cudaDeviceGetStreamPriorityRange", "cudaStreamCreateWithFlags"):
+        assert [name] in cells, [c for c in cells if len(c) > 1]
+    assert max(map(len, text.splitlines())) <= 100

@@ -5,6 +5,7 @@ widest figures (a count's mean has a decimal), `--agg median` the widest step co
 on the folders of runs, whose `run` column makes them the widest tables)."""
 
 import os
+import re
 from functools import partial
 from pathlib import Path
 
@@ -70,7 +71,56 @@ def tables(runs: list[list], statistics=("mean",)) -> dict[str, str]:
 
 
 def widest(runs: list[list], statistics=("mean",)) -> dict[str, int]:
-    return {verb: max(map(len, text.splitlines())) for verb, text in tables(runs, statistics).items()}
+    """Each verb's widest line; asserts too that no table parts a number from its unit, and
+    that a kernel's name is elided only where the table takes the terminal's width (it has no
+    room for more: issue 27, item 5), and that a share's column has one number of decimals, 2
+    at most (`pct_of_busy` of a mean was `14.050` beside `9.84`: item 7)."""
+    texts = tables(runs, statistics)
+    assert not {verb: split for verb, text in texts.items() if (split := unit_splits(text))}
+    assert not [verb for verb, text in texts.items() if verb.startswith(("kernels", "critical-path")) and "…" in text
+                and max(map(len, text.splitlines())) < WIDTH]
+    assert not {verb: odd for verb, text in texts.items() if (odd := share_decimals(text))}
+    return {verb: max(map(len, text.splitlines())) for verb, text in texts.items()}
+
+
+UNIT = re.compile(r"(?:ns|µs|ms|s|%|×|B|KiB|MiB|GiB|GB/s|more|/ (?:ns|µs|ms|s))(?![\w/])")
+
+
+def share_decimals(text: str) -> dict[str, set[int]]:
+    """A table's share and rate columns (`pct`, `gbps` in the name, the lines of a broken name
+    joined) whose figures have more than 2 decimals, or not the same number on every row."""
+    lines, odd = text.splitlines(), {}
+    for k, rule in enumerate(lines):
+        if not rule.startswith("─"):
+            continue
+        head = list(reversed([line for line in reversed(lines[:k]) if line.strip()][:3]))
+        for m in re.finditer("─+", rule):
+            name = "".join(line[m.start():m.end()].strip() for line in head)
+            cells = [line[m.start():m.end()].strip() for line in lines[k + 1:] if line.strip()]
+            places = {len(c.partition(".")[2]) for c in cells if re.fullmatch(r"-?[\d,]+\.\d+", c)}
+            if re.search(r"pct|gbps", name) and (len(places) > 1 or max(places, default=0) > 2):
+                odd[name] = places
+    return odd
+
+
+def unit_splits(text: str) -> list[str]:
+    """The places where a line (or, under a table's rule, a column's line) ends with a number
+    and the next one goes on with its unit (`0.026` over `ms`, `… 3` over `more`): lines read as
+    prose, and a table's columns, bounded by its rule, where the next line goes on with the
+    row (its first column blank)."""
+    lines, found = text.splitlines(), []
+    columns = []  # under a table's rule, to the blank line after it
+    for a, b in zip(lines, lines[1:]):
+        if b.startswith("─"):
+            columns = [m.span() for m in re.finditer("─+", b)]
+        elif not a.strip():
+            columns = []
+        going_on = columns and not b[:columns[0][1]].strip()
+        for start, end in columns if going_on else [] if columns else [(0, None)]:
+            top, below = a[start:end].strip(), b[start:end].strip()
+            if re.search(r"\d$", top) and UNIT.match(below):
+                found.append(f"{top[-20:]} | {below[:20]}")
+    return found
 
 
 @pytest.mark.parametrize("path", trace_files(), ids=lambda p: str(p).split("/data/")[-1].split("/shared/")[-1])
@@ -97,13 +147,18 @@ DIFF_PAIRS = [(DATA / "h200x2-small" / "ddp", DATA / "h200x2-small" / "fsdp1"),
               (DATA / "wild" / "tracelens" / "h100" / "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz",
                DATA / "wild" / "tracelens" / "mi300" / "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"),
               (DATA / "external" / "hta-tests-data" / "trace_diff" / "control" / "control.json.gz",
-               DATA / "external" / "hta-tests-data" / "trace_diff" / "test" / "test.json.gz")]
+               DATA / "external" / "hta-tests-data" / "trace_diff" / "test" / "test.json.gz"),
+              (DATA.resolve() / "external" / "hta-tests-data" / "critical_path" / "cuda_event_sync_multi_stream" /
+               "event_sync_trace.json.gz", DATA.resolve() / "h200x2-small" / "ddp" / "rank0.trace.json.gz")]
 
 
-@pytest.mark.parametrize("pair", DIFF_PAIRS, ids=lambda p: p[0].parent.name)
+@pytest.mark.parametrize("pair", DIFF_PAIRS, ids=lambda p: f"{p[0].parent.name}-{p[1].parent.name}")
 def test_diff_fits_100_columns(pair):
     """`diff` of real pairs, each and over ranks: its header wraps after a long path (the
-    TraceLens H100 against MI300 pair took 111 columns), its tables fit."""
+    TraceLens H100 against MI300 pair took 111 columns), a path longer than a line is shown
+    shorter, its file's name whole (HTA's multi-stream trace by its absolute path: 120 columns),
+    its tables fit, and neither they, the lead nor a warning part a number from its unit
+    (`157.567` over `ms` in the header of HTA's trace_diff pair)."""
     from click.testing import CliRunner
 
     from tracekit.front.cli import main
@@ -111,3 +166,6 @@ def test_diff_fits_100_columns(pair):
         result = CliRunner(env={"COLUMNS": str(WIDTH)}).invoke(main, ["diff", "--ranks", ranks, *map(str, pair)])
         assert result.exit_code == 0, result.stderr
         assert max(map(len, result.stdout.splitlines())) <= WIDTH
+        heads = [line for line in result.stdout.splitlines() if line.startswith(("A ", "B "))]
+        assert heads and all(p.name in h for p, h in zip(pair, heads))
+        assert not unit_splits(result.stdout) and not unit_splits(result.stderr)

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import json
 import math
-import textwrap
 from dataclasses import replace
-from decimal import Decimal
 from functools import partial
 
 import polars as pl
 
-from .views import VIEWS, Layout, View, chosen, short_chain, short_kernel_name, table_text, terminal_width, with_figures
+from .views import (VIEWS, Layout, View, chosen, column_width, decimals, filled, kernel_column, path_text, paths_line,
+                    short_chain, shown_name, table_text, terminal_width, with_figures)
 
 
 def defined(value):
@@ -100,19 +99,41 @@ def render_frame(frame: pl.DataFrame, fmt: str, view: str | None = None, layout:
         return with_whole_counts(frame).write_csv()
     if fmt == "table":
         shown = VIEWS.get(view, View())
-        picked = chosen(frame, shown, layout)
-        table = with_figures(picked)
-        if not table.height:
-            return textwrap.fill(shown.empty, terminal_width())
-        whole = whole_in_steps(picked, frame)
-        blank = [] if layout.columns or layout.wide else blank_columns(table)
-        text = table_text(table.drop(blank), whole=whole)
-        if shown.telling and max(map(len, text.splitlines())) > terminal_width():  # they fit, or --wide shows them
-            table = with_figures(chosen(frame, replace(shown, telling={}, default=tuple(
-                c for c in shown.default if c not in shown.telling)), layout))
-            text = table_text(table.drop([c for c in blank if c in table.columns]), whole=whole)
-        return text + ("\n" + textwrap.fill(blank_note(blank), terminal_width()) if blank else "")
+        text, note = table_of(frame, shown, layout)
+        if shown.kernel_names and "…" in text and not (layout.wide or layout.columns):  # elided for want of room only
+            column = shown_name(shown.kernel_names[0], shown)
+            longer = table_of(frame, shown, replace(layout, longest=roomier(text, column, layout.longest)))
+            text, note = longer if max(map(len, longer[0].splitlines())) <= terminal_width() else (text, note)
+        return text + note
     return markdown(frame, VIEWS.get(view, View()))
+
+
+def roomier(text: str, column: str, longest: int) -> int:
+    """How long the kernel names of the table `text` (their column: `column`) may be: what the
+    terminal leaves beside the table more, or, where the column wraps (the table takes the
+    terminal), two of its lines; `longest` at least."""
+    room = terminal_width() - max(map(len, text.splitlines()))
+    return max(longest, longest + room if room > 0 else 2 * column_width(text, column))
+
+
+def table_of(frame: pl.DataFrame, shown: View, layout: Layout) -> tuple[str, str]:
+    """The terminal table of `frame` in the view `shown` (`views.table_text`; with `--wide`, the
+    paths above it) and the line under it: the rows with a figure, the columns blank in every
+    row left out with a line saying so, the `telling` columns only where they fit; one line
+    where no row has a figure."""
+    picked = chosen(frame, shown, layout)
+    table = with_figures(picked)
+    if not table.height:
+        return filled(shown.empty, terminal_width()), ""
+    whole = whole_in_steps(picked, frame)
+    blank = [] if layout.columns or layout.wide else blank_columns(table)
+    text = table_text(table.drop(blank), whole=whole, wide=layout.wide)
+    if shown.telling and max(map(len, text.splitlines())) > terminal_width():  # they fit, or --wide shows them
+        table = with_figures(chosen(frame, replace(shown, telling={}, default=tuple(
+            c for c in shown.default if c not in shown.telling)), layout))
+        text = table_text(table.drop([c for c in blank if c in table.columns]), whole=whole, wide=layout.wide)
+    above = paths_line(frame) + "\n" if layout.wide and paths_line(frame) else ""
+    return above + text, ("\n" + filled(blank_note(blank), terminal_width()) if blank else "")
 
 
 UNBLANKED = ("run", "rank", "step", "agg", "path", "variant")  # they name the row, blank or not
@@ -174,7 +195,7 @@ def for_reading(frame: pl.DataFrame, view: View) -> pl.DataFrame:
     def shown(name: str, dtype) -> pl.Expr:
         col = pl.col(name)
         if name in view.kernel_names:
-            col = short_kernel_name(col)
+            col = kernel_column(col, view.kernel_kinds)
         elif name in view.chains:
             col = short_chain(col)
         if dtype == pl.String and name not in view.prose:
@@ -190,25 +211,16 @@ def for_reading(frame: pl.DataFrame, view: View) -> pl.DataFrame:
 
 def markdown(frame: pl.DataFrame, view: View = View()) -> str:
     """A Markdown table of every column, for reading (`for_reading`: ms, long text elided); a
-    float column's values with one number of decimals, the most any of them needs (`185.0`
-    beside `185.5`, never `7.203514e6`)."""
+    float column's values with the decimals the table gives it (`views.decimals`: 3 for ms, what
+    the values need for shares and the rest), the same on every row, never `7.203514e6`; a
+    missing value blank, not `null`."""
     frame = for_reading(frame, view)
-    frame = frame.with_columns(pl.col(c).map_elements(partial(fixed, places=places(frame[c])), return_dtype=pl.String)
+    frame = frame.with_columns(pl.col(c).map_elements(partial(fixed, places=decimals(frame[c])), return_dtype=pl.String)
                                for c, t in frame.schema.items() if t.is_float())
+    frame = frame.with_columns(pl.all().cast(pl.String).fill_null(""))
     with pl.Config(tbl_formatting="MARKDOWN", tbl_rows=-1, tbl_cols=-1, tbl_width_chars=65_000,
                    fmt_str_lengths=65_000, tbl_hide_dataframe_shape=True, tbl_hide_column_data_types=True):
         return str(frame)
-
-
-MOST_PLACES = 6  # a float's decimals in Markdown at most (a mean over 3 ranks: 1234.333333)
-
-
-def places(values: pl.Series) -> int:
-    """The decimals the column's finite values need in full (their shortest exact text), at
-    most `MOST_PLACES`."""
-    needed = [max(0, -Decimal(repr(v)).normalize().as_tuple().exponent)
-              for v in values.drop_nulls() if math.isfinite(v)]
-    return min(max(needed, default=0), MOST_PLACES)
 
 
 def fixed(value: float, places: int) -> str:
@@ -293,18 +305,35 @@ def real_text(real: dict) -> str:
 
 
 def diff_blocks(a_path: str, b_path: str, diff, result, ranks: str, fmt: str, layout: Layout) -> list[str]:
-    """One diff's header (in a table, each line wrapped to the terminal after its path), items,
+    """One diff's header (in a table, each line wrapped to the terminal after its path, the
+    path relative or elided to fit a line: `path_text`), items,
     syncs and collectives."""
+    if fmt == "table":  # each path in a line of its own at most
+        a_path, b_path = (path_text(p, terminal_width() - 2) for p in (a_path, b_path))
     head = diff_head(a_path, b_path, diff, result, ranks)
     if fmt == "table":
-        head = "\n".join(textwrap.fill(line, terminal_width(), subsequent_indent="  ", break_long_words=False,
-                                        break_on_hyphens=False) for line in head.splitlines())
+        head = "\n".join(filled(line, terminal_width(), "  ") for line in head.splitlines())
     parts = [head, render_frame(diff.items, fmt, "diff.items", layout)]
     per_rank = ", mean per rank" if diff.rank is None and ranks == "mean" else ""  # counts such as 4.5
     for title, frame in (("syncs", diff.syncs), ("collectives", diff.collectives)):
         if frame.height:
             parts += [f"{title}{per_rank}:", render_frame(frame, fmt, f"diff.{title}", Layout(wide=layout.wide))]
     return parts
+
+
+def lead_text(lead: list[str], items: pl.DataFrame, fmt: str) -> str:
+    """The lead's sentences as one paragraph; in a table, filled to the terminal (`filled`) with
+    each kernel's name as the items' table shows it (`kernel_column`: a Tensile GEMM's 600
+    characters short), the full names being in json."""
+    text = " ".join(lead)
+    if fmt != "table":
+        return text
+    view = VIEWS["diff.items"]
+    names = items.select("name", short=kernel_column(pl.col("name"), view.kernel_kinds)).unique("name")
+    for full, short in sorted(names.iter_rows(), key=lambda r: -len(r[0] or "")):
+        if full and short and full != short:
+            text = text.replace(full, short)
+    return filled(text, terminal_width())
 
 
 def render_diff(a_path: str, b_path: str, result, fmt: str, layout: Layout = Layout(), ranks: str = "each",
@@ -319,7 +348,7 @@ def render_diff(a_path: str, b_path: str, result, fmt: str, layout: Layout = Lay
             return pl.concat([d.items.select(pl.lit(d.rank).alias("rank"), pl.all()) for d in result.per_rank],
                              how="diagonal_relaxed").write_csv()
         return result.shown(ranks).items.write_csv()
-    parts = [textwrap.fill(" ".join(lead), terminal_width() if fmt == "table" else 10**6)] if lead else []
+    parts = [lead_text(lead, result.shown(ranks).items, fmt)] if lead else []
     if result.real:
         parts += [real_text(result.real), render_frame(result.reconciled, fmt, "diff.reconciliation", Layout(wide=layout.wide))]
     for diff in result.per_rank if each else [result.shown(ranks)]:

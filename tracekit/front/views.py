@@ -12,10 +12,12 @@ default, add names to its `View.default` (raw or shown names; absent ones are sk
 from __future__ import annotations
 
 import math
+import os
 import re
 import shutil
 import textwrap
 from dataclasses import dataclass, field
+from functools import partial
 from itertools import combinations
 
 import polars as pl
@@ -30,13 +32,19 @@ class View:
     shares: dict = field(default_factory=dict)  # shown name → (part column, whole column)
     aliases: dict = field(default_factory=dict)  # raw column → shown name (before the unit suffix)
     kernel_names: tuple[str, ...] = ()  # raw columns of kernel names, shown without `void`, namespaces, arguments
+    kernel_kinds: tuple[str, ...] = ()  # the rows' `kind`s whose name is a kernel's (empty: every row's)
     chains: tuple[str, ...] = ()  # raw columns of blame chains (names joined by " < "), shown short
     prose: tuple[str, ...] = ()  # raw columns of sentences: whole in Markdown, where long names are elided
     varied: tuple[str, ...] = ("run", "step")  # default columns shown only when they take more than one value
+    # (a figure's column: more than one besides blanks)
     empty: str = "no figures in these traces"  # the table's one line when no row has a figure
     implied: dict = field(default_factory=dict)  # default column → the column that says it already
     telling: dict = field(default_factory=dict)  # default column → the rows' keys: shown only where two
     # rows that share those keys differ in it (the process group, dtype, device of look-alike rows)
+
+
+# characters of a kernel's name in a table (more where the table has room): with pct_peak, the default kernels table leaves 45
+LONGEST = 44
 
 
 @dataclass(frozen=True)
@@ -45,6 +53,7 @@ class Layout:
 
     columns: tuple[str, ...] | None = None
     wide: bool = False
+    longest: int = LONGEST  # a kernel's name's characters at most (more where the table has room: `render`)
 
 
 SPAN = "gpu_span_ns"
@@ -52,6 +61,7 @@ KEYS = ("run", "rank", "step", "agg", "device", "path", "variant", "n_steps")  #
 DEVICE_ONLY = ("no device activity (kernel, memcpy or memset records) in these steps: {} device work. "
                "CPU-only (gloo) runs: host-side collectives in `tracekit comms`, CPU time in `summary`")
 WORD = 24  # a text column is kept this wide, where its words are, before a column's name breaks
+WHOLE = 32  # an identifier up to this long is kept whole where the table can make room (`cudaStreamCreateWithFlags`)
 WRAPPED = 16  # text columns wider than this wrap when the table is too wide; names (run, kind) do not
 VIEWS = {
     "summary": View(("run", "rank", "step", "agg", "device", "cpu_ms", "gpu_span_ms", "busy_pct",
@@ -104,7 +114,10 @@ VIEWS = {
                                 aliases={"real_d_ms": "real", "real_d_ms_ci": "real_ci", "recorded_d_ms": "recorded",
                                          "attributed_d_ms": "attributed", "device_d_ms": "device",
                                          "idle_d_ms": "idle", "unexplained_ms": "unexplained"}),
-    "diff.items": View(("kind", "name", "phase", "fsdp", "change", "a_ms", "b_ms", "delta_ms", "critical", "why")),
+    "diff.items": View(("kind", "name", "op", "phase", "fsdp", "change", "a_ms", "b_ms", "delta_ms", "critical", "why"),
+                       kernel_names=("name",), kernel_kinds=("compute", "memcpy"),
+                       telling={"op": ("kind", "name", "phase", "fsdp")},  # one kernel from two ops: two rows
+                       varied=("phase", "fsdp")),  # a trace without phases: `unknown` on every row says nothing
     "diff.syncs": View(("api", "a_count", "a_blocked_ms", "b_count", "b_blocked_ms")),
     "diff.collectives": View(("kind", "a_count", "a_bytes", "a_exposed_ms", "b_count", "b_bytes", "b_exposed_ms")),
 }
@@ -139,10 +152,9 @@ LAUNCHERS = (r"^((at::native::)?(vectorized_|unrolled_|index_)?elementwise_kerne
              r"cutlass::device_kernel|ck_tile::kentry)$")
 
 
-LONGEST = 44  # characters of a kernel's name in a table: with pct_peak, the default kernels table leaves 45
 
 
-def short_kernel_name(name: pl.Expr) -> pl.Expr:
+def short_kernel_name(name: pl.Expr, longest: int = LONGEST) -> pl.Expr:
     """A kernel's base name, as `nsys stats` shows it: a mangled C++ name (`_Z…`, as HIP
     traces keep them) demangled, else its nested name (`sgl_hip::activation::act_and_mul_kernel`);
     no `void `, anonymous namespaces or `at::native::`, no template or argument lists; a generic
@@ -152,7 +164,7 @@ def short_kernel_name(name: pl.Expr) -> pl.Expr:
     forward`), a host op of the critical path named `enumerate(DataLoader)#…` its whole name.
     Where two different names of the column would look alike, each gets what tells it apart
     (`told_apart`: Tensile's `Cijk_… [MT256x128x64]`); past `LONGEST` characters the middle is
-    elided (the full name: `--wide`, json, csv)."""
+    elided (the full name: `--wide`, json, csv); `longest` where the table has more room."""
     clean = (name.map_batches(lambda names: pl.Series([demangled(n) if n else n for n in names], dtype=pl.String),
                               return_dtype=pl.String)
              .str.replace(r"^void ", "").str.replace_all(r"\(anonymous namespace\)::", "")
@@ -166,7 +178,18 @@ def short_kernel_name(name: pl.Expr) -> pl.Expr:
     whole = clean.str.contains(r"^[A-Za-z_][\w.]*\([^()<>]*\)#|^\S+\.py\(\d+\): ")  # `enumerate(DataLoader)#…`, a frame
     shown = pl.when(shown.is_null() | (shown == "") | whole).then(clean).otherwise(shown)
     shown = pl.when(clean.str.starts_with("_Z")).then(mangled_head(clean)).otherwise(shown)
-    return pl.struct(shown, clean.alias("__full")).map_batches(told_apart, return_dtype=pl.String)  # named as `name`
+    return pl.struct(shown, clean.alias("__full")).map_batches(partial(told_apart, longest=longest),
+                                                               return_dtype=pl.String)  # named as `name`
+
+
+def kernel_column(name: pl.Expr, kinds: tuple[str, ...] = (), longest: int = LONGEST) -> pl.Expr:
+    """A column of names short (`short_kernel_name`): those of the rows whose `kind` is one of
+    `kinds` (a diff's compute and memcpy items; the others name an idle cause, a collective, a
+    host op), every row's without `kinds`."""
+    if not kinds:
+        return short_kernel_name(name, longest)
+    kernel = pl.col("kind").is_in(list(kinds))
+    return pl.coalesce(short_kernel_name(pl.when(kernel).then(name), longest), name)
 
 
 def mangled_head(name: pl.Expr) -> pl.Expr:
@@ -184,23 +207,24 @@ def mangled_head(name: pl.Expr) -> pl.Expr:
     return name.map_batches(lambda names: pl.Series([head(n) for n in names], dtype=pl.String), return_dtype=pl.String)
 
 
-def told_apart(pairs: pl.Series) -> pl.Series:
+def told_apart(pairs: pl.Series, longest: int = LONGEST) -> pl.Series:
     """Each (shown, full) name's shown name (a struct of the two, in that order); where different full names would be shown alike,
     with the words of its full name at the places where those names first differ from each
     other (`Cijk_Alik_Bljk_… [MT256x128x64]` beside `… [MT128x224x64]`), so that no two of them
-    look alike; past `LONGEST` characters the middle elided."""
+    look alike; past `longest` characters the middle elided."""
     shown, full = (pairs.struct.field(f.name).to_list() for f in pairs.dtype.fields)
     alike: dict[str, set[str]] = {}
     for s, f in zip(shown, full):
         if s is not None:
-            alike.setdefault(elided(s, None), set()).add(f)
+            alike.setdefault(elided(s, None, longest), set()).add(f)
     marks = {}
     for looks, names in alike.items():
         words = {f: re.findall(r"[A-Za-z0-9]+", f or "") for f in names}
         places = sorted({first_difference(words[a], words[b]) for a, b in combinations(sorted(names), 2)})
         for f in names if len(names) > 1 else ():
             marks[looks, f] = ", ".join(words[f][i] if i < len(words[f]) else "–" for i in places)
-    return pl.Series([elided(s, marks.get((elided(s, None), f))) for s, f in zip(shown, full)], dtype=pl.String)
+    return pl.Series([elided(s, marks.get((elided(s, None, longest), f)), longest) for s, f in zip(shown, full)],
+                     dtype=pl.String)
 
 
 def first_difference(a: list[str], b: list[str]) -> int:
@@ -208,17 +232,18 @@ def first_difference(a: list[str], b: list[str]) -> int:
     return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
 
 
-def elided(shown: str | None, mark: str | None) -> str | None:
-    """`shown` (with ` [mark]` where it has one) in at most `LONGEST` characters: the middle of
-    a longer name elided, the mark kept (its own middle elided past half of them)."""
+def elided(shown: str | None, mark: str | None, longest: int = LONGEST) -> str | None:
+    """`shown` (with ` [mark]` where it has one) in at most `longest` characters: the middle of
+    a longer name elided (its last 11 characters kept), the mark kept (its own middle elided
+    past half of them)."""
     if shown is None:
         return None
     if mark is None:
-        return shown if len(shown) <= LONGEST else shown[:32] + "…" + shown[-(LONGEST - 33):]
-    if len(mark) > LONGEST // 2:
-        mark = mark[:LONGEST // 4] + "…" + mark[-(LONGEST // 4):]
+        return shown if len(shown) <= longest else shown[:longest - 12] + "…" + shown[-11:]
+    if len(mark) > longest // 2:
+        mark = mark[:longest // 4] + "…" + mark[-(longest // 4):]
     tail = f" [{mark}]"
-    room = LONGEST - len(tail)
+    room = longest - len(tail)
     return (shown if len(shown) <= room else shown[:room - 1] + "…") + tail
 
 
@@ -245,12 +270,12 @@ def size_text(n: int) -> str:
     return pl.select(human_bytes(pl.lit(n, pl.Int64))).item()
 
 
-def in_units(raw: str, dtype, view: View, wide: bool = False) -> pl.Expr:
+def in_units(raw: str, dtype, view: View, wide: bool = False, longest: int = LONGEST) -> pl.Expr:
     """The column as a person reads it: ns → ms (3 decimals), bytes → GiB/MiB/KiB, kernel
     names short (full with `wide`)."""
     col = pl.col(raw)
     if raw in view.kernel_names and not wide:
-        return short_kernel_name(col)
+        return kernel_column(col, view.kernel_kinds, longest)
     if raw in view.chains and not wide:
         return short_chain(col)
     if not dtype.is_numeric():
@@ -262,11 +287,12 @@ def in_units(raw: str, dtype, view: View, wide: bool = False) -> pl.Expr:
     return col
 
 
-def catalogue(frame: pl.DataFrame, view: View, wide: bool = False) -> dict[str, pl.Expr]:
+def catalogue(frame: pl.DataFrame, view: View, wide: bool = False, longest: int = LONGEST) -> dict[str, pl.Expr]:
     """Every column the table can show, by shown name: the frame's own, its run (the trace's
     directory; its file's name where two files of the folder claim one rank, after the folder
     where two folders hold files of that name) and the view's shares."""
-    out = {shown_name(c, view): in_units(c, t, view, wide).alias(shown_name(c, view)) for c, t in frame.schema.items()}
+    out = {shown_name(c, view): in_units(c, t, view, wide, longest).alias(shown_name(c, view))
+           for c, t in frame.schema.items()}
     if "path" in frame.columns:  # a trace file's folder; its own name where two files of one rank share one
         path = pl.col("path").str.replace(r"/+$", "")
         file = path.str.contains(r"\.json(\.gz)?$")
@@ -286,7 +312,7 @@ def catalogue(frame: pl.DataFrame, view: View, wide: bool = False) -> dict[str, 
 def chosen(frame: pl.DataFrame, view: View, layout: Layout) -> pl.DataFrame:
     """The table's columns: `layout.columns`, every column with `wide`, else the view's
     default (of its `varied` columns, those that take more than one value)."""
-    shown = catalogue(frame, view, layout.wide)
+    shown = catalogue(frame, view, layout.wide, layout.longest)
     if layout.columns:
         names = {**{c: shown_name(c, view) for c in frame.columns},
                  **{view.aliases.get(c, c): shown_name(c, view) for c in frame.columns}, **{c: c for c in shown}}
@@ -294,15 +320,35 @@ def chosen(frame: pl.DataFrame, view: View, layout: Layout) -> pl.DataFrame:
         if unknown:
             raise UsageError(f"--columns: no column {', '.join(unknown)}; choose from {', '.join(shown)}")
         return frame.select(shown[names[c]] for c in layout.columns)
-    if layout.wide or not view.default:
-        return frame.select(shown[shown_name(c, view)] for c in frame.columns)
+    if layout.wide or not view.default:  # a trace's path once, above the table (`paths_line`), not on every row
+        several = "path" in frame.columns and frame.select(shown["run"].n_unique()).item() > 1  # runs
+        return frame.select(shown["run" if c == "path" else shown_name(c, view)] for c in frame.columns
+                            if c != "path" or several and layout.wide or not layout.wide)
+    def varies(c: str) -> bool:  # a figure's column: besides blanks
+        return frame.select((shown[c] if c in KEYS else shown[c].drop_nulls()).n_unique()).item() > 1
+
     names = [c for c in view.default if c in shown and view.implied.get(c) not in shown and
-             (c not in view.varied or frame.select(shown[c].n_unique()).item() > 1)]
+             (c not in view.varied or varies(c))]
     names = [c for c in names if c not in view.telling or telling(frame, shown[c], view.telling[c], view)]
     if "step" in names and "agg" in names:  # one column: the step, or the statistic's row (`mean`)
         shown["step"] = pl.coalesce(pl.col("agg"), pl.col("step").cast(pl.String)).alias("step")
         names.remove("agg")
     return frame.select(shown[c] for c in names)
+
+
+def column_width(text: str, name: str) -> int:
+    """The width of the column `name` of the table `text` (by its rule; 0 if it has none)."""
+    lines = text.splitlines()
+    rule = next((k for k, line in enumerate(lines) if line.startswith("─")), None)
+    spans = [m.span() for m in re.finditer("─+", lines[rule])] if rule else []
+    return next((b - a for a, b in spans if any(line[a:b].strip() == name for line in lines[:rule])), 0)
+
+
+def paths_line(frame: pl.DataFrame) -> str:
+    """Above a `--wide` table, which shows a row's run (its folder) and not its path: the paths
+    of its traces, once each (`path: P`, or `paths:` then one a line)."""
+    paths = frame["path"].unique(maintain_order=True).to_list() if "path" in frame.columns else []
+    return f"path: {paths[0]}" if len(paths) == 1 else "paths:\n" + "\n".join(f"  {p}" for p in paths) if paths else ""
 
 
 def with_figures(table: pl.DataFrame) -> pl.DataFrame:
@@ -318,6 +364,24 @@ def telling(frame: pl.DataFrame, column: pl.Expr, keys: tuple[str, ...], view: V
     raw = {view.aliases.get(c, c): c for c in frame.columns}
     by = [pl.col(raw[k]) for k in keys if k in raw] or [pl.lit(0)]
     return frame.select(column.n_unique().over(by).max()).item() > 1
+
+
+def path_text(path: str, room: int) -> str:
+    """`path` as a table's heading shows it in at most `room` characters: relative to the
+    current folder where it lies under it, then, where still longer, its middle folders elided
+    (`/work/…/trace_diff/control/control.json.gz`), its file's name kept whole where it fits."""
+    here = os.getcwd().rstrip("/") + "/"
+    text = path[len(here):] if path.startswith(here) else path
+    if len(text) <= room:
+        return text
+    parts = text.split("/")
+    head, tail = ("/".join(parts[:2]) if text.startswith("/") else parts[0]), parts[-1]
+    for part in reversed(parts[2 if text.startswith("/") else 1:-1]):
+        if len(f"{head}/…/{part}/{tail}") > room:
+            break
+        tail = f"{part}/{tail}"
+    text = f"{head}/…/{tail}"
+    return text if len(text) <= room else "…" + text[len(text) - room + 1:]
 
 
 def terminal_width() -> int:
@@ -344,12 +408,18 @@ def cell(value, decimals: int, separators: bool = True, whole: bool = False) -> 
     return str(value)
 
 
+SHARE = re.compile(r"(?:^|[._])(?:pct|gbps)(?:_|$)")  # a percentage or a rate: `busy_pct`, `pct_of_busy`, `busbw_gbps`
+RELATIVE = ("rel_diff", "tolerance")  # relative figures, read against each other: 3 decimals always
+
+
 def decimals(values: pl.Series) -> int:
-    """The decimals of a float column, the same on every row: 3 for ms; what the values need
-    (1 or 2) for percentages and rates; else what the values need, at most 3."""
-    if values.name == "ms" or values.name.endswith("_ms"):
+    """The decimals of a float column, the same on every row: 3 for ms and for relative
+    differences and their tolerances (`0.000` beside `0.001`, never `0`); what the values need
+    (1 or 2) for percentages and rates (`pct_of_busy` too: a mean of 0.795 reads `0.80`, not
+    beside `14.050`); else what the values need, at most 3."""
+    if values.name == "ms" or values.name.endswith("_ms") or values.name.endswith(RELATIVE):
         return 3
-    most = 2 if values.name.endswith(("pct", "gbps")) else 3
+    most = 2 if SHARE.search(values.name) else 3
     needed = [len(f"{v:.{most}f}".rstrip("0").partition(".")[2]) for v in values
               if isinstance(v, float) and math.isfinite(v)]
     return max(needed, default=0) if most == 3 else max([1, *needed])
@@ -366,28 +436,65 @@ def header_pieces(name: str, size: int) -> list[str]:
     return lines
 
 
-# Where a word too long for its line breaks: after `::`, `.`, `_` (not `._`: after its dot), `/`, `<`,
-# `,`, `(`, `:`, `-` or `…` — never inside an identifier's run of letters and digits (`cudaDevice|Synchronize`).
-BREAKS = re.compile(r"::|[./<,(:\-…]|(?<!\.)_")
+# Where a word too long for its line breaks: at a token's boundary, after `::`, `.`, `/`, `<`, `,`,
+# `(`, `:`, `-`, `#` or `…`; inside an identifier only after an underscore (not one of a run, `__next__`,
+# nor one that starts a name, `._x`, `#_x`), where it has no boundary that fits; never inside a run of
+# letters and digits (`cudaDevice|Synchronize`) but where there is no other place at all.
+TOKEN_BREAKS = re.compile(r"::|[./<,(:\-…#]")
+IDENTIFIER_BREAKS = re.compile(r"(?<![._#])_(?!_)")
+BREAKS = re.compile(f"{TOKEN_BREAKS.pattern}|{IDENTIFIER_BREAKS.pattern}")
 PIECE = 4  # the fewest characters of a word put at the end of a line before the rest of it
 NARROW = 12  # a text column's width at least, where the table cannot give it its words (WORD)
 WIDE = 2 * WORD  # a text column's width at least where the table is wider than the terminal anyway (--wide)
+# Spaces that never end a line: between a number and its unit (`13.742 ms`, `0.026 / ms`, `1.20 ×`,
+# `3.53 GiB`, `… 3 more`), and in `rank 0`, `step 12`
+KEPT_SPACES = re.compile(r"(?<=\d) (?=(?:ns|µs|us|ms|s|min|%|×|B|KiB|MiB|GiB|TiB|GB/s|TB/s|TFLOP/s|more)(?![\w/]))"
+                         r"|(?<=\d) (?=/ (?:ns|µs|us|ms|s)\b)|(?<=\d /) (?=(?:ns|µs|us|ms|s)\b)"
+                         r"|(?:(?<=\brank)|(?<=\bstep)) (?=\d)|(?<=…) (?=\d+ more)")
+NBSP = "\u00a0"
+
+
+def kept_together(text: str) -> str:
+    """`text` with the spaces that must not end a line (`KEPT_SPACES`) made no-break spaces."""
+    return KEPT_SPACES.sub(NBSP, text)
+
+
+def filled(text: str, width: int, indent: str = "") -> str:
+    """Prose (a note, a sentence, a heading) filled in lines of at most `width`, the lines after
+    the first indented by `indent`: a number kept with its unit (`KEPT_SPACES`), a path or name
+    whole on its line, never broken inside."""
+    return textwrap.fill(kept_together(text), width, subsequent_indent=indent, break_long_words=False,
+                         break_on_hyphens=False).replace(NBSP, " ")
+
+
+def words_of(text: str) -> list[str]:
+    """`text`'s words, split at its spaces but those `kept_together` (no-break spaces)."""
+    return [w for w in re.split(r"[^\S\u00a0]+", kept_together(text)) if w]
+
+
+def cut_at(word: str, room: int) -> int:
+    """Where `word` breaks to fill `room`: after its last token boundary that fits, else (none
+    of at least `PIECE` characters) after its last underscore that fits (`BREAKS`); 0 if none."""
+    cut = max((m.end() for m in TOKEN_BREAKS.finditer(word) if m.end() <= room), default=0)
+    if cut >= PIECE:
+        return cut
+    return max((m.end() for m in BREAKS.finditer(word) if m.end() <= room), default=0)
 
 
 def wrapped(text: str, width: int) -> list[str]:
-    """`text` in lines of at most `width`, filled word by word: a word that does not fit the
-    line's rest starts the next line; one longer than a line is broken at its last boundary
-    that fits (`BREAKS`: `FullyShardedDataParallel.` over `_pre_forward`), mid-identifier only
-    where it has none."""
+    """`text` in lines of at most `width`, filled word by word (a number kept with its unit:
+    `kept_together`): a word that does not fit the line's rest starts the next line; one longer
+    than a line is broken at its last boundary that fits (`cut_at`: `FullyShardedDataParallel.`
+    over `_pre_forward`), mid-identifier only where it has none."""
     lines, line = [], ""
-    for word in text.split():
+    for word in words_of(text):
         while word:
             sep = " " if line else ""
             room = width - len(line) - len(sep)
             if len(word) <= room:
                 line, word = line + sep + word, ""
                 continue
-            cut = max((m.end() for m in BREAKS.finditer(word) if m.end() <= room), default=0)
+            cut = cut_at(word, room)
             if line and (cut < PIECE or len(word) <= width):
                 lines.append(line)  # the word starts the next line
                 line = ""
@@ -395,7 +502,8 @@ def wrapped(text: str, width: int) -> list[str]:
             cut = cut or width
             lines.append(line + sep + word[:cut])
             line, word = "", word[cut:]
-    return lines + [line] if line or not lines else lines
+    lines = lines + [line] if line or not lines else lines
+    return [piece.replace(NBSP, " ") for piece in lines]
 
 
 def atoms_of(word: str) -> list[str]:
@@ -404,14 +512,15 @@ def atoms_of(word: str) -> list[str]:
     return [word[a:b] for a, b in zip([0, *ends], [*ends, len(word)])]
 
 
-def table_text(frame: pl.DataFrame, width: int | None = None, whole: set[str] = frozenset()) -> str:
+def table_text(frame: pl.DataFrame, width: int | None = None, whole: set[str] = frozenset(), wide: bool = False) -> str:
     """The frame as an aligned plain table (numbers right, text left, a rule under the names),
     two spaces between columns. A figure's column is never narrower than its widest figure, and
     its name breaks (after an underscore) only where the table would not fit otherwise; when the table is wider than `width` (default: the
     terminal's), the text columns wrap (at `BREAKS`) to share what the others leave, each kept
     as wide as its longest word (up to `WORD`) where there is room, else its longest identifier,
     else `NARROW`, else what is left, and `WIDE` where the table is wider than the terminal all
-    the same (`--wide`); nothing is cut. The columns `whole` are counts: their whole values shown as integers (`cell`)."""
+    the same (`--wide`, `wide`: its names whole, its text columns `WIDE` wide where the terminal
+    is narrower); nothing is cut. The columns `whole` are counts: their whole values shown as integers (`cell`)."""
     width = width or terminal_width()
     columns = frame.columns
     texts = [[cell(v, decimals(frame[c]), c not in IDENTIFIERS, c in whole) for v in frame[c]] for c in columns]
@@ -419,12 +528,15 @@ def table_text(frame: pl.DataFrame, width: int | None = None, whole: set[str] = 
     sizes = [max(len(c), max(map(len, column), default=0)) for c, column in zip(columns, texts)]
     gaps = 2 * (len(columns) - 1)
     wrap = [i for i, t in enumerate(frame.dtypes) if t == pl.String and sizes[i] > WRAPPED]
+    if wide:  # the terminal, or what its figures and its text columns at `WIDE` take
+        width = max(width, sum(s for i, s in enumerate(sizes) if i not in wrap) + gaps + sum(
+            max(len(columns[i]), min(sizes[i], WIDE)) for i in wrap))
     room = width - sum(s for i, s in enumerate(sizes) if i not in wrap) - gaps
-    words = {i: max((len(w) for t in texts[i] for w in t.split()), default=0) for i in wrap}
-    atoms = {i: max((len(a) for t in texts[i] for w in t.split() for a in atoms_of(w)), default=0) for i in wrap}
+    words = {i: max((len(w) for t in texts[i] for w in words_of(t)), default=0) for i in wrap}
+    atoms = {i: max((len(a) for t in texts[i] for w in words_of(t) for a in atoms_of(w)), default=0) for i in wrap}
 
-    def at_least(most: dict) -> dict:
-        return {i: max(len(columns[i]), min(sizes[i], WORD, most[i])) for i in wrap}
+    def at_least(most: dict) -> dict:  # an identifier up to `WHOLE` characters, words up to `WORD`
+        return {i: max(len(columns[i]), min(sizes[i], WHOLE if most is atoms else WORD, most[i])) for i in wrap}
 
     heads = [[c] for c in columns]
     fixed = [i for i in range(len(columns)) if i not in wrap]

@@ -6,7 +6,6 @@ from __future__ import annotations
 import functools
 import re
 import sys
-import textwrap
 from pathlib import Path
 
 import click
@@ -49,13 +48,19 @@ def sample_trace_path() -> str:
     return str(files("tracekit") / "data" / "fsdp1_rank0.trace.json.gz")
 
 
+def counted(n: int, thing: str, things: str | None = None) -> str:
+    """`1 thing`, `2 things` (`things` where the plural is not `thing` + `s`)."""
+    return f"{n:,} {thing if n == 1 else things or thing + 's'}"
+
+
 def inputs(paths) -> list:
     """`paths`, or the bundled sample trace with a note on stderr saying so (and how to read
     the traces in the current folder, where there are any)."""
     if paths:
         return once(paths)
     here = sorted(p.name for p in Path.cwd().glob("*.json*") if p.name.endswith((".json", ".json.gz")))
-    hint = f"; this folder holds {len(here)} JSON file(s): `tracekit <verb> .` reads them" if here else ""
+    reads = f"`tracekit <verb> .` reads {'it' if len(here) == 1 else 'them'}"
+    hint = f"; this folder holds {counted(len(here), 'JSON file')}: {reads}" if here else ""
     say(f"no PATHS given: reading the bundled sample trace {Path(sample_trace_path()).name} "
         f"(FSDP1, rank 0 of 2 × H200){hint}")
     return [sample_trace_path()]
@@ -133,21 +138,15 @@ def said() -> None:
         shout(note)
 
 
-# A number and its unit (`13.742 ms`, `1.20 ×`, `3.53 GiB`): one word when a note is wrapped
-WITH_UNIT = re.compile(r"(?<=\d) (?=(?:ns|µs|us|ms|s|min|%|×|B|KiB|MiB|GiB|TiB|GB/s|TB/s|TFLOP/s)(?![\w/]))")
-
-
 def shout(note: str, prefix: str = "tracekit: ", wrap: bool = True) -> None:
     """`PREFIX NOTE` on stderr, wrapped at the terminal's width (a number kept with its unit,
-    a long path or name whole on its line). An error is wrapped only for a person at a terminal
-    (`wrap`): to a script or a log it is one line."""
-    from tracekit.front.views import terminal_width
+    a long path or name whole on its line: `views.filled`). An error is wrapped only for a
+    person at a terminal (`wrap`): to a script or a log it is one line."""
+    from tracekit.front.views import filled, terminal_width
 
     if not wrap:
         return click.echo(f"{prefix}{note}", err=True)
-    text = textwrap.fill(WITH_UNIT.sub("\u00a0", f"{prefix}{note}"), terminal_width(), subsequent_indent="  ",
-                         break_on_hyphens=False, break_long_words=False)
-    click.echo(text.replace("\u00a0", " "), err=True)
+    click.echo(filled(f"{prefix}{note}", terminal_width(), "  "), err=True)
 
 
 def of_ranks(runs, rank: int | None, paths) -> list:

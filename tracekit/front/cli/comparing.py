@@ -10,9 +10,9 @@ import click
 
 from tracekit.core.errors import UsageError
 
-from .common import (analysed_runs, emit, existing, format_option, load_options, load_traces, main, named_beside,
-                     new_file, of_ranks, rank_option, render_frame, say, shout, steps_choice, table_layout,
-                     wrote)
+from .common import (analysed_runs, counted, emit, existing, format_option, load_options, load_traces, main,
+                     named_beside, new_file, of_ranks, rank_option, render_frame, say, shout, steps_choice,
+                     table_layout, wrote)
 
 
 def named_material(trace, by: str, comm_kernels: tuple = (), cache=None):
@@ -60,7 +60,8 @@ def diff_sides(paths: tuple) -> tuple[str, str]:
     """A's and B's paths: `A B` (trace files or run directories), or `OUT A B` (variant names
     of one profile output)."""
     if len(paths) not in (2, 3):
-        raise UsageError(f"diff takes A B, or OUT A B (variants of a profile output); got {len(paths)} argument(s)")
+        raise UsageError("diff takes A B, or OUT A B (variants of a profile output); "
+                         f"got {counted(len(paths), 'argument')}")
     if len(paths) == 2:
         existing(None, None, paths)
         return paths

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from .common import (emit, existing, format_option, load_options, load_traces, main, new_file, rank_option,
+from .common import (counted, emit, existing, format_option, load_options, load_traces, main, new_file, rank_option,
                      say, steps_choice, wrote)
 from .comparing import diff_sides, diffed, side_names
 
@@ -29,7 +29,7 @@ def export(paths, output, as_diff, steps, rank, options, top):
     if not as_diff:
         existing(None, None, paths)
         n = export_traces(list(paths), output, options, rank)
-        wrote(output, f" ({n} rank trace(s)); view it with `tracekit open {output}`")
+        wrote(output, f" ({counted(n, 'rank trace')}); view it with `tracekit open {output}`")
         return
     a, b = diff_sides(paths)
     a_traces, b_traces, result = diffed(a, b, steps, rank, top, "kernel", options, whole=True)
@@ -82,7 +82,7 @@ def cache_clear():
     from tracekit.core.cache import clear
 
     traces, answers = clear()
-    click.echo(f"tracekit: removed {traces} cached trace(s) and {answers} kept answer(s)", err=True)
+    click.echo(f"tracekit: removed {counted(traces, 'cached trace')} and {counted(answers, 'kept answer')}", err=True)
 
 
 @main.group()
