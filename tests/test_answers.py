@@ -440,7 +440,9 @@ def test_breakdown_top_keeps_the_largest_parts_and_the_sum():
     for whole, step in zip(every, cut):
         largest = sorted((p["ns"] for p in whole["parts"]), reverse=True)
         assert [p["ns"] for p in step["parts"][:3]] == largest[:3]
-        assert step["parts"][3] == {"category": "other", "cause": f"{len(largest) - 3} more parts", "ns": sum(largest[3:])}
+        rest = sorted(whole["parts"], key=lambda p: -p["ns"])[3:]
+        assert step["parts"][3] == {"category": "other", "cause": f"{len(largest) - 3} more parts", "ns": sum(largest[3:]),
+                                    "pct": pytest.approx(sum(p["pct"] for p in rest), abs=0.006)}
         assert sum(p["ns"] for p in step["parts"]) == whole["span_ns"]
     rows = cli("breakdown", RESNET).stdout.splitlines()[2:]
     assert len([r for r in rows if r.split()[0].isdigit()]) == 11 * len(every)
@@ -720,3 +722,53 @@ def test_the_mean_of_one_step_is_that_step():
         (step,), (mean,) = ([s for s in trace["steps"] if (s.get("agg") is None) == one] for one in (True, False))
         assert [(c["kind"], c["busbw_gbps"], c["algbw_gbps"]) for c in step["collectives"]] == \
             [(c["kind"], c["busbw_gbps"], c["algbw_gbps"]) for c in mean["collectives"]]
+
+
+def steps_of(*args) -> list[dict]:
+    """The step objects (no statistic) of the first trace of `args`, in JSON."""
+    return json.loads(cli(*args, "--format", "json").stdout)["traces"][0]["steps"]
+
+
+def statistic_of(*args, agg: str) -> dict:
+    (row,) = [s for s in steps_of(*args, "--agg", agg) if s["step"] is None]
+    return row
+
+
+@pytest.mark.parametrize("agg", ["max", "mean"])
+def test_a_statistic_of_shares_is_the_statistic_of_the_steps_shares(agg):
+    """`--agg`: a share on the statistic row is the statistic of the steps' own shares, each
+    computed here from the step's ns figures. The 10-step CUPTI trace's busy_pct reaches 21.0
+    (step 5); its `max` row read 15.7 (max busy over max span, two different steps' figures).
+    The same for breakdown's parts (per category and cause, a step without the part 0 %),
+    critical-path's host_pct, overlap's overlap_pct, kernels' pct_of_busy (lean FSDP2 rank 0)."""
+    stat = {"max": max, "mean": lambda v: sum(v) / len(v)}[agg]
+    cupti = DATA / "h200x1-cupti" / "fsdp2"
+    steps = steps_of("summary", cupti)
+    busy = stat([s["gpu_busy_ns"] / s["gpu_span_ns"] * 100 for s in steps])
+    lines = cli("summary", "--agg", agg, "--columns", "agg,busy_pct", cupti).stdout.splitlines()
+    assert lines[-1].split()[0] == agg and float(lines[-1].split()[1]) == pytest.approx(busy, abs=0.06)
+    assert statistic_of("summary", cupti, agg=agg)["busy_pct"] == pytest.approx(busy, abs=0.01)
+
+    lean = DATA / "h200x2-lean" / "fsdp2" / "rank0.pt.trace.json.gz"
+    steps = steps_of("breakdown", "--top", 1000, lean)
+    shares = {(p["category"], p["cause"]) for s in steps for p in s["parts"]}
+    want = {key: stat([sum(p["ns"] for p in s["parts"] if (p["category"], p["cause"]) == key) / s["span_ns"] * 100
+                       for s in steps]) for key in shares}
+    got = {(p["category"], p["cause"]): p["pct"]
+           for p in statistic_of("breakdown", "--top", 1000, lean, agg=agg)["parts"]}
+    assert got.keys() == want.keys() and all(got[k] == pytest.approx(want[k], abs=0.01) for k in want)
+
+    steps = steps_of("critical-path", lean)
+    host = stat([s["host_ns"] / s["span_ns"] * 100 for s in steps])
+    assert statistic_of("critical-path", lean, agg=agg)["host_pct"] == pytest.approx(host, abs=0.01)
+
+    steps = steps_of("overlap", lean)
+    overlap = stat([s["overlap_ns"] / s["comm_ns"] * 100 for s in steps])
+    assert statistic_of("overlap", lean, agg=agg)["overlap_pct"] == pytest.approx(overlap, abs=0.01)
+
+    steps = steps_of("kernels", "--top", 3, lean)
+    name = steps[0]["kernels"][0]["name"]  # the largest kernel of step 1, in every step
+    pct = stat([next(k["total_ns"] for k in s["kernels"] if k["name"] == name) / s["gpu_busy_ns"] * 100
+                for s in steps_of("kernels", "--top", 1000, lean)])
+    (row,) = [k for k in statistic_of("kernels", "--top", 1000, lean, agg=agg)["kernels"] if k["name"] == name]
+    assert row["pct_of_busy"] == pytest.approx(pct, abs=0.01)
