@@ -198,8 +198,25 @@ def test_busy_pct_has_one_meaning():
 def test_diff_of_a_trace_with_itself_says_so():
     path = DATA / "h200x2-small" / "ddp" / "rank0.trace.json.gz"
     result = cli("diff", path, path)
-    assert result.exit_code == 0 and "A and B are the same trace(s): every Δ is 0" in result.stderr
+    assert result.exit_code == 0 and "A and B are the same trace: the same file; every Δ is 0" in result.stderr
     assert "takes as long as" in result.stdout and "0.000 ms less" not in result.stdout
+
+
+@pytest.mark.parametrize("trace", [DATA / "h200x2-lean" / "fsdp2" / "rank0.pt.trace.json.gz",  # names/ beside it
+                                   DATA / "h200x2-blocks4" / "ddp" / "rank0.pt.trace.json.gz"])
+def test_a_trace_diffed_with_its_copy_elsewhere_is_the_same_trace(tmp_path, trace):
+    """A trace and its byte-identical copy outside its folder: every item the same on both sides
+    (the lean trace's copy, without the `names/` beside the original, read every kernel added and
+    removed), and one line saying A and B are the same trace."""
+    copy = tmp_path / trace.name
+    copy.write_bytes(trace.read_bytes())
+    result = cli("diff", "--format", "json", trace, copy)
+    assert result.exit_code == 0, result.output
+    items = json.loads(result.stdout)["items"]
+    assert items and all(i["change"] == "" and i["delta_ns"] == 0 and i["a_ns"] == i["b_ns"] for i in items)
+    same = [line for line in result.stderr.splitlines() if "A and B are the same trace" in line]
+    assert same == ["tracekit: warning: A and B are the same trace: identical events in both files (a copy); "
+                    "every Δ is 0"]
 
 
 def test_diff_of_a_cpu_run_with_a_gpu_run_cautions():

@@ -32,7 +32,7 @@ def diffed(a, b, steps, rank, top: int, by: str, options: dict, whole: bool = Fa
     here only when `whole` (for export); else each rank's diff material comes from a worker."""
     from functools import partial
 
-    from tracekit.analyses.diff import combine, diff_runs, sign_disagreements
+    from tracekit.analyses.diff import combine, diff_runs, material, named_on_one_side, sign_disagreements
     from tracekit.analyses.fidelity import with_real
     from tracekit.core.loading import profile_variant
 
@@ -46,6 +46,15 @@ def diffed(a, b, steps, rank, top: int, by: str, options: dict, whole: bool = Fa
         a_traces = b_traces = None
         naming = partial(named_material, by=by, comm_kernels=options["comm_kernels"], cache=options["cache"])
         sides = [[m for _, m in of_ranks(analysed_runs([p], options, naming, rank=rank), rank, [p])] for p in (a, b)]
+        if (side := named_on_one_side(*sides)) is not None:  # compare on what both sides have: no names
+            say(f"warning: {side}'s traces are named from the full step in names/ beside them, "
+                f"{'B' if side == 'A' else 'A'}'s have none: both are compared without those names (launching ops, "
+                "phases and collective dtypes as the recordings themselves have them)")
+            plain = partial(material, by=by)
+            index = "AB".index(side)
+            path = (a, b)[index]
+            sides[index] = [m for _, m in of_ranks(analysed_runs([path], options, plain, rank=rank, named=False),
+                                                   rank, [path])]
         result = combine(*sides, step, top, by)
     (ma, va), (mb, vb) = profile_variant(a), profile_variant(b)
     warnings = result.warnings + with_real(result, ma, va, mb, vb)
