@@ -789,3 +789,25 @@ def test_a_statistic_of_shares_is_the_statistic_of_the_steps_shares(agg):
                 for s in steps_of("kernels", "--top", 1000, lean)])
     (row,) = [k for k in statistic_of("kernels", "--top", 1000, lean, agg=agg)["kernels"] if k["name"] == name]
     assert row["pct_of_busy"] == pytest.approx(pct, abs=0.01)
+
+
+def test_check_says_not_recorded_where_the_runtime_counted_nothing():
+    """The committed 2 × H200 run: DDP's runtime counts are `{}` (its all-reduces come from C++),
+    so none of its counts is a match: each reads `not recorded`, its all_reduce (6 NCCL all-reduce
+    kernels per rank in the trace) listed among them, and the verdict counts only the others."""
+    run = DATA / "h200x2-blocks4"
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert [r["runtime_counts"] for r in manifest["variants"]["ddp"]["ranks"]] == [{}, {}]
+    counts = json.loads(cli("check", "--format", "json", run).stdout)["counts"]
+    ddp = [c for c in counts if c["variant"] == "ddp"]
+    assert ddp and all(c["runtime"] is None and c["match"] is None for c in ddp)
+    with gzip.open(run / "ddp" / "rank0.pt.trace.json.gz", "rt") as f:
+        reduces = sum(e.get("cat") == "kernel" and "AllReduce" in e["name"] for e in json.load(f)["traceEvents"])
+    assert {c["count"]: c["trace"] for c in ddp if c["rank"] == 0}["collectives.all_reduce"] == reduces > 0
+    lines = cli("check", run).stdout.split("\n\n")[0].splitlines()
+    rows = [line.split() for line in lines[2:] if line.startswith("ddp ")]
+    assert len(rows) == len(ddp) and all(row[-2:] == ["not", "recorded"] for row in rows)
+    compared = [c for c in counts if c["match"] is not None]
+    assert compared and all(c["runtime"] == c["trace"] for c in compared)
+    assert cli("check", run).stdout.splitlines()[-1].startswith(
+        f"all {len(compared)} counts match ({len(counts) - len(compared)} not recorded by the runtime), ")

@@ -233,8 +233,11 @@ def check(out, fmt, layout):
     that step, and every variant's first-step loss and grad norm and its parameter checksum
     after the timed steps with the first variant's (tolerances: docs/metrics.md).
 
-    Prints every comparison, then one line (`all N counts match` or `K of N counts differ`);
+    Prints every comparison (`not recorded` where the runtime recorded no count of it), then one
+    line (`all N counts match` or `K of N counts differ`, and how many were not recorded);
     exits 1 on any mismatch."""
+    import polars as pl
+
     from tracekit.analyses.checks import count_check, parity_check
     from tracekit.core.loading import load_profile
     from tracekit.front.render import json_text
@@ -244,7 +247,10 @@ def check(out, fmt, layout):
     if fmt == "json":
         emit(json_text({"counts": counts.to_dicts(), "parity": parity.to_dicts()}))
     else:
-        emit(render_frame(counts, fmt) + "\n\n" + render_frame(parity, fmt, "check.parity", layout))
+        shown = counts if fmt == "csv" else counts.with_columns(  # a count the runtime did not record says so
+            match=pl.when(pl.col("match").is_null()).then(pl.lit("not recorded"))
+            .otherwise(pl.col("match").cast(pl.String).str.to_lowercase()))
+        emit(render_frame(shown, fmt) + "\n\n" + render_frame(parity, fmt, "check.parity", layout))
     for row in counts.filter(~counts["match"]).iter_rows(named=True):
         shout(f"mismatch: {row['variant']} rank {row['rank']} step {row['step']} {row['count']}: "
               f"trace {row['trace']}, runtime {row['runtime']}", "tracekit check: ")
@@ -252,7 +258,11 @@ def check(out, fmt, layout):
         shout(f"mismatch: {row['variant']} rank {row['rank']} {row['figure']} "
               f"{row['value']:.6g} vs {row['base']}'s {row['base_value']:.6g} (relative {row['rel_diff']:.2g} > "
               f"{row['tolerance']:g})", "tracekit check: ")
-    verdict = agreement(counts.height, int((~counts["match"]).sum()), "counts match", "counts differ")
+    recorded = int(counts["match"].is_not_null().sum())
+    verdict = agreement(recorded, int((~counts["match"]).sum()), "counts match", "counts differ") if recorded \
+        else "no count recorded by the runtime to compare"
+    if 0 < recorded < counts.height:
+        verdict += f" ({counts.height - recorded} not recorded by the runtime)"
     if parity.height:
         verdict += ", " + agreement(parity.height, int((~parity["match"]).sum()), "parity figures match",
                                     "parity figures differ")
