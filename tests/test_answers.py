@@ -492,6 +492,30 @@ def test_each_cycle_of_a_folder_whose_names_carry_their_time_stamps_is_read():
     assert cli("summary", "--cycle", "3", folder).exit_code == 2
 
 
+@pytest.mark.parametrize("verb", ["summary", "syncs", "comms", "overlap", "breakdown", "kernels", "critical-path"])
+def test_every_verb_says_which_profiling_cycle_it_read(verb):
+    """TensorBoard's folder of two cycles of worker0 (their time stamps order them): every verb
+    says, in one line, which it read (the last by default: 2 of 2; `--cycle first`: 1 of 2) and
+    how to read the other, named; `lint` alone said it, as an `info`."""
+    folder = WILD / "tensorboard-plugin" / "resnet50_num_workers_0"
+    earlier, later = sorted(folder.glob("worker0.*.pt.trace.json.gz"))
+    for cycle, read, other in (("last", 2, earlier), ("first", 1, later)):
+        result = cli(verb, "--cycle", cycle, folder)
+        assert result.exit_code == 0, result.output
+        said = [m for m in messages(result.stderr) if "profiling cycle" in m]
+        assert said == [f"tracekit: warning: other_cycles in {(later if read == 2 else earlier).name}: read profiling "
+                        f"cycle {read} of 2 of this rank; --cycle first|last|N reads another ({other.name})"]
+
+
+def test_a_cycle_that_is_not_there_is_counted_in_words():
+    """`--cycle 3` of two cycles, `--cycle 2` of one (it read "there are 1 profiling cycle(s)")."""
+    tensorboard = WILD / "tensorboard-plugin"
+    assert "--cycle 3: there are 2 profiling cycles" in " ".join(messages(
+        cli("summary", "--cycle", "3", tensorboard / "resnet50_num_workers_0").stderr))
+    assert " ".join(messages(cli("summary", "--cycle", "2", tensorboard / "resnet50_num_workers_4").stderr)).endswith(
+        "--cycle 2: there is 1 profiling cycle")
+
+
 def test_comms_shows_what_tells_look_alike_rows_apart():
     """HTA's NCCL trace: two broadcasts per step, Float and Long. Without the dtype the two rows
     read the same kind; the column appears because rows of one rank, step and kind differ in
