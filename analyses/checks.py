@@ -6,9 +6,12 @@
   host calls: not a `cupti` recording, whose `full` naming step is compared instead), and
   each collective kind ↔ the Python collective calls of that kind, for all_gather and
   reduce_scatter always and for other kinds when the runtime saw any. Kinds issued from C++
-  (DDP's reducer all-reduces) are invisible to the runtime counters and not compared. Nor are
-  collectives of a one-rank GPU run: NCCL runs a one-rank collective as a device copy, with
-  no collective kernel to count (FSDP1 at world size 1 still calls `all_reduce`).
+  (DDP's reducer all-reduces) are invisible to the runtime counters: a kind the trace has that
+  the runtime did not count is listed with runtime and match null, "not recorded" — as is
+  every count of a step whose runtime record is empty (the runtime saw no call at all: it
+  recorded nothing to compare, not zeros). Collectives of a one-rank GPU run are not compared:
+  NCCL runs a one-rank collective as a device copy, with no collective kernel to count (FSDP1
+  at world size 1 still calls `all_reduce`).
 - `parity_check`: each variant's first-step loss and grad norm against the first variant's
   (the same weights and data: they must agree within `PARITY`), and the parameter checksums
   after the timed steps (`param_parity_rows`).
@@ -53,7 +56,7 @@ def step_rows(run: Run) -> dict[int, list[dict]]:
 
 def count_check(manifest: dict, runs: dict[str, Run], names: dict[str, Run] | None = None) -> pl.DataFrame:
     """One row per (variant, recording, rank, recorded step, counted thing): runtime, trace,
-    match. `runs` are the attributed recordings, `names` the `full` steps that name `lean`
+    match (runtime and match null where the runtime recorded no count of it: "not recorded"). `runs` are the attributed recordings, `names` the `full` steps that name `lean`
     ones. A `lean` recording without device activity (CPU) holds no ops: nothing to count."""
     rows = []
     for variant, entry in manifest["variants"].items():
@@ -75,16 +78,18 @@ def count_check(manifest: dict, runs: dict[str, Run], names: dict[str, Run] | No
                         if key in RUNTIME_KEYS:
                             col = ".".join(RUNTIME_KEYS[key])
                             runtime[col] = runtime.get(col, 0) + n
-                    compared = set(runtime) | set(ALWAYS_COMPARED)
+                    recorded = set(runtime) | (set(ALWAYS_COMPARED) if counted else set())
+                    listed = recorded | set(ALWAYS_COMPARED) | {c for c, n in step.items()
+                                                                 if c.startswith("collectives.") and n}
                     if not gpu or recording["mode"] == "cupti":  # a cupti recording holds no host calls
-                        compared.discard("syncs.cudaEventSynchronize")
+                        listed.discard("syncs.cudaEventSynchronize")
                     if one_rank_gpu:
-                        compared = {c for c in compared if not c.startswith("collectives.")}
-                    for col in sorted(compared):
-                        trace_n, runtime_n = step.get(col) or 0, runtime.get(col, 0)
+                        listed = {c for c in listed if not c.startswith("collectives.")}
+                    for col in sorted(listed):
+                        trace_n, runtime_n = step.get(col) or 0, runtime.get(col, 0) if col in recorded else None
                         rows.append({"variant": variant, "recording": recording["mode"], "rank": r["rank"],
                                      "step": step["step"], "count": col, "runtime": runtime_n, "trace": trace_n,
-                                     "match": trace_n == runtime_n})
+                                     "match": trace_n == runtime_n if runtime_n is not None else None})
     return pl.DataFrame(rows, schema={"variant": pl.String, "recording": pl.String, "rank": pl.Int64,
                                       "step": pl.Int64, "count": pl.String, "runtime": pl.Int64, "trace": pl.Int64,
                                       "match": pl.Boolean})

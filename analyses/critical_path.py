@@ -53,6 +53,7 @@ from __future__ import annotations
 import polars as pl
 
 from tracekit.analyses.comms import collective_kernels
+from tracekit.analyses.summary import shares_of_span
 from tracekit.analyses.timeline import kept
 from tracekit.core.model import Trace
 
@@ -202,17 +203,23 @@ def path_edges(trace: Trace, arrivals: pl.DataFrame | None = None) -> pl.DataFra
     return made() if arrivals is not None else kept(trace, "critical-path-edges", made)
 
 
+SHARES = {"host_pct": "host_ns", "runtime_pct": "runtime_ns", "gpu_pct": "compute_ns", "comm_pct": "comm_ns",
+          "copy_pct": "copy_ns", "wait_pct": "waiting_ns"}
+
+
 def critical_path(trace: Trace, arrivals: pl.DataFrame | None = None, top: int | None = 10) -> pl.DataFrame:
     """One row per step: span_ns, path_ns (the path's weight: its time not waiting), its time
     by category — host_ns, runtime_ns, compute_ns, comm_ns, copy_ns, waiting_ns (they sum to
     span_ns) — and items [{category, kind, name, ns}]: the path's time by what spent it (a
-    wait named `<kind>: <what>`), largest first (`top` kept). A step with no events: figures
-    null. Without arrivals, kept with the trace like `path_edges`."""
+    wait named `<kind>: <what>`), largest first (`top` kept); host_pct, runtime_pct, gpu_pct
+    (compute), comm_pct, copy_pct, wait_pct: those times over span_ns × 100 (2 decimals), the
+    step's own shares (`--agg` gives their statistic). A step with no events: figures null.
+    Without arrivals, kept with the trace like `path_edges`."""
     def made():
         return path_split(trace, *heaviest(trace, arrivals))
 
     whole = made() if arrivals is not None else kept(trace, "critical-path", made)
-    return largest_items(whole, top)
+    return largest_items(whole.with_columns(shares_of_span(SHARES, "span_ns")), top)
 
 
 def largest_items(frame: pl.DataFrame, top: int | None) -> pl.DataFrame:

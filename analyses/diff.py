@@ -217,6 +217,7 @@ class Material:
     named: tuple[int, int] | None = None  # a lean trace named from its full step: (matched, activities)
     device: str = ""  # what the trace ran on (`device_of`)
     from_runner: bool = False  # the trace carries the marks of tracekit's runner (`tracekit#<phase>`)
+    events: int = 0  # a fingerprint of the trace's events (`events_fingerprint`): equal for identical events
 
 
 def device_of(trace: Trace) -> str:
@@ -248,7 +249,16 @@ def made_material(trace: Trace, by: str) -> Material:
     colls = collective_kernels(trace).group_by("step", pl.col("coll_kind").alias("kind")).agg(
         count=pl.len().cast(pl.Int64), bytes=pl.col("bytes").sum(), exposed_ns=pl.col("exposed_ns").sum())
     return Material(trace.path, trace.rank, trace.world_size, step_times(trace), items, syncs, colls,
-                    device=device_of(trace), from_runner=bool(trace.ops["name"].str.contains(RUNNER_PHASE).any()))
+                    device=device_of(trace), from_runner=bool(trace.ops["name"].str.contains(RUNNER_PHASE).any()),
+                    events=events_fingerprint(trace))
+
+
+def events_fingerprint(trace: Trace) -> int:
+    """One number for the trace's events as loaded (device activities, runtime calls, CPU ops,
+    marks, steps and their origin): two traces with identical events — a file and its copy
+    elsewhere — have the same one."""
+    tables = (trace.gpu, trace.calls, trace.ops, trace.marks, trace.steps)
+    return hash((trace.origin_us, *((t.height, int(t.hash_rows(seed=0).sum())) for t in tables)))
 
 
 def path_and_work(trace: Trace) -> pl.DataFrame:
@@ -404,15 +414,29 @@ def combine(a_side: list[Material], b_side: list[Material], steps="all", top: in
 
 
 def sameness(pairs: list[tuple[Material, Material]], diffs: list[Diff]) -> list[str]:
-    """What makes the comparison say nothing or mislead: A and B the same files, or steps
-    whose every item is the same; sides that ran on different devices."""
+    """What makes the comparison say nothing or mislead: A and B the same trace (one file, or
+    identical events: a copy), or steps whose every item is the same; sides that ran on
+    different devices."""
     devices = {(a.device, b.device) for a, b in pairs if a.device and b.device and a.device != b.device}
     notes = [f"A ran on {a}, B on {b}: the Δ compares different machines, not one change" for a, b in sorted(devices)]
-    if all(d.step_delta_ns == 0 and (d.all_items["delta_ns"] == 0).all() for d in diffs):
-        same_files = all(a.path == b.path for a, b in pairs)
-        notes.append("A and B are the same trace(s): every Δ is 0" if same_files else
-                     "A's and B's compared steps are identical, item by item: every Δ is 0")
+    if pairs and all(a.path == b.path or a.events == b.events for a, b in pairs):
+        what = ("the same file" if all(a.path == b.path for a, b in pairs) else
+                "identical events in both files (a copy)")
+        notes.append(f"A and B are the same trace{'s' if len(pairs) > 1 else ''}: {what}; every Δ is 0")
+    elif all(d.step_delta_ns == 0 and (d.all_items["delta_ns"] == 0).all() for d in diffs):
+        notes.append("A's and B's compared steps are identical, item by item: every Δ is 0")
     return notes
+
+
+def named_on_one_side(a_side: list[Material], b_side: list[Material]) -> str | None:
+    """"A" or "B" where that side's traces of the ranks both have were named from a full step
+    beside them (`names/`) and none of the other side's was: their items would differ by the
+    names alone (a trace and its copy outside its folder), so the named side is to be compared
+    without them; else None."""
+    a_ranks, b_ranks = by_rank(a_side, b_side)
+    common = set(a_ranks) & set(b_ranks)
+    named = {side: any(ranks[r].named is not None for r in common) for side, ranks in (("A", a_ranks), ("B", b_ranks))}
+    return next((side for side, other in (("A", "B"), ("B", "A")) if named[side] and not named[other]), None)
 
 
 def diff_runs(a_traces: list[Trace], b_traces: list[Trace], steps="all", top: int = 20,

@@ -346,11 +346,18 @@ def lint(runs) -> tuple[list, list]:
     per_trace = []
     for run in runs:
         for r in run.results:
-            others = run.facts.get("other_cycles", {}).get(r.info.path, [])
-            rows = [finding("info", "other_cycles", f"{len(others)} other profiling cycle(s) of this rank not used "
-                            f"(--cycle chooses): {', '.join(name(p) for p in others)}", len(others))] if others else []
+            cycles = run.facts.get("cycles", {}).get(r.info.path, [])
+            rows = [cycle_finding(r.info.path, cycles)] if len(cycles) > 1 else []
             per_trace.append((r.info, pl.concat([r.value.findings, by_severity(rows)])))
     return per_trace, [(run, run_findings(run)) for run in runs] + given_apart(runs)
+
+
+def cycle_finding(path: str, cycles: list[str]) -> dict:
+    """The warning of a rank with several profiling cycles: which one was read (its number in
+    time order, `--cycle`'s), and how to read another."""
+    others = [name(p) for p in cycles if p != path]
+    return finding("warning", "other_cycles", f"read profiling cycle {cycles.index(path) + 1} of {len(cycles)} of this "
+                   f"rank; --cycle first|last|N reads another ({', '.join(others)})", len(others))
 
 
 def notes(per_trace: list, per_run: list) -> list[str]:

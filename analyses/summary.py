@@ -8,6 +8,9 @@
 - host_idle_ns: idle time of the span while the host was in CPU ops or launch/runtime calls
   (`timeline.host_idle`); host_bound: more than half the span — the step measures the host's
   Python and launch overhead, not its kernels.
+- busy_pct, idle_pct, exposed_comm_pct, host_idle_pct: gpu_busy_ns, idle_ns, exposed_comm_ns,
+  host_idle_ns over gpu_span_ns × 100 (2 decimals; null without a span): the step's own share,
+  so that `--agg` gives the statistic of the steps' shares (the largest busy_pct with `max`).
 - syncs.<api>: host-blocking runtime calls in the step's CPU window (host, as cpu_ns).
 - collectives.<kind>: collective kernels the step launched on the device; on CPU-only traces
   the collective ops (`record_param_comms`, else the `c10d::` dispatcher ops).
@@ -77,6 +80,17 @@ def step_rows(trace: Trace, scope: str) -> pl.DataFrame:
             .sort("step", "device", nulls_last=True))
 
 
+SHARES = {"busy_pct": "gpu_busy_ns", "idle_pct": "idle_ns", "exposed_comm_pct": "exposed_comm_ns",
+          "host_idle_pct": "host_idle_ns"}
+
+
+def shares_of_span(shares: dict, span: str) -> list[pl.Expr]:
+    """Each share (name → its part's column) as part / `span` × 100, 2 decimals; null where the
+    span is null or 0."""
+    return [pl.when(pl.col(span) > 0).then((pl.col(part) / pl.col(span) * 100).round(2)).alias(name)
+            for name, part in shares.items()]
+
+
 def summary(trace: Trace, scope: str = "step") -> pl.DataFrame:
     """One row per step and device: step, device, cpu_ns, the timeline figures, kernels,
     `syncs.<api>` and `collectives.<kind>` counts (dotted names nest in JSON)."""
@@ -90,7 +104,8 @@ def summary(trace: Trace, scope: str = "step") -> pl.DataFrame:
              .join(kernels, on=key, how="left", nulls_equal=True)
              .with_columns(pl.when(pl.col("device").is_not_null()).then(pl.col(c).fill_null(0))  # zero-length work
                            for c in ("kernels", "host_idle_ns", *FIGURES) if c != "overlap_pct"))
-    table = table.select(*key, "cpu_ns", *FIGURES[:3], "kernels", *FIGURES[3:], "host_idle_ns", "host_bound")
+    table = table.select(*key, "cpu_ns", *FIGURES[:3], "kernels", *FIGURES[3:], "host_idle_ns", "host_bound",
+                         *shares_of_span(SHARES, "gpu_span_ns"))
     syncs = sync_counts(trace, scope).rename({"api": "key"})
     apis = list(ALWAYS_REPORTED_SYNCS) + sorted(set(syncs["key"]) - set(ALWAYS_REPORTED_SYNCS))
     colls = collective_counts(trace, scope).select(*key, pl.col("coll_kind").fill_null("other").alias("key"), "n")

@@ -128,7 +128,8 @@ def test_lagging_gpu_partition_names_the_other_steps_work(tmp_path):
               *synth.launched("k_c", 111.0, 175.0, 5.0, corr=3)]
     rows = {r["step"]: r for r in breakdown(tracekit.load(synth.write(tmp_path, "t.json", synth.doc(events)))).to_dicts()}
     # k_c's launch [111,112) is not in step 2's span [140,180): idle there is "nothing recorded".
-    assert rows[1]["span_ns"] == 20 * US and rows[1]["parts"] == [{"category": "compute", "cause": None, "ns": 20 * US}]
+    assert rows[1]["span_ns"] == 20 * US
+    assert rows[1]["parts"] == [{"category": "compute", "cause": None, "ns": 20 * US, "pct": 100.0}]
     parts = {(p["category"], p["cause"]): p["ns"] for p in rows[2]["parts"]}
     assert parts == {("compute", None): 10 * US, ("idle", "other step's GPU work"): 20 * US,
                      ("idle", "nothing recorded"): 10 * US}

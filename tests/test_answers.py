@@ -198,8 +198,25 @@ def test_busy_pct_has_one_meaning():
 def test_diff_of_a_trace_with_itself_says_so():
     path = DATA / "h200x2-small" / "ddp" / "rank0.trace.json.gz"
     result = cli("diff", path, path)
-    assert result.exit_code == 0 and "A and B are the same trace(s): every Δ is 0" in result.stderr
+    assert result.exit_code == 0 and "A and B are the same trace: the same file; every Δ is 0" in result.stderr
     assert "takes as long as" in result.stdout and "0.000 ms less" not in result.stdout
+
+
+@pytest.mark.parametrize("trace", [DATA / "h200x2-lean" / "fsdp2" / "rank0.pt.trace.json.gz",  # names/ beside it
+                                   DATA / "h200x2-blocks4" / "ddp" / "rank0.pt.trace.json.gz"])
+def test_a_trace_diffed_with_its_copy_elsewhere_is_the_same_trace(tmp_path, trace):
+    """A trace and its byte-identical copy outside its folder: every item the same on both sides
+    (the lean trace's copy, without the `names/` beside the original, read every kernel added and
+    removed), and one line saying A and B are the same trace."""
+    copy = tmp_path / trace.name
+    copy.write_bytes(trace.read_bytes())
+    result = cli("diff", "--format", "json", trace, copy)
+    assert result.exit_code == 0, result.output
+    items = json.loads(result.stdout)["items"]
+    assert items and all(i["change"] == "" and i["delta_ns"] == 0 and i["a_ns"] == i["b_ns"] for i in items)
+    same = [line for line in result.stderr.splitlines() if "A and B are the same trace" in line]
+    assert same == ["tracekit: warning: A and B are the same trace: identical events in both files (a copy); "
+                    "every Δ is 0"]
 
 
 def test_diff_of_a_cpu_run_with_a_gpu_run_cautions():
@@ -440,7 +457,9 @@ def test_breakdown_top_keeps_the_largest_parts_and_the_sum():
     for whole, step in zip(every, cut):
         largest = sorted((p["ns"] for p in whole["parts"]), reverse=True)
         assert [p["ns"] for p in step["parts"][:3]] == largest[:3]
-        assert step["parts"][3] == {"category": "other", "cause": f"{len(largest) - 3} more parts", "ns": sum(largest[3:])}
+        rest = sorted(whole["parts"], key=lambda p: -p["ns"])[3:]
+        assert step["parts"][3] == {"category": "other", "cause": f"{len(largest) - 3} more parts", "ns": sum(largest[3:]),
+                                    "pct": pytest.approx(sum(p["pct"] for p in rest), abs=0.006)}
         assert sum(p["ns"] for p in step["parts"]) == whole["span_ns"]
     rows = cli("breakdown", RESNET).stdout.splitlines()[2:]
     assert len([r for r in rows if r.split()[0].isdigit()]) == 11 * len(every)
@@ -471,6 +490,30 @@ def test_each_cycle_of_a_folder_whose_names_carry_their_time_stamps_is_read():
         got = cli("summary", "--cycle", cycle, "--format", "json", folder)
         assert got.exit_code == 0 and got.stdout == cli("summary", "--format", "json", later).stdout
     assert cli("summary", "--cycle", "3", folder).exit_code == 2
+
+
+@pytest.mark.parametrize("verb", ["summary", "syncs", "comms", "overlap", "breakdown", "kernels", "critical-path"])
+def test_every_verb_says_which_profiling_cycle_it_read(verb):
+    """TensorBoard's folder of two cycles of worker0 (their time stamps order them): every verb
+    says, in one line, which it read (the last by default: 2 of 2; `--cycle first`: 1 of 2) and
+    how to read the other, named; `lint` alone said it, as an `info`."""
+    folder = WILD / "tensorboard-plugin" / "resnet50_num_workers_0"
+    earlier, later = sorted(folder.glob("worker0.*.pt.trace.json.gz"))
+    for cycle, read, other in (("last", 2, earlier), ("first", 1, later)):
+        result = cli(verb, "--cycle", cycle, folder)
+        assert result.exit_code == 0, result.output
+        said = [m for m in messages(result.stderr) if "profiling cycle" in m]
+        assert said == [f"tracekit: warning: other_cycles in {(later if read == 2 else earlier).name}: read profiling "
+                        f"cycle {read} of 2 of this rank; --cycle first|last|N reads another ({other.name})"]
+
+
+def test_a_cycle_that_is_not_there_is_counted_in_words():
+    """`--cycle 3` of two cycles, `--cycle 2` of one (it read "there are 1 profiling cycle(s)")."""
+    tensorboard = WILD / "tensorboard-plugin"
+    assert "--cycle 3: there are 2 profiling cycles" in " ".join(messages(
+        cli("summary", "--cycle", "3", tensorboard / "resnet50_num_workers_0").stderr))
+    assert " ".join(messages(cli("summary", "--cycle", "2", tensorboard / "resnet50_num_workers_4").stderr)).endswith(
+        "--cycle 2: there is 1 profiling cycle")
 
 
 def test_comms_shows_what_tells_look_alike_rows_apart():
@@ -721,3 +764,75 @@ def test_the_mean_of_one_step_is_that_step():
         (step,), (mean,) = ([s for s in trace["steps"] if (s.get("agg") is None) == one] for one in (True, False))
         assert [(c["kind"], c["busbw_gbps"], c["algbw_gbps"]) for c in step["collectives"]] == \
             [(c["kind"], c["busbw_gbps"], c["algbw_gbps"]) for c in mean["collectives"]]
+
+
+def steps_of(*args) -> list[dict]:
+    """The step objects (no statistic) of the first trace of `args`, in JSON."""
+    return json.loads(cli(*args, "--format", "json").stdout)["traces"][0]["steps"]
+
+
+def statistic_of(*args, agg: str) -> dict:
+    (row,) = [s for s in steps_of(*args, "--agg", agg) if s["step"] is None]
+    return row
+
+
+@pytest.mark.parametrize("agg", ["max", "mean"])
+def test_a_statistic_of_shares_is_the_statistic_of_the_steps_shares(agg):
+    """`--agg`: a share on the statistic row is the statistic of the steps' own shares, each
+    computed here from the step's ns figures. The 10-step CUPTI trace's busy_pct reaches 21.0
+    (step 5); its `max` row read 15.7 (max busy over max span, two different steps' figures).
+    The same for breakdown's parts (per category and cause, a step without the part 0 %),
+    critical-path's host_pct, overlap's overlap_pct, kernels' pct_of_busy (lean FSDP2 rank 0)."""
+    stat = {"max": max, "mean": lambda v: sum(v) / len(v)}[agg]
+    cupti = DATA / "h200x1-cupti" / "fsdp2"
+    steps = steps_of("summary", cupti)
+    busy = stat([s["gpu_busy_ns"] / s["gpu_span_ns"] * 100 for s in steps])
+    lines = cli("summary", "--agg", agg, "--columns", "agg,busy_pct", cupti).stdout.splitlines()
+    assert lines[-1].split()[0] == agg and float(lines[-1].split()[1]) == pytest.approx(busy, abs=0.06)
+    assert statistic_of("summary", cupti, agg=agg)["busy_pct"] == pytest.approx(busy, abs=0.01)
+
+    lean = DATA / "h200x2-lean" / "fsdp2" / "rank0.pt.trace.json.gz"
+    steps = steps_of("breakdown", "--top", 1000, lean)
+    shares = {(p["category"], p["cause"]) for s in steps for p in s["parts"]}
+    want = {key: stat([sum(p["ns"] for p in s["parts"] if (p["category"], p["cause"]) == key) / s["span_ns"] * 100
+                       for s in steps]) for key in shares}
+    got = {(p["category"], p["cause"]): p["pct"]
+           for p in statistic_of("breakdown", "--top", 1000, lean, agg=agg)["parts"]}
+    assert got.keys() == want.keys() and all(got[k] == pytest.approx(want[k], abs=0.01) for k in want)
+
+    steps = steps_of("critical-path", lean)
+    host = stat([s["host_ns"] / s["span_ns"] * 100 for s in steps])
+    assert statistic_of("critical-path", lean, agg=agg)["host_pct"] == pytest.approx(host, abs=0.01)
+
+    steps = steps_of("overlap", lean)
+    overlap = stat([s["overlap_ns"] / s["comm_ns"] * 100 for s in steps])
+    assert statistic_of("overlap", lean, agg=agg)["overlap_pct"] == pytest.approx(overlap, abs=0.01)
+
+    steps = steps_of("kernels", "--top", 3, lean)
+    name = steps[0]["kernels"][0]["name"]  # the largest kernel of step 1, in every step
+    pct = stat([next(k["total_ns"] for k in s["kernels"] if k["name"] == name) / s["gpu_busy_ns"] * 100
+                for s in steps_of("kernels", "--top", 1000, lean)])
+    (row,) = [k for k in statistic_of("kernels", "--top", 1000, lean, agg=agg)["kernels"] if k["name"] == name]
+    assert row["pct_of_busy"] == pytest.approx(pct, abs=0.01)
+
+
+def test_check_says_not_recorded_where_the_runtime_counted_nothing():
+    """The committed 2 × H200 run: DDP's runtime counts are `{}` (its all-reduces come from C++),
+    so none of its counts is a match: each reads `not recorded`, its all_reduce (6 NCCL all-reduce
+    kernels per rank in the trace) listed among them, and the verdict counts only the others."""
+    run = DATA / "h200x2-blocks4"
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert [r["runtime_counts"] for r in manifest["variants"]["ddp"]["ranks"]] == [{}, {}]
+    counts = json.loads(cli("check", "--format", "json", run).stdout)["counts"]
+    ddp = [c for c in counts if c["variant"] == "ddp"]
+    assert ddp and all(c["runtime"] is None and c["match"] is None for c in ddp)
+    with gzip.open(run / "ddp" / "rank0.pt.trace.json.gz", "rt") as f:
+        reduces = sum(e.get("cat") == "kernel" and "AllReduce" in e["name"] for e in json.load(f)["traceEvents"])
+    assert {c["count"]: c["trace"] for c in ddp if c["rank"] == 0}["collectives.all_reduce"] == reduces > 0
+    lines = cli("check", run).stdout.split("\n\n")[0].splitlines()
+    rows = [line.split() for line in lines[2:] if line.startswith("ddp ")]
+    assert len(rows) == len(ddp) and all(row[-2:] == ["not", "recorded"] for row in rows)
+    compared = [c for c in counts if c["match"] is not None]
+    assert compared and all(c["runtime"] == c["trace"] for c in compared)
+    assert cli("check", run).stdout.splitlines()[-1].startswith(
+        f"all {len(compared)} counts match ({len(counts) - len(compared)} not recorded by the runtime), ")

@@ -48,7 +48,7 @@ def test_steps_and_a_statistic_row(tmp_path):
         assert (steps[-1]["agg"], steps[-1]["n_steps"], steps[-1]["gpu_span_ns"]) == (agg, 3, want)
     parts = json.loads(run("breakdown", "--format", "json", "--agg", "max", "--steps", "1-2", path))
     (last,) = [s for s in parts["traces"][0]["steps"] if s["step"] is None]
-    assert last["parts"] == [{"category": "compute", "cause": None, "ns": 30_000}] and last["n_steps"] == 2
+    assert last["parts"] == [{"category": "compute", "cause": None, "ns": 30_000, "pct": 100.0}] and last["n_steps"] == 2
 
 
 def test_csv_and_md_and_table():

@@ -77,7 +77,7 @@ def test_several_files_of_one_rank_are_cycles_in_time_order(tmp_path):
         synth.write(tmp_path, name, synth.doc([synth.step(step, start, 10.0)], rank=0))
     later, earlier = str(tmp_path / "a.json"), str(tmp_path / "b.json")
     run = tracekit.load(tmp_path)
-    assert [t.path for t in run.traces] == [later] and run.facts["other_cycles"] == {later: [earlier]}
+    assert [t.path for t in run.traces] == [later] and run.facts["cycles"] == {later: [earlier, later]}
     assert [t.path for t in tracekit.load(tmp_path, cycle="first").traces] == [earlier]
     assert [t.path for t in tracekit.load(tmp_path, cycle="2").traces] == [later]
     with pytest.raises(tracekit.TraceError, match="--cycle 3: there are 2 profiling cycle"):

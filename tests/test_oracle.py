@@ -142,7 +142,7 @@ def test_compute_on_one_device_hides_no_comm_on_another(tmp_path):
         (100_000, 0, 0.0, 100_000)
     assert rows[0]["comm_ns"] == 0 and rows[0]["compute_ns"] == 100_000
     parts = {r["device"]: r["parts"] for r in breakdown(trace).to_dicts()}
-    assert parts[1] == [{"category": "comm", "cause": "all_gather", "ns": 100_000}]
+    assert parts[1] == [{"category": "comm", "cause": "all_gather", "ns": 100_000, "pct": 100.0}]
 
 
 def test_comm_hidden_by_another_steps_compute_is_overlapped_in_every_view(tmp_path):
@@ -167,9 +167,9 @@ def test_comm_hidden_by_another_steps_compute_is_overlapped_in_every_view(tmp_pa
     assert (row["gpu_span_ns"], row["gpu_busy_ns"], row["idle_ns"], row["exposed_comm_ns"]) == \
         (110_000, 90_000, 20_000, 0)
     parts = {r["step"]: r["parts"] for r in breakdown(trace).to_dicts()}
-    assert parts[2] == [{"category": "compute", "cause": "other step's GPU work", "ns": 60_000},
-                        {"category": "compute", "cause": None, "ns": 30_000},
-                        {"category": "idle", "cause": "other step's GPU work", "ns": 20_000}]
+    assert parts[2] == [{"category": "compute", "cause": "other step's GPU work", "ns": 60_000, "pct": 54.55},  # of 110
+                        {"category": "compute", "cause": None, "ns": 30_000, "pct": 27.27},
+                        {"category": "idle", "cause": "other step's GPU work", "ns": 20_000, "pct": 18.18}]
     assert collective_kernels(trace).filter(pl.col("step") == 2)["exposed_ns"].to_list() == [0]
     items = step_items(trace, 2)
     assert items["ns"].sum() == 110_000

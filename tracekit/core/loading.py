@@ -63,7 +63,8 @@ def load_run(path, *, comm_kernels: tuple[str, ...] = (), cycle: str = "last", c
     """Every trace file directly in `path`, one per rank. Non-trace JSON is skipped. A rank
     with several profiling cycles (files `<worker>.<ms>.pt.trace.json` of one worker, or
     several files of one rank) gives the one `cycle` names — `last`, `first`, or the N-th in
-    time order (1-based, as TensorBoard numbers them); the others are listed in `facts`."""
+    time order (1-based, as TensorBoard numbers them); `facts["cycles"]`: each such used file →
+    every cycle of its rank, in time order."""
     chosen, others = cycles_by_name(files.trace_files(path), cycle)
     traces, skipped = [], []
     for file in chosen:
@@ -76,7 +77,7 @@ def load_run(path, *, comm_kernels: tuple[str, ...] = (), cycle: str = "last", c
     traces, more_others = cycles_by_rank(traces, cycle)
     others.update(more_others)
     return Run(path=str(path), traces=sorted(traces, key=lambda t: t.rank),
-               facts={"directory": True, "skipped": skipped, "other_cycles": others})
+               facts={"directory": True, "skipped": skipped, "cycles": others})
 
 
 def _pick(items: list, cycle: str, where) -> int:
@@ -87,12 +88,13 @@ def _pick(items: list, cycle: str, where) -> int:
         return 0
     n = int(cycle)
     if not 1 <= n <= len(items):
-        raise TraceError(where, f"--cycle {n}: there are {len(items)} profiling cycle(s)")
+        raise TraceError(where, f"--cycle {n}: there {'is 1 profiling cycle' if len(items) == 1 else f'are {len(items)} profiling cycles'}")
     return n - 1
 
 
 def cycles_by_name(found: list[str], cycle: str) -> tuple[list[str], dict[str, list[str]]]:
-    """The files to load, one cycle per worker where names carry the cycle's time stamp."""
+    """The files to load, one cycle per worker where names carry the cycle's time stamp, and
+    each chosen file of a worker with several → all of them, in time order."""
     by_worker: dict[str, list[tuple[int, str]]] = {}
     plain = []
     for f in found:
@@ -107,7 +109,7 @@ def cycles_by_name(found: list[str], cycle: str) -> tuple[list[str], dict[str, l
         i = _pick(cycles, cycle, cycles[0][1].rsplit("/", 1)[0])
         chosen.append(cycles[i][1])
         if len(cycles) > 1:
-            others[cycles[i][1]] = [f for j, (_, f) in enumerate(cycles) if j != i]
+            others[cycles[i][1]] = [f for _, f in cycles]
     return sorted(chosen), others
 
 
@@ -116,7 +118,7 @@ def cycles_by_rank(traces: list, cycle: str) -> tuple[list, dict[str, list[str]]
     one rank are profiling cycles of one process, in order of their first event, when each
     one's steps come after the previous one's (a process numbers its steps on); otherwise they
     are different traces claiming one rank (two single-GPU runs), and every one is kept (lint's
-    `same_rank`)."""
+    `same_rank`). Also each chosen cycle's path → every cycle of its rank, in time order."""
     by_rank: dict[int, list] = {}
     for t in traces:
         by_rank.setdefault(t.rank, []).append(t)
@@ -132,7 +134,7 @@ def cycles_by_rank(traces: list, cycle: str) -> tuple[list, dict[str, list[str]]
         i = _pick(group, cycle, group[0].path.rsplit("/", 1)[0])
         kept.append(group[i])
         if len(group) > 1:
-            others[group[i].path] = [t.path for j, t in enumerate(group) if j != i]
+            others[group[i].path] = [t.path for t in group]
     return kept, others
 
 

@@ -73,7 +73,8 @@ class StoredTrace(Trace):
 @dataclass
 class Run:
     """The traces of one run, ordered by rank. `facts`: files skipped (not traces) and the
-    profiling cycles not used (`other_cycles`: used file → the others of its rank)."""
+    profiling cycles of a rank that has several (`cycles`: used file → every cycle of its rank, in time
+    order)."""
 
     path: str
     traces: list[Trace]

@@ -94,7 +94,7 @@ def analyse(paths, task, *, comm_kernels: tuple[str, ...] = (), cycle: str = "la
             found_in[str(path)] = str(location)
             if files.is_dir(path):
                 chosen, others = cycles_by_name(files.trace_files(path), cycle)
-                plans.append((str(path), chosen, {"directory": True, "other_cycles": others}))
+                plans.append((str(path), chosen, {"directory": True, "cycles": others}))
             else:
                 if cycle.isdigit() and cycle != "1":
                     raise TraceError(path, f"--cycle {cycle}: a trace file holds one profiling cycle "
@@ -119,7 +119,7 @@ def analyse(paths, task, *, comm_kernels: tuple[str, ...] = (), cycle: str = "la
         if facts:
             kept, more = cycles_by_rank([r.info for r in results], cycle)
             facts = {**facts, "skipped": [f for f in chosen if isinstance(done[f], NotATrace)],
-                     "other_cycles": {**facts["other_cycles"], **more}}
+                     "cycles": {**facts["cycles"], **more}}
             results = [r for r in results if any(r.info is k for k in kept)]
         runs.append(RunResult(path, sorted(results, key=lambda r: r.info.rank), facts))
     return runs

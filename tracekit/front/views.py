@@ -4,7 +4,8 @@ figures a person reads first), `--columns a,b,…` to choose, `--wide` for every
 Only the terminal table is shaped here (and Markdown takes its short names, `render.markdown`);
 json/csv keep every column in ns and bytes. In the
 table, `*_ns` columns are shown as `*_ms` (3 decimals), byte counts as GiB/MiB/KiB, and a
-view's shares (`*_pct`) are a part over the step's span × 100 (docs/metrics.md, "Tables").
+view's shares (`*_pct`) are a part over the step's span × 100, 1 decimal: the analysis's own
+column where it has one (a statistic row's is then the statistic of the steps' shares; docs/metrics.md, "Tables").
 Long text wraps within the terminal width (`COLUMNS`), never cut. To show more of a verb by
 default, add names to its `View.default` (raw or shown names; absent ones are skipped).
 """
@@ -72,7 +73,7 @@ VIEWS = {
                      "exposed_comm_ms", "comm_alone_ms"), empty=DEVICE_ONLY.format("overlap is a figure of")),
     "breakdown": View(("run", "rank", "step", "agg", "device", "span_ms", "category", "cause", "ms", "pct"),
                       {"pct": ("parts.ns", "span_ns")},
-                      {"parts.category": "category", "parts.cause": "cause", "parts.ns": "ns"},
+                      {"parts.category": "category", "parts.cause": "cause", "parts.ns": "ns", "parts.pct": "pct"},
                       empty=DEVICE_ONLY.format("the breakdown splits")),
     "syncs": View(("run", "rank", "step", "agg", "api", "count", "blocked_ms", "gpu_idle_ms", "blame"),
                   aliases={"calls.api": "api", "calls.count": "count", "calls.blocked_ns": "blocked_ns",
@@ -303,8 +304,11 @@ def catalogue(frame: pl.DataFrame, view: View, wide: bool = False, longest: int 
             pl.format("{}/{}", folder, own)).otherwise(own)
         out["run"] = (pl.when(file & (pl.col("path").n_unique().over(folder.fill_null(""), *same) > 1)).then(own)
                       .otherwise(folder).alias("run"))
+    raw = {shown_name(c, view): c for c in frame.columns}
     for name, (part, whole) in view.shares.items():
-        if part in frame.columns and whole in frame.columns:
+        if name in raw:  # the analysis's own share: on a statistic row, the statistic of the steps' shares
+            out[name] = pl.col(raw[name]).round(1).alias(name)
+        elif part in frame.columns and whole in frame.columns:
             out[name] = (pl.col(part) / pl.col(whole) * 100).round(1).alias(name)
     return out
 

@@ -80,11 +80,12 @@ def once(paths) -> list:
     return [same[0] for same in given.values()]
 
 
-def analysed_runs(paths, options: dict, analysis=None, here: bool = False, rank: int | None = None) -> list:
+def analysed_runs(paths, options: dict, analysis=None, here: bool = False, rank: int | None = None,
+                  named: bool = True) -> list:
     """`analysis(trace)` for every trace under `paths` (default: the embedded sample trace),
-    per run (`runs.analyse`: in worker processes or on a Dask cluster unless `here`), with the
-    lint findings (of `rank`'s trace and of the runs) printed as notes on stderr, one line per
-    kind."""
+    per run (`runs.analyse`: in worker processes or on a Dask cluster unless `here`), each
+    trace first named from the full step beside it unless not `named`, with the lint findings
+    (of `rank`'s trace and of the runs) printed as notes on stderr, one line per kind."""
     from functools import partial
 
     from tracekit.analyses.lint import checked, lint, notes
@@ -93,7 +94,7 @@ def analysed_runs(paths, options: dict, analysis=None, here: bool = False, rank:
     load = {k: options[k] for k in ("comm_kernels", "cycle", "cache")}
     where = {"workers": 1} if here else {"workers": options["workers"], "scheduler": options["scheduler"]}
     first_named = partial(named_then, analysis=analysis, comm_kernels=options["comm_kernels"], cache=options["cache"])
-    runs = analyse(inputs(paths), partial(checked, analysis=first_named), **load, **where)
+    runs = analyse(inputs(paths), partial(checked, analysis=first_named if named else analysis), **load, **where)
     per_trace, per_run = lint(runs)
     for note in notes([(t, f) for t, f in per_trace if rank is None or t.rank == rank], per_run):
         say(note)

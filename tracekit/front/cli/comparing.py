@@ -32,7 +32,7 @@ def diffed(a, b, steps, rank, top: int, by: str, options: dict, whole: bool = Fa
     here only when `whole` (for export); else each rank's diff material comes from a worker."""
     from functools import partial
 
-    from tracekit.analyses.diff import combine, diff_runs, sign_disagreements
+    from tracekit.analyses.diff import combine, diff_runs, material, named_on_one_side, sign_disagreements
     from tracekit.analyses.fidelity import with_real
     from tracekit.core.loading import profile_variant
 
@@ -46,6 +46,15 @@ def diffed(a, b, steps, rank, top: int, by: str, options: dict, whole: bool = Fa
         a_traces = b_traces = None
         naming = partial(named_material, by=by, comm_kernels=options["comm_kernels"], cache=options["cache"])
         sides = [[m for _, m in of_ranks(analysed_runs([p], options, naming, rank=rank), rank, [p])] for p in (a, b)]
+        if (side := named_on_one_side(*sides)) is not None:  # compare on what both sides have: no names
+            say(f"warning: {side}'s traces are named from the full step in names/ beside them, "
+                f"{'B' if side == 'A' else 'A'}'s have none: both are compared without those names (launching ops, "
+                "phases and collective dtypes as the recordings themselves have them)")
+            plain = partial(material, by=by)
+            index = "AB".index(side)
+            path = (a, b)[index]
+            sides[index] = [m for _, m in of_ranks(analysed_runs([path], options, plain, rank=rank, named=False),
+                                                   rank, [path])]
         result = combine(*sides, step, top, by)
     (ma, va), (mb, vb) = profile_variant(a), profile_variant(b)
     warnings = result.warnings + with_real(result, ma, va, mb, vb)
@@ -225,8 +234,11 @@ def check(out, fmt, layout):
     that step, and every variant's first-step loss and grad norm and its parameter checksum
     after the timed steps with the first variant's (tolerances: docs/metrics.md).
 
-    Prints every comparison, then one line (`all N counts match` or `K of N counts differ`);
+    Prints every comparison (`not recorded` where the runtime recorded no count of it), then one
+    line (`all N counts match` or `K of N counts differ`, and how many were not recorded);
     exits 1 on any mismatch."""
+    import polars as pl
+
     from tracekit.analyses.checks import count_check, parity_check
     from tracekit.core.loading import load_profile
     from tracekit.front.render import json_text
@@ -236,7 +248,10 @@ def check(out, fmt, layout):
     if fmt == "json":
         emit(json_text({"counts": counts.to_dicts(), "parity": parity.to_dicts()}))
     else:
-        emit(render_frame(counts, fmt) + "\n\n" + render_frame(parity, fmt, "check.parity", layout))
+        shown = counts if fmt == "csv" else counts.with_columns(  # a count the runtime did not record says so
+            match=pl.when(pl.col("match").is_null()).then(pl.lit("not recorded"))
+            .otherwise(pl.col("match").cast(pl.String).str.to_lowercase()))
+        emit(render_frame(shown, fmt) + "\n\n" + render_frame(parity, fmt, "check.parity", layout))
     for row in counts.filter(~counts["match"]).iter_rows(named=True):
         shout(f"mismatch: {row['variant']} rank {row['rank']} step {row['step']} {row['count']}: "
               f"trace {row['trace']}, runtime {row['runtime']}", "tracekit check: ")
@@ -244,7 +259,11 @@ def check(out, fmt, layout):
         shout(f"mismatch: {row['variant']} rank {row['rank']} {row['figure']} "
               f"{row['value']:.6g} vs {row['base']}'s {row['base_value']:.6g} (relative {row['rel_diff']:.2g} > "
               f"{row['tolerance']:g})", "tracekit check: ")
-    verdict = agreement(counts.height, int((~counts["match"]).sum()), "counts match", "counts differ")
+    recorded = int(counts["match"].is_not_null().sum())
+    verdict = agreement(recorded, int((~counts["match"]).sum()), "counts match", "counts differ") if recorded \
+        else "no count recorded by the runtime to compare"
+    if 0 < recorded < counts.height:
+        verdict += f" ({counts.height - recorded} not recorded by the runtime)"
     if parity.height:
         verdict += ", " + agreement(parity.height, int((~parity["match"]).sum()), "parity figures match",
                                     "parity figures differ")
