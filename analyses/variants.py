@@ -21,7 +21,7 @@ import polars as pl
 from tracekit.analyses.diff import RunDiff, diff_runs, median_step, step_times
 from tracekit.analyses.noise import drift, effective_steps, median_ci, repeats_delta_ci
 from tracekit.analyses.breakdown import breakdown
-from tracekit.analyses.critical_path import collective_arrivals, critical_path
+from tracekit.analyses.critical_path import run_critical_paths
 from tracekit.analyses.summary import summary
 from tracekit.core.model import Run
 from tracekit.core.timing import training_steps
@@ -185,12 +185,11 @@ def critical_split(runs: dict[str, Run]) -> pl.DataFrame:
     columns = ("span", "host", "runtime", "compute", "comm", "copy", "waiting")
     rows = []
     for variant, run in runs.items():
-        arrivals = collective_arrivals(run.traces)
-        for t, arrival in zip(run.traces, arrivals):
+        for t, path in zip(run.traces, run_critical_paths(run.traces)):
             times = step_times(t)
             if not times:
                 continue
-            row = critical_path(t, arrival).filter(pl.col("step") == median_step(times))
+            row = path.filter(pl.col("step") == median_step(times))
             rows.append(row.select(pl.lit(variant).alias("variant"), *[pl.col(f"{c}_ns") for c in columns]))
     if not rows:
         return pl.DataFrame(schema={"variant": pl.String, **{f"{c}_ms": pl.Float64 for c in columns}})

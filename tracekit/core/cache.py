@@ -30,7 +30,7 @@ import shutil
 from pathlib import Path
 
 # polars and the trace model (`pl`, `Trace` in the annotations) are imported where they are used
-SCHEMA = 13  # bump when the loaded tables, the analyses' kept tables or their meaning change
+SCHEMA = 14  # bump when the loaded tables, the analyses' kept tables or their meaning change
 TABLES = ("gpu", "calls", "ops", "marks", "steps")
 ANSWERS = "answers"  # the folder of the kept answers (`answers.py`), one file each
 _writer = None
