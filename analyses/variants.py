@@ -18,7 +18,7 @@ import statistics
 import numpy as np
 import polars as pl
 
-from tracekit.analyses.diff import RunDiff, diff_runs, median_step, step_times
+from tracekit.analyses.diff import RunDiff, combine, material, median_step, step_times
 from tracekit.analyses.noise import drift, effective_steps, median_ci, repeats_delta_ci
 from tracekit.analyses.breakdown import breakdown
 from tracekit.analyses.critical_path import run_critical_paths
@@ -230,9 +230,10 @@ def phase_table(manifest: dict, baseline: str | None = None) -> pl.DataFrame:
 
 
 def variant_diffs(runs: dict[str, Run], top: int, base: str | None = None) -> dict[tuple[str, str], RunDiff]:
-    """Each variant against `base` (default: the first that ran; `diff.diff_runs`); a run
-    without device work (CPU) is diffed over its host ops, as `tracekit diff` does."""
+    """Each variant against `base` (default: the first that ran; `diff.combine` of the traces'
+    materials, as `tracekit diff` does: without each side's per-activity items); a run
+    without device work (CPU) is diffed over its host ops."""
     names = list(runs)
     base = base if base in names else (names[0] if names else None)
-    return {(base, other): diff_runs(runs[base].traces, runs[other].traces, "all", top)
+    return {(base, other): combine(*[[material(t) for t in runs[v].traces] for v in (base, other)], "all", top)
             for other in names if other != base}
