@@ -190,3 +190,22 @@ def test_a_changed_rank_gives_every_rank_a_fresh_critical_path(tmp_path, monkeyp
 
     assert rank0(60.0) == rank0(60.0) == ([50_000], 40_000)  # the second one read from the cache
     assert rank0(30.0) == ([20_000], 70_000)
+
+
+def test_a_report_makes_each_traces_launch_context_and_collective_kernels_once(tmp_path, monkeypatch):
+    """In one command, without the trace cache: a diff's items and its idle parts read one
+    launch context of the trace, its material and the run's collective arrivals one table of
+    collective kernels — each made once per trace (two variants of two ranks: four each)."""
+    from collections import Counter
+
+    from tracekit.analyses import comms, phases
+    from tracekit.analyses.variants import critical_split, variant_diffs
+
+    monkeypatch.setenv("TRACEKIT_NO_CACHE", "1")
+    runs = {"a": tracekit.load(late_rank_run(tmp_path / "a")), "b": tracekit.load(late_rank_run(tmp_path / "b", 30.0))}
+    made = Counter()
+    for module, name in ((phases, "autograd_threads"), (comms, "group_ranks")):  # one call per table made
+        monkeypatch.setattr(module, name, lambda *a, real=getattr(module, name), name=name: made.update([name]) or real(*a))
+    variant_diffs(runs, top=8)
+    critical_split(runs)
+    assert made == {"autograd_threads": 4, "group_ranks": 4}
