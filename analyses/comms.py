@@ -33,7 +33,7 @@ import polars as pl
 
 from tracekit.analyses.counts import known_sum
 from tracekit.analyses.summary import collective_ops
-from tracekit.analyses.timeline import timeline
+from tracekit.analyses.timeline import kept, timeline
 from tracekit.core.loading import COMM_ARGS
 from tracekit.core.model import Trace
 
@@ -56,7 +56,12 @@ def collective_kernels(trace: Trace) -> pl.DataFrame:
     """One row per collective kernel: step, device, pg, pg_ranks, coll_kind, dtype,
     group_size, bytes, stream, start, end, kernel_ns, exposed_ns, algbw_gbps, busbw_gbps, seq
     (launch order within the pg; null for a kernel whose launch is not in the trace). On a CPU-only trace (gloo) the collective's CPU op stands in
-    for the kernel (device and stream null, exposed_ns null)."""
+    for the kernel (device and stream null, exposed_ns null). Made once per trace (in memory:
+    a diff's material and the run's collective arrivals both read it)."""
+    return kept(trace, ("collective-kernels",), lambda: made_collective_kernels(trace))
+
+
+def made_collective_kernels(trace: Trace) -> pl.DataFrame:
     if trace.has_gpu:
         shares = timeline(trace).shares.select("row", exposed_ns="share_ns")
         kernels = trace.gpu.with_row_index("row").filter(pl.col("category") == "comm").join(

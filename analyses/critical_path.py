@@ -166,6 +166,31 @@ def collective_arrivals(traces: list[Trace]) -> list[pl.DataFrame | None]:
     return arrivals_of_run([collective_starts(t) for t in traces], [t.origin_us * 1000 for t in traces])
 
 
+def run_critical_paths(traces: list[Trace], top: int | None = 10) -> list[pl.DataFrame]:
+    """`critical_path` of each of a run's traces with the run's collective arrivals
+    (`collective_arrivals`). Each depends on every trace of the run, so each trace keeps its
+    own under the run's identity (`run_identity`): a later command on the same run reads them
+    from the trace cache, and a changed trace of the run gives every rank a fresh one."""
+    if len(traces) < 2:
+        return [critical_path(t, None, top) for t in traces]
+    key = f"critical-path-run-{run_identity(traces)}"
+    if not all(key in t.derived for t in traces):
+        for t, arrival in zip(traces, collective_arrivals(traces)):
+            t.derived[key] = path_split(t, *heaviest(t, arrival))
+    return [largest_items(t.derived[key], top) for t in traces]
+
+
+def run_identity(traces: list[Trace]) -> str:
+    """A hash of what a run's tables are made from: each trace's path, rank and, where the
+    trace cache holds it, its entry (named by the file's identity) and the naming its tables
+    were rebased on (`cache.Derived`)."""
+    import hashlib
+
+    text = "\n".join(f"{t.path}\t{t.rank}\t{getattr(t.derived, 'entry', '')}\t{getattr(t.derived, 'basis', '')}"
+                     for t in traces)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def dependency_graph(trace: Trace, step: int, arrivals: pl.DataFrame | None = None):
     """(nodes, edges) of one step's graph. nodes: node, time, end (the event's end, else its
     start), table (`host` | `gpu` | `arrival` | `source` | `sink`), name, correlation.

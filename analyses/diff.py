@@ -229,36 +229,53 @@ def device_of(trace: Trace) -> str:
 
 def material(trace: Trace, by: str = "kernel") -> Material:
     """The trace's side of a diff in view `by`: its step times and its items, syncs and
-    collectives per step. Made once per trace and view (in memory): a report diffs its base
-    against every other variant."""
+    collectives per step. Made once per trace and view, its tables kept with the trace
+    (`timeline.kept`: a later command reads them from the trace cache); a report diffs its
+    base against every other variant."""
     return kept(trace, ("diff-material", by), lambda: made_material(trace, by))
 
 
 def made_material(trace: Trace, by: str) -> Material:
-    key = VIEWS[by]
+    items = kept(trace, f"diff-material-{by}", lambda: grouped_items(trace, by))
+    syncs = kept(trace, "diff-material-syncs", lambda: host_syncs(trace).group_by("step", "api").agg(
+        count=pl.len().cast(pl.Int64), blocked_ns=pl.col("blocked_ns").sum()))
+    colls = kept(trace, "diff-material-collectives", lambda: collective_kernels(trace).group_by(
+        "step", pl.col("coll_kind").alias("kind")).agg(
+        count=pl.len().cast(pl.Int64), bytes=pl.col("bytes").sum(), exposed_ns=pl.col("exposed_ns").sum()))
+    return Material(trace.path, trace.rank, trace.world_size, step_times(trace), items, syncs, colls,
+                    device=device_of(trace), from_runner=from_runner(trace), events=events_fingerprint(trace))
+
+
+def grouped_items(trace: Trace, by: str) -> pl.DataFrame:
+    """The trace's items (`all_items`) per step and key of view `by`: ns, count, cp_ns, flops
+    (null where an item's FLOPs are unknown) and busy_ns, summed."""
     items = all_items(trace)
     if by == "fsdp":
         items = items.with_columns(fsdp=fsdp_phase(pl.col("phase"), pl.col("fsdp")))
-    items = items.join(path_and_work(trace), on="row", how="left")
-    items = items.group_by("step", *key).agg(
+    return items.join(path_and_work(trace), on="row", how="left").group_by("step", *VIEWS[by]).agg(
         ns=pl.col("ns").sum(), count=pl.len().cast(pl.Int64), cp_ns=pl.col("cp_ns").sum(),
         flops=pl.when(pl.col("flops").null_count() == 0).then(pl.col("flops").sum()),
         busy_ns=pl.col("busy_ns").sum())
-    syncs = host_syncs(trace).group_by("step", "api").agg(
-        count=pl.len().cast(pl.Int64), blocked_ns=pl.col("blocked_ns").sum())
-    colls = collective_kernels(trace).group_by("step", pl.col("coll_kind").alias("kind")).agg(
-        count=pl.len().cast(pl.Int64), bytes=pl.col("bytes").sum(), exposed_ns=pl.col("exposed_ns").sum())
-    return Material(trace.path, trace.rank, trace.world_size, step_times(trace), items, syncs, colls,
-                    device=device_of(trace), from_runner=bool(trace.ops["name"].str.contains(RUNNER_PHASE).any()),
-                    events=events_fingerprint(trace))
+
+
+def from_runner(trace: Trace) -> bool:
+    """Whether the trace carries the marks of tracekit's runner (an op `tracekit#<phase>`);
+    kept with the trace, so that a later command need not read its ops."""
+    marks = kept(trace, "runner-marks", lambda: pl.DataFrame(
+        {"from_runner": [bool(trace.ops["name"].str.contains(RUNNER_PHASE).any())]}))
+    return bool(marks["from_runner"][0])
 
 
 def events_fingerprint(trace: Trace) -> int:
     """One number for the trace's events as loaded (device activities, runtime calls, CPU ops,
     marks, steps and their origin): two traces with identical events — a file and its copy
-    elsewhere — have the same one."""
-    tables = (trace.gpu, trace.calls, trace.ops, trace.marks, trace.steps)
-    return hash((trace.origin_us, *((t.height, int(t.hash_rows(seed=0).sum())) for t in tables)))
+    elsewhere — have the same one. Kept with the trace, so that a later command need not
+    read its tables."""
+    def made() -> pl.DataFrame:
+        tables = (trace.gpu, trace.calls, trace.ops, trace.marks, trace.steps)
+        parts = (trace.origin_us, *((t.height, int(t.hash_rows(seed=0).sum())) for t in tables))
+        return pl.DataFrame({"events": [hash(parts) & (2**63 - 1)]})
+    return int(kept(trace, "events-fingerprint", made)["events"][0])
 
 
 def path_and_work(trace: Trace) -> pl.DataFrame:
@@ -301,11 +318,11 @@ def work_or_efficiency(items: pl.DataFrame) -> pl.DataFrame:
 def side_by_side(a: pl.DataFrame, a_step: int, b: pl.DataFrame, b_step: int, key: list[str]) -> pl.DataFrame:
     """A's and B's per-step rows of one step each, their other columns prefixed a_/b_, joined
     on `key` (absent: 0)."""
-    def side(frame, step, prefix):
-        picked = frame.filter(pl.col("step") == step).drop("step")
-        return picked.rename({c: f"{prefix}_{c}" for c in picked.columns if c not in key})
+    def side(frame, step, prefix):  # one lazy query for both: a report makes ~100 of them
+        picked = frame.lazy().filter(pl.col("step") == step).drop("step")
+        return picked.rename({c: f"{prefix}_{c}" for c in frame.columns if c not in (*key, "step")})
     both = side(a, a_step, "a").join(side(b, b_step, "b"), on=key, how="full", coalesce=True, nulls_equal=True)
-    return both.with_columns(pl.exclude(key).fill_null(0)).sort(key, nulls_last=True)
+    return both.with_columns(pl.exclude(key).fill_null(0)).sort(key, nulls_last=True).collect()
 
 
 def diff_pair(a: Material, b: Material, a_step: int, b_step: int, top: int, by: str,
@@ -334,8 +351,15 @@ def step_times(trace: Trace) -> dict[int, int]:
     device activity, each step's CPU window."""
     if not trace.has_gpu:
         return dict(trace.steps.select("step", pl.col("cpu_end") - pl.col("cpu_start")).iter_rows())
+    return dict(kept(trace, "step-times", lambda: device_step_times(trace)).iter_rows())
+
+
+def device_step_times(trace: Trace) -> pl.DataFrame:
+    """step, ns: each step with device work and its span (ns, summed over devices), by step."""
     spans = dict(timeline(trace).coarse.group_by("step").agg((pl.col("end") - pl.col("start")).sum()).iter_rows())
-    return {s: spans.get(s, 0) for s in sorted(trace.gpu["step"].drop_nulls().unique().to_list())}
+    steps = sorted(trace.gpu["step"].drop_nulls().unique().to_list())
+    return pl.DataFrame({"step": steps, "ns": [spans.get(s, 0) for s in steps]},
+                        schema={"step": pl.Int64, "ns": pl.Int64})
 
 
 def median_step(times: dict[int, int]) -> int:

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from tracekit.analyses.timeline import INNERMOST_FIRST
+from tracekit.analyses.timeline import INNERMOST_FIRST, kept
 from tracekit.core.model import Trace
 
 FSDP_LABEL = r"^(FSDP::|fsdp::|FullyShardedDataParallel\.)"
@@ -43,7 +43,12 @@ RUNNER_PHASE = r"^tracekit#(forward|backward|optimizer|checkpoint)$"  # runners/
 
 
 def launch_context(trace: Trace) -> pl.DataFrame:
-    """One row per GPU activity (row index into trace.gpu): phase, fsdp, unit, op."""
+    """One row per GPU activity (row index into trace.gpu): phase, fsdp, unit, op. Made once
+    per trace (in memory: a diff's items and its idle parts both read it)."""
+    return kept(trace, ("launch-context",), lambda: made_launch_context(trace))
+
+
+def made_launch_context(trace: Trace) -> pl.DataFrame:
     gpu = trace.gpu.with_row_index("row").select("row", "correlation", "ext_id")
     calls = trace.calls.select("correlation", pl.col("tid").alias("c_tid"), pl.col("start").alias("c_start"),
                                pl.col("end").alias("c_end")).unique("correlation")

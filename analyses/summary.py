@@ -25,7 +25,7 @@ from __future__ import annotations
 import polars as pl
 
 from tracekit.analyses.counts import count_columns
-from tracekit.analyses.timeline import SYNC_APIS, activities, figures, host_idle, timeline
+from tracekit.analyses.timeline import SYNC_APIS, activities, figures, host_idle, kept, timeline
 from tracekit.core.model import Trace
 from tracekit.core.names import collective_kind
 
@@ -93,7 +93,12 @@ def shares_of_span(shares: dict, span: str) -> list[pl.Expr]:
 
 def summary(trace: Trace, scope: str = "step") -> pl.DataFrame:
     """One row per step and device: step, device, cpu_ns, the timeline figures, kernels,
-    `syncs.<api>` and `collectives.<kind>` counts (dotted names nest in JSON)."""
+    `syncs.<api>` and `collectives.<kind>` counts (dotted names nest in JSON). Kept with the
+    trace (`timeline.kept`: a later command reads it from the trace cache)."""
+    return kept(trace, f"summary-{scope}", lambda: made_summary(trace, scope))
+
+
+def made_summary(trace: Trace, scope: str) -> pl.DataFrame:
     key = ["step", "device"]
     kernels = scoped(activities(trace, scope).filter(pl.col("kind") == "kernel"), scope).group_by(key).agg(
         kernels=pl.len().cast(pl.Int64))

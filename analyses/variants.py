@@ -18,10 +18,10 @@ import statistics
 import numpy as np
 import polars as pl
 
-from tracekit.analyses.diff import RunDiff, diff_runs, median_step, step_times
+from tracekit.analyses.diff import RunDiff, combine, material, median_step, step_times
 from tracekit.analyses.noise import drift, effective_steps, median_ci, repeats_delta_ci
 from tracekit.analyses.breakdown import breakdown
-from tracekit.analyses.critical_path import collective_arrivals, critical_path
+from tracekit.analyses.critical_path import run_critical_paths
 from tracekit.analyses.summary import summary
 from tracekit.core.model import Run
 from tracekit.core.timing import training_steps
@@ -185,12 +185,11 @@ def critical_split(runs: dict[str, Run]) -> pl.DataFrame:
     columns = ("span", "host", "runtime", "compute", "comm", "copy", "waiting")
     rows = []
     for variant, run in runs.items():
-        arrivals = collective_arrivals(run.traces)
-        for t, arrival in zip(run.traces, arrivals):
+        for t, path in zip(run.traces, run_critical_paths(run.traces)):
             times = step_times(t)
             if not times:
                 continue
-            row = critical_path(t, arrival).filter(pl.col("step") == median_step(times))
+            row = path.filter(pl.col("step") == median_step(times))
             rows.append(row.select(pl.lit(variant).alias("variant"), *[pl.col(f"{c}_ns") for c in columns]))
     if not rows:
         return pl.DataFrame(schema={"variant": pl.String, **{f"{c}_ms": pl.Float64 for c in columns}})
@@ -231,9 +230,10 @@ def phase_table(manifest: dict, baseline: str | None = None) -> pl.DataFrame:
 
 
 def variant_diffs(runs: dict[str, Run], top: int, base: str | None = None) -> dict[tuple[str, str], RunDiff]:
-    """Each variant against `base` (default: the first that ran; `diff.diff_runs`); a run
-    without device work (CPU) is diffed over its host ops, as `tracekit diff` does."""
+    """Each variant against `base` (default: the first that ran; `diff.combine` of the traces'
+    materials, as `tracekit diff` does: without each side's per-activity items); a run
+    without device work (CPU) is diffed over its host ops."""
     names = list(runs)
     base = base if base in names else (names[0] if names else None)
-    return {(base, other): diff_runs(runs[base].traces, runs[other].traces, "all", top)
+    return {(base, other): combine(*[[material(t) for t in runs[v].traces] for v in (base, other)], "all", top)
             for other in names if other != base}

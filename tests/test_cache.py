@@ -127,3 +127,85 @@ def test_an_interrupted_write_is_seen_and_cleared(tmp_path, monkeypatch):
     assert not left.exists()
     left.mkdir()
     assert CliRunner().invoke(main, ["cache", "clear"]).exit_code == 0 and not left.exists()
+
+
+def late_rank_run(folder, rank1_starts_at=60.0):
+    """The late-rank run of test_critical_path: rank 0 enters an all-reduce at 10 µs (90 µs
+    long), rank 1 computes from 5 µs and enters it at `rank1_starts_at` µs; rank 0's kernel
+    waits until then, and is comm for the rest."""
+    blocked = synth.call("cudaDeviceSynchronize", 5.0, 190.0, corr=9)
+    rank0 = [synth.step(1, 0.0, 200.0), *synth.nccl("all_reduce", 1.0, 10.0, 90.0, corr=1), blocked]
+    rank1 = [synth.step(1, 0.0, 200.0), *synth.launched("work", 1.0, 5.0, rank1_starts_at - 5.0, corr=1),
+             *synth.nccl("all_reduce", 3.0, rank1_starts_at, 100.0 - rank1_starts_at, corr=2), blocked]
+    folder.mkdir(exist_ok=True)
+    synth.write(folder, "rank0.json", synth.doc(rank0, rank=0))
+    synth.write(folder, "rank1.json", synth.doc(rank1, rank=1))
+    return folder
+
+
+def test_a_cached_run_is_reported_without_analysing_its_traces_again(tmp_path, monkeypatch):
+    """What `report` reads of each trace — its critical path with the run's collective
+    arrivals, its diff material, its summary — is kept in the trace cache: a later command
+    (the traces read back from the cache) gives the same tables without making any of it."""
+    from tracekit.analyses import critical_path, diff, summary
+    from tracekit.analyses.variants import critical_split, recorded_step, variant_diffs
+
+    monkeypatch.setenv("TRACEKIT_CACHE_DIR", str(tmp_path / "cache"))
+    runs = {"a": tracekit.load(late_rank_run(tmp_path / "a")), "b": tracekit.load(late_rank_run(tmp_path / "b", 30.0))}
+
+    def answers():
+        diffs = variant_diffs(runs, top=8)
+        return (critical_split(runs), recorded_step(runs["b"]),
+                [(d.all_items, d.syncs, d.collectives) for r in diffs.values() for d in r.per_rank])
+
+    first = answers()
+    cache.writer().submit(lambda: None).result()
+    runs = {name: tracekit.load(tmp_path / name) for name in ("a", "b")}  # as a later command reads them
+
+    def no_analysis(*args, **kwargs):
+        raise AssertionError("analysed again")
+
+    for module, name in ((critical_path, "path_split"), (critical_path, "heaviest"), (diff, "path_and_work"),
+                         (diff, "host_syncs"), (diff, "collective_kernels"), (summary, "figures")):
+        monkeypatch.setattr(module, name, no_analysis)
+    again = answers()
+    assert again[0].equals(first[0]) and again[1] == first[1]
+    assert all(x.equals(y) for got, want in zip(again[2], first[2]) for x, y in zip(got, want))
+
+
+def test_a_changed_rank_gives_every_rank_a_fresh_critical_path(tmp_path, monkeypatch):
+    """Rank 0's critical path depends on when rank 1 arrives: rank 1 entering the all-reduce
+    at 60 µs leaves rank 0's kernel (10–100 µs) 50 µs waiting and 40 µs comm; rewritten to
+    enter at 30 µs, 20 µs waiting and 70 µs comm — though rank 0's own file, and its cache
+    entry, did not change."""
+    from tracekit.analyses.critical_path import run_critical_paths
+
+    monkeypatch.setenv("TRACEKIT_CACHE_DIR", str(tmp_path / "cache"))
+
+    def rank0(starts_at):
+        run = tracekit.load(late_rank_run(tmp_path / "run", starts_at))
+        cache.writer().submit(lambda: None).result()
+        row = run_critical_paths(run.traces)[0].row(0, named=True)
+        return [i["ns"] for i in row["items"] if i["kind"] == "collective arrival"], row["comm_ns"]
+
+    assert rank0(60.0) == rank0(60.0) == ([50_000], 40_000)  # the second one read from the cache
+    assert rank0(30.0) == ([20_000], 70_000)
+
+
+def test_a_report_makes_each_traces_launch_context_and_collective_kernels_once(tmp_path, monkeypatch):
+    """In one command, without the trace cache: a diff's items and its idle parts read one
+    launch context of the trace, its material and the run's collective arrivals one table of
+    collective kernels — each made once per trace (two variants of two ranks: four each)."""
+    from collections import Counter
+
+    from tracekit.analyses import comms, phases
+    from tracekit.analyses.variants import critical_split, variant_diffs
+
+    monkeypatch.setenv("TRACEKIT_NO_CACHE", "1")
+    runs = {"a": tracekit.load(late_rank_run(tmp_path / "a")), "b": tracekit.load(late_rank_run(tmp_path / "b", 30.0))}
+    made = Counter()
+    for module, name in ((phases, "autograd_threads"), (comms, "group_ranks")):  # one call per table made
+        monkeypatch.setattr(module, name, lambda *a, real=getattr(module, name), name=name: made.update([name]) or real(*a))
+    variant_diffs(runs, top=8)
+    critical_split(runs)
+    assert made == {"autograd_threads": 4, "group_ranks": 4}

@@ -7,7 +7,10 @@ the cached tables and analyses — holding each table as Arrow IPC (zstd; read f
 too: `Trace.derived` is a `Derived`, which writes each table an analysis keeps in it to the
 entry and reads it back in a later command, so an analysis itself does no I/O; a table made
 after the trace was named from another one (`naming.named`) is kept under that one's identity
-too (`Derived.rebased`), so a table made before naming is never read back after it. It is written to a temporary folder (`.tmp-…`) and renamed into place, so a reader never
+too (`Derived.rebased`), so a table made before naming is never read back after it; a table made
+from all of a run's traces (the critical path with the run's collective arrivals) is kept in each
+trace's entry under a key naming the run's traces and their entries (`critical_path.run_identity`).
+It is written to a temporary folder (`.tmp-…`) and renamed into place, so a reader never
 sees half an entry; a temporary folder that a killed process left behind counts as an entry
 for `cache info`, `cache clear` and the size bound. An entry that cannot be read (corrupt, from another version) is ignored
 and written again, never trusted. The cache is `TRACEKIT_CACHE_DIR`, else the user's cache
@@ -30,7 +33,7 @@ import shutil
 from pathlib import Path
 
 # polars and the trace model (`pl`, `Trace` in the annotations) are imported where they are used
-SCHEMA = 14  # bump when the loaded tables, the analyses' kept tables or their meaning change
+SCHEMA = 15  # bump when the loaded tables, the analyses' kept tables or their meaning change
 TABLES = ("gpu", "calls", "ops", "marks", "steps")
 ANSWERS = "answers"  # the folder of the kept answers (`answers.py`), one file each
 _writer = None
