@@ -6,6 +6,7 @@ worker process."""
 
 import gzip
 import json
+import threading
 from pathlib import Path
 
 import pytest
@@ -135,3 +136,26 @@ def test_the_helpers_a_decode_starts_are_stopped_after_it(tmp_path, monkeypatch)
         assert resource_tracker._resource_tracker._fd is None
         import gc
         gc.collect()
+
+
+def test_a_worker_still_starting_when_the_caller_has_every_piece_is_waited_for(tmp_path, monkeypatch, capfd):
+    """The caller decodes a small file before the fork server is up: the worker whose start
+    was under way then is waited for before the decode's semaphores go, so that it starts,
+    finds no piece and ends, rather than failing to read them (a traceback on stderr)."""
+    from multiprocessing import forkserver, resource_tracker
+
+    forkserver._forkserver._stop()
+    resource_tracker._resource_tracker._stop()
+    events = [step(1, 0, 10_000)] + [op(f"op{i}", 10 + i, 1) for i in range(300)]
+    path = tmp_path / "t.json"
+    path.write_bytes(kineto(events))
+    monkeypatch.setattr(split, "MIN_PIECE", 4096)
+    monkeypatch.setattr(split, "KEEP_SERVER", True)  # the tracker outlives `seen`'s semaphores
+    seen = []
+    start = split._start
+    monkeypatch.setattr(split, "_start", lambda *a: seen.append((threading.current_thread(), a[0])) or start(*a))
+    results, _ = split.decoded(str(path), loading.piece_tables, 2, unpack=loading.piece_frames)
+    (starter, processes), = seen
+    assert len(results) > 2 and not starter.is_alive()
+    assert all(p.exitcode == 0 for p in processes if p.pid is not None)  # each one started ended well
+    assert "Traceback" not in capfd.readouterr().err

@@ -195,8 +195,8 @@ def _decoded(location: str, fn, workers: int, unpack, ctx) -> tuple[list, bytes]
         processes = [ctx.Process(target=_work, args=(text, ranges, fn, counter, results, folder), daemon=True)
                      for _ in range(min(workers, total - 1))]
         # started in the background: the first start waits for the fork server to import `fn`'s
-        # module, and this process decodes pieces meanwhile (and does not wait for the server
-        # when it has taken every piece itself)
+        # module, and this process decodes pieces meanwhile (when it has taken every piece
+        # itself, it still waits for that start to end: see the `finally`)
         starter = threading.Thread(target=_start, args=(processes, counter, total), daemon=True)
         starter.start()
         out: dict[int, object] = {}
@@ -217,6 +217,8 @@ def _decoded(location: str, fn, workers: int, unpack, ctx) -> tuple[list, bytes]
                 pool.shutdown(cancel_futures=True)
             with counter.get_lock():
                 counter.value = total  # a worker still running, or starting, takes nothing more
+            starter.join()  # a start under way ends (the worker, given no piece, ends too) before
+            # the semaphores it is sent are freed, which it would fail to open
             for process in processes:
                 if process.pid is None:
                     continue
