@@ -466,7 +466,12 @@ def named_on_one_side(a_side: list[Material], b_side: list[Material]) -> str | N
 def diff_runs(a_traces: list[Trace], b_traces: list[Trace], steps="all", top: int = 20,
               by: str = "kernel") -> RunDiff:
     """`combine` of the traces' materials, each rank's diff with its per-activity items."""
-    result = combine([material(t, by) for t in a_traces], [material(t, by) for t in b_traces], steps, top, by)
+    return with_activities(combine([material(t, by) for t in a_traces], [material(t, by) for t in b_traces], steps,
+                                   top, by), a_traces, b_traces)
+
+
+def with_activities(result: RunDiff, a_traces: list[Trace], b_traces: list[Trace]) -> RunDiff:
+    """`result` (`combine` of the traces' materials) with each rank's per-activity items."""
     a_ranks, b_ranks = by_rank(a_traces, b_traces)
     for d in result.per_rank:
         d.a_items, d.b_items = step_items(a_ranks[d.rank], d.a_step), step_items(b_ranks[d.rank], d.b_step)

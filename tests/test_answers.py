@@ -581,6 +581,27 @@ def test_export_diff_takes_the_variants_of_a_profile_output_as_diff_does(tmp_pat
     assert len(written) > 10_000 and written == (tmp_path / "spelled.pftrace").read_bytes()
     swapped = cli("export", "--diff", "-o", tmp_path / "s.pftrace", "ddp", "fsdp2", run)
     assert swapped.exit_code == 2 and "comes first" in swapped.output
+    assert f"tracekit export --diff -o {tmp_path / 's.pftrace'} {run} ddp fsdp2" in " ".join(messages(swapped.stderr))
+
+
+def test_export_diff_of_a_named_trace_and_its_copy_compares_both_unnamed_as_diff_does(tmp_path):
+    """A lean trace with `names/` beside it and its copy elsewhere (the same trace): export
+    --diff, like diff, compares both sides without those names, so every marked diff item's
+    delta is 0 and it says A and B are the same trace."""
+    from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace as PerfettoTrace
+
+    trace = DATA / "h200x2-lean" / "fsdp2" / "rank0.pt.trace.json.gz"
+    copy = tmp_path / trace.name
+    copy.write_bytes(trace.read_bytes())
+    out = tmp_path / "same.pftrace"
+    result = cli("export", "--diff", "-o", out, trace, copy)
+    assert result.exit_code == 0, result.output
+    said = " ".join(messages(result.stderr))
+    assert "both are compared without those names" in said
+    assert "A and B are the same trace: identical events in both files (a copy)" in said
+    packets = PerfettoTrace.FromString(out.read_bytes()).packet
+    marked = [p.track_descriptor.name for p in packets if " ms · " in p.track_descriptor.name]
+    assert marked and all(name.startswith("+0.000 ms · ") for name in marked)
 
 
 def test_check_compares_each_variant_with_the_base_not_the_base_with_itself():

@@ -26,36 +26,54 @@ def named_material(trace, by: str, comm_kernels: tuple = (), cache=None):
     return found
 
 
+def whole_material(trace, by: str, named: bool, comm_kernels: tuple = (), cache=None):
+    """(the trace, its `diff.material`), the trace first named from the full step beside it
+    where `named` (`named_material`)."""
+    from tracekit.analyses.diff import material
+
+    return trace, (named_material(trace, by, comm_kernels, cache) if named else material(trace, by))
+
+
 def diffed(a, b, steps, rank, top: int, by: str, options: dict, whole: bool = False, ranks: str = "sum"):
     """(A's traces, B's traces, the RunDiff) with every warning printed: world sizes, steps,
     and the models named by the profile manifests when both have one. The traces are loaded
-    here only when `whole` (for export); else each rank's diff material comes from a worker."""
+    here only when `whole` (for export, the RunDiff then with its per-activity items; else
+    None); else each rank's diff material comes from a worker. Where only one side is named
+    from the full step beside it, both are compared without those names, saying so."""
     from functools import partial
 
-    from tracekit.analyses.diff import combine, diff_runs, material, named_on_one_side, sign_disagreements
+    from tracekit.analyses.diff import combine, material, named_on_one_side, sign_disagreements, with_activities
     from tracekit.analyses.fidelity import with_real
     from tracekit.core.loading import profile_variant
 
     if isinstance(steps, list) and len(steps) != 1:
         raise click.BadParameter("diff compares one step, or all (the median step)", param_hint="--steps")
     step = steps if steps == "all" else steps[0]
+    names = {"comm_kernels": options["comm_kernels"], "cache": options["cache"]}
+
+    def side(path, named: bool = True) -> tuple[list | None, list]:
+        """(its traces where `whole`, else None; its materials) of one side."""
+        if whole:
+            analysis = partial(whole_material, by=by, named=named, **names)
+            found = [m for _, m in of_ranks(analysed_runs([path], options, analysis, True, rank, named=False),
+                                            rank, [path])]
+            return [t for t, _ in found], [m for _, m in found]
+        analysis = partial(named_material, by=by, **names) if named else partial(material, by=by)
+        return None, [m for _, m in of_ranks(analysed_runs([path], options, analysis, rank=rank, named=named),
+                                             rank, [path])]
+
+    (a_traces, a_side), (b_traces, b_side) = side(a), side(b)
+    if (named := named_on_one_side(a_side, b_side)) is not None:  # compare on what both sides have: no names
+        say(f"warning: {named}'s traces are named from the full step in names/ beside them, "
+            f"{'B' if named == 'A' else 'A'}'s have none: both are compared without those names (launching ops, "
+            "phases and collective dtypes as the recordings themselves have them)")
+        if named == "A":
+            a_traces, a_side = side(a, named=False)
+        else:
+            b_traces, b_side = side(b, named=False)
+    result = combine(a_side, b_side, step, top, by)
     if whole:
-        a_traces, b_traces = load_traces([a], rank, options), load_traces([b], rank, options)
-        result = diff_runs(a_traces, b_traces, step, top, by)
-    else:
-        a_traces = b_traces = None
-        naming = partial(named_material, by=by, comm_kernels=options["comm_kernels"], cache=options["cache"])
-        sides = [[m for _, m in of_ranks(analysed_runs([p], options, naming, rank=rank), rank, [p])] for p in (a, b)]
-        if (side := named_on_one_side(*sides)) is not None:  # compare on what both sides have: no names
-            say(f"warning: {side}'s traces are named from the full step in names/ beside them, "
-                f"{'B' if side == 'A' else 'A'}'s have none: both are compared without those names (launching ops, "
-                "phases and collective dtypes as the recordings themselves have them)")
-            plain = partial(material, by=by)
-            index = "AB".index(side)
-            path = (a, b)[index]
-            sides[index] = [m for _, m in of_ranks(analysed_runs([path], options, plain, rank=rank, named=False),
-                                                   rank, [path])]
-        result = combine(*sides, step, top, by)
+        result = with_activities(result, a_traces, b_traces)
     (ma, va), (mb, vb) = profile_variant(a), profile_variant(b)
     warnings = result.warnings + with_real(result, ma, va, mb, vb)
     if ranks != "each":
@@ -65,9 +83,9 @@ def diffed(a, b, steps, rank, top: int, by: str, options: dict, whole: bool = Fa
     return a_traces, b_traces, result
 
 
-def diff_sides(paths: tuple) -> tuple[str, str]:
+def diff_sides(paths: tuple, verb: str = "diff") -> tuple[str, str]:
     """A's and B's paths: `A B` (trace files or run directories), or `OUT A B` (variant names
-    of one profile output)."""
+    of one profile output); a mistake's fix is spelled as `tracekit VERB …`."""
     if len(paths) not in (2, 3):
         raise UsageError("diff takes A B, or OUT A B (variants of a profile output); "
                          f"got {counted(len(paths), 'argument')}")
@@ -77,11 +95,11 @@ def diff_sides(paths: tuple) -> tuple[str, str]:
     out, *variants = paths
     if not Path(out).exists() and Path(variants[-1]).is_dir():
         raise UsageError(f"{out}: no such file or directory; the profile output comes first: "
-                         f"tracekit diff {variants[-1]} {out} {variants[0]}")
+                         f"tracekit {verb} {variants[-1]} {out} {variants[0]}")
     if not (Path(out) / "manifest.json").is_file() and (Path(variants[-1]) / "manifest.json").is_file():
         a, b = (Path(p).name for p in (out, variants[0]))
         raise UsageError(f"{out}: not a profile output, {variants[-1]} is; the profile output comes first: "
-                         f"tracekit diff {variants[-1]} {a} {b}")
+                         f"tracekit {verb} {variants[-1]} {a} {b}")
     existing(None, None, out)
     found = sorted(p.name for p in Path(out).iterdir() if p.is_dir() and p.name != "names") \
         if Path(out).is_dir() else []

@@ -31,7 +31,7 @@ def export(paths, output, as_diff, steps, rank, options, top):
         n = export_traces(list(paths), output, options, rank)
         wrote(output, f" ({counted(n, 'rank trace')}); view it with `tracekit open {output}`")
         return
-    a, b = diff_sides(paths)
+    a, b = diff_sides(paths, f"export --diff -o {output}")
     a_traces, b_traces, result = diffed(a, b, steps, rank, top, "kernel", options, whole=True)
     export_diff(a_traces, b_traces, result, side_names(a, b), output, top)
     wrote(output, f"; view it with `tracekit open {output}`")
