@@ -512,8 +512,42 @@ def test_a_cycle_that_is_not_there_is_counted_in_words():
     tensorboard = WILD / "tensorboard-plugin"
     assert "--cycle 3: there are 2 profiling cycles" in " ".join(messages(
         cli("summary", "--cycle", "3", tensorboard / "resnet50_num_workers_0").stderr))
-    assert " ".join(messages(cli("summary", "--cycle", "2", tensorboard / "resnet50_num_workers_4").stderr)).endswith(
-        "--cycle 2: there is 1 profiling cycle")
+    one = tensorboard / "resnet50_num_workers_4"
+    assert " ".join(messages(cli("summary", "--cycle", "2", one).stderr)).endswith(
+        f"--cycle 2: there is 1 profiling cycle (1 {next(one.glob('worker0.*')).name})")
+
+
+def test_a_cycle_that_is_not_there_lists_the_cycles_there_are():
+    """`--cycle 3` of TensorBoard's two cycles of worker0: one line numbering both files in time order."""
+    folder = WILD / "tensorboard-plugin" / "resnet50_num_workers_0"
+    earlier, later = sorted(folder.glob("worker0.*.pt.trace.json.gz"))
+    for verb in ("summary", "kernels"):
+        result = cli(verb, "--cycle", "3", folder)
+        assert result.exit_code == 2 and "Traceback" not in result.output
+        assert messages(result.stderr) == [f"tracekit: {folder}: --cycle 3: there are 2 profiling cycles "
+                                           f"(1 {earlier.name}, 2 {later.name})"]
+
+
+def test_export_writes_the_profiling_cycle_asked_and_says_which(tmp_path):
+    """TensorBoard's folder of two cycles of worker0: export, like every verb, writes one cycle
+    (the last, or `--cycle first`), not both as two rank-0 processes, and says which it read;
+    `--cycle 3` is a one-line mistake and writes nothing."""
+    from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace as PerfettoTrace
+
+    folder = WILD / "tensorboard-plugin" / "resnet50_num_workers_0"
+    earlier, later = sorted(folder.glob("worker0.*.pt.trace.json.gz"))
+    for cycle, read, other in (("last", later, earlier), ("first", earlier, later)):
+        out = tmp_path / f"{cycle}.pftrace"
+        result = cli("export", "--cycle", cycle, "-o", out, folder)
+        assert result.exit_code == 0, result.output
+        processes = {p.track_descriptor.process.process_name for p in PerfettoTrace.FromString(out.read_bytes()).packet
+                     if p.track_descriptor.HasField("process")}
+        assert processes == {f"rank 0 · {folder.name}/{read.name}"}
+        said = [m for m in messages(result.stderr) if "profiling cycle" in m]
+        assert said == [f"tracekit: warning: other_cycles in {read.name}: read profiling cycle "
+                        f"{1 if read == earlier else 2} of 2 of this rank; --cycle first|last|N reads another ({other.name})"]
+    missing = cli("export", "--cycle", "3", "-o", tmp_path / "none.pftrace", folder)
+    assert missing.exit_code == 2 and len(messages(missing.stderr)) == 1 and not (tmp_path / "none.pftrace").exists()
 
 
 def test_comms_shows_what_tells_look_alike_rows_apart():

@@ -80,15 +80,18 @@ def load_run(path, *, comm_kernels: tuple[str, ...] = (), cycle: str = "last", c
                facts={"directory": True, "skipped": skipped, "cycles": others})
 
 
-def _pick(items: list, cycle: str, where) -> int:
-    """The index into `items` (in time order) that `cycle` names."""
+def _pick(paths: list[str], cycle: str, where) -> int:
+    """The index into `paths` (a rank's cycles' files, in time order) that `cycle` names; a
+    number out of range is an error listing the cycles there are."""
     if cycle == "last":
-        return len(items) - 1
+        return len(paths) - 1
     if cycle == "first":
         return 0
     n = int(cycle)
-    if not 1 <= n <= len(items):
-        raise TraceError(where, f"--cycle {n}: there {'is 1 profiling cycle' if len(items) == 1 else f'are {len(items)} profiling cycles'}")
+    if not 1 <= n <= len(paths):
+        there = "is 1 profiling cycle" if len(paths) == 1 else f"are {len(paths)} profiling cycles"
+        listed = ", ".join(f"{i} {files.name(p)}" for i, p in enumerate(paths, 1))
+        raise TraceError(where, f"--cycle {n}: there {there} ({listed})")
     return n - 1
 
 
@@ -106,7 +109,7 @@ def cycles_by_name(found: list[str], cycle: str) -> tuple[list[str], dict[str, l
     chosen, others = list(plain), {}
     for worker, cycles in by_worker.items():
         cycles.sort()
-        i = _pick(cycles, cycle, cycles[0][1].rsplit("/", 1)[0])
+        i = _pick([f for _, f in cycles], cycle, cycles[0][1].rsplit("/", 1)[0])
         chosen.append(cycles[i][1])
         if len(cycles) > 1:
             others[cycles[i][1]] = [f for _, f in cycles]
@@ -131,7 +134,7 @@ def cycles_by_rank(traces: list, cycle: str) -> tuple[list, dict[str, list[str]]
         if not successive(group):
             kept.extend(group)
             continue
-        i = _pick(group, cycle, group[0].path.rsplit("/", 1)[0])
+        i = _pick([t.path for t in group], cycle, group[0].path.rsplit("/", 1)[0])
         kept.append(group[i])
         if len(group) > 1:
             others[group[i].path] = [t.path for t in group]

@@ -242,17 +242,23 @@ def write_atomically(path, write) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def export_traces(paths: list, out, options: dict, rank: int | None = None) -> int:
+def export_traces(paths: list, out, options: dict, rank: int | None = None) -> tuple[int, dict[str, list[str]]]:
     """Every trace file under `paths` (or `rank`'s only), one process per rank, loaded one at a
-    time; nothing is written when no trace is of `rank`."""
+    time, of a worker with several profiling cycles the one `options["cycle"]` names (as
+    `loading.cycles_by_name` chooses); nothing is written when no trace is of `rank`. (The
+    traces written, each written cycle's file → every cycle of its worker.)"""
     from tracekit.core.files import runs_in, trace_files
-    from tracekit.core.loading import NotATrace, load_traces
+    from tracekit.core.loading import NotATrace, cycles_by_name, load_traces
 
-    written = 0
+    written, others, chosen = 0, {}, []
+    for run in (run for p in paths for run in runs_in(p)):
+        files, more = cycles_by_name(trace_files(run), options.get("cycle", "last"))
+        chosen += files
+        others.update(more)
 
     def write(writer):
         nonlocal written
-        for file in (f for p in paths for run in runs_in(p) for f in trace_files(run)):
+        for file in chosen:
             try:
                 traces = load_traces(file, comm_kernels=options["comm_kernels"], cache=options["cache"])
             except NotATrace:
@@ -264,7 +270,7 @@ def export_traces(paths: list, out, options: dict, rank: int | None = None) -> i
         if rank is not None and not written:
             raise TraceError(", ".join(map(str, paths)), f"no trace of rank {rank}")
     write_atomically(out, write)
-    return written
+    return written, others
 
 
 def export_diff(a_traces: list[Trace], b_traces: list[Trace], diff: RunDiff, labels: tuple[str, str], out,

@@ -28,7 +28,12 @@ def export(paths, output, as_diff, steps, rank, options, top):
 
     if not as_diff:
         existing(None, None, paths)
-        n = export_traces(list(paths), output, options, rank)
+        n, others = export_traces(list(paths), output, options, rank)
+        for path, cycles in others.items():
+            from tracekit.analyses.lint import cycle_finding
+            from tracekit.core.files import name
+
+            say(f"warning: other_cycles in {name(path)}: {cycle_finding(path, cycles)['detail']}")
         wrote(output, f" ({counted(n, 'rank trace')}); view it with `tracekit open {output}`")
         return
     a, b = diff_sides(paths, f"export --diff -o {output}")
