@@ -8,6 +8,7 @@ from __future__ import annotations
 import polars as pl
 
 from tracekit.analyses.diff import VIEWS, RunDiff, phase_attribution
+from tracekit.core.words import counted
 
 CAUSES = 2  # item sentences
 
@@ -114,9 +115,10 @@ def sync_sentence(result: RunDiff, a: str, b: str) -> str | None:
     n = len(result.per_rank)
     gone = syncs.filter((pl.col("a_count") > 0) & (pl.col("b_count") == 0))
     new = syncs.filter((pl.col("a_count") == 0) & (pl.col("b_count") > 0))
-    parts = [f"{a}'s {r['a_count'] / n:g} {r['api']} per rank (blocking the host {ms(r['a_blocked_ns'] / n / 1e6)} ms) "
-             f"are gone in {b}" for r in gone.iter_rows(named=True)]
-    parts += [f"{b} adds {r['b_count'] / n:g} {r['api']} per rank (blocking the host "
+    parts = [f"{a}'s {counted(r['a_count'] / n, r['api'], r['api'])} per rank (blocking the host "
+             f"{ms(r['a_blocked_ns'] / n / 1e6)} ms) {'is' if r['a_count'] == n else 'are'} gone in {b}"
+             for r in gone.iter_rows(named=True)]
+    parts += [f"{b} adds {counted(r['b_count'] / n, r['api'], r['api'])} per rank (blocking the host "
               f"{ms(r['b_blocked_ns'] / n / 1e6)} ms)" for r in new.iter_rows(named=True)]
     return ("; ".join(parts) + ".") if parts else None
 

@@ -283,3 +283,22 @@ def test_a_folder_of_traces_claiming_one_rank_says_which_one_it_compares():
     shown = json.loads(CliRunner().invoke(main, ["diff", "--format", "json", str(tracelens / "h100"),
                                                  str(tracelens / "mi300")]).stdout)
     assert shown["step_delta_ns"] == alone.per_rank[0].step_delta_ns
+
+
+def test_lead_counts_a_single_host_sync_in_the_singular(tmp_path):
+    """A calls cudaDeviceSynchronize once (40 µs) in its one step, B twice cudaStreamSynchronize
+    (15 µs each) instead: the sync sentence reads `1 … is gone`, `adds 2 …` (it read `1 … are gone`)."""
+    from tracekit.analyses.lead import sync_sentence
+
+    base = [synth.step(1, 0.0, 200.0), *synth.launched("k1", 1.0, 5.0, 100.0, corr=1)]
+    a = tracekit.load(synth.write(tmp_path, "a.json", synth.doc(
+        base + [synth.call("cudaDeviceSynchronize", 10.0, 40.0, corr=9)], world_size=1)))
+    b = tracekit.load(synth.write(tmp_path, "b.json", synth.doc(
+        base + [synth.call("cudaStreamSynchronize", 10.0, 15.0, corr=9),
+                synth.call("cudaStreamSynchronize", 30.0, 15.0, corr=10)], world_size=1)))
+    assert sync_sentence(diff_runs([a], [b]), "A", "B") == (
+        "A's 1 cudaDeviceSynchronize per rank (blocking the host 0.040 ms) is gone in B; "
+        "B adds 2 cudaStreamSynchronize per rank (blocking the host 0.030 ms).")
+    assert sync_sentence(diff_runs([b], [a]), "B", "A") == (
+        "B's 2 cudaStreamSynchronize per rank (blocking the host 0.030 ms) are gone in A; "
+        "A adds 1 cudaDeviceSynchronize per rank (blocking the host 0.040 ms).")

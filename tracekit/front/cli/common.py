@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from tracekit.core.errors import TraceError, TracekitError, UsageError
+from tracekit.core.words import counted  # noqa: F401 (the verbs' modules take it from here)
 
 # Analysis modules (polars) are imported inside the commands: the runners need only torch.
 FORMATS = ("table", "json", "csv", "md")
@@ -46,11 +47,6 @@ def sample_trace_path() -> str:
     from importlib.resources import files
 
     return str(files("tracekit") / "data" / "fsdp1_rank0.trace.json.gz")
-
-
-def counted(n: int, thing: str, things: str | None = None) -> str:
-    """`1 thing`, `2 things` (`things` where the plural is not `thing` + `s`)."""
-    return f"{n:,} {thing if n == 1 else things or thing + 's'}"
 
 
 def inputs(paths) -> list:

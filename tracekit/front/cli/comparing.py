@@ -253,7 +253,7 @@ def check(out, fmt, layout):
     after the timed steps with the first variant's (tolerances: docs/metrics.md).
 
     Prints every comparison (`not recorded` where the runtime recorded no count of it), then one
-    line (`all N counts match` or `K of N counts differ`, and how many were not recorded);
+    line (`all N counts match` or `K of N counts differ`, singular for 1, and how many were not recorded);
     exits 1 on any mismatch."""
     import polars as pl
 
@@ -278,18 +278,19 @@ def check(out, fmt, layout):
               f"{row['value']:.6g} vs {row['base']}'s {row['base_value']:.6g} (relative {row['rel_diff']:.2g} > "
               f"{row['tolerance']:g})", "tracekit check: ")
     recorded = int(counts["match"].is_not_null().sum())
-    verdict = agreement(recorded, int((~counts["match"]).sum()), "counts match", "counts differ") if recorded \
+    verdict = agreement(recorded, int((~counts["match"]).sum()), "count") if recorded \
         else "no count recorded by the runtime to compare"
     if 0 < recorded < counts.height:
         verdict += f" ({counts.height - recorded} not recorded by the runtime)"
     if parity.height:
-        verdict += ", " + agreement(parity.height, int((~parity["match"]).sum()), "parity figures match",
-                                    "parity figures differ")
+        verdict += ", " + agreement(parity.height, int((~parity["match"]).sum()), "parity figure")
     click.echo(verdict, err=fmt in ("json", "csv"))
     if not (counts["match"].all() and parity["match"].all()):
         sys.exit(1)
 
 
-def agreement(n: int, differ: int, match: str, differ_text: str) -> str:
-    """`all N <match>` or `K of N <differ_text>`."""
-    return f"{differ} of {n} {differ_text}" if differ else f"all {n} {match}"
+def agreement(n: int, differ: int, thing: str) -> str:
+    """`all N things match` (`1 thing matches`) or `K of N things differ` (`1 of N things differs`)."""
+    if differ:
+        return f"{differ} of {counted(n, thing)} {'differs' if differ == 1 else 'differ'}"
+    return f"{counted(n, thing)} matches" if n == 1 else f"all {counted(n, thing)} match"
