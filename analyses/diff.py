@@ -102,6 +102,7 @@ class RunDiff:
     real: dict | None = None  # `fidelity.real_delta`, when both sides come with a profile manifest
     reconciled: pl.DataFrame | None = None  # `fidelity.reconciliation` of `real` with `phase_attribution`
     from_runner: bool = False  # a side's traces carry the marks of tracekit's runner (`tracekit#<phase>`)
+    same: str | None = None  # what makes A and B the same traces (`same_traces`), None where they are not
 
     def shown(self, ranks: str = "sum") -> Diff:
         """What a one-object report shows: the rank's diff, or over ranks their sum (`ranks`
@@ -434,7 +435,17 @@ def combine(a_side: list[Material], b_side: list[Material], steps="all", top: in
     pairs = [(a_ranks[r], b_ranks[r]) for r in common]
     spread = item_spread(pairs, sorted(everywhere), by) if steps == "all" and len(everywhere) > 1 else None
     return RunDiff(diffs, aggregate(diffs, top, by, spread), warnings + sameness(pairs, diffs),
-                   from_runner=any(m.from_runner for m in [*a_side, *b_side]))
+                   from_runner=any(m.from_runner for m in [*a_side, *b_side]), same=same_traces(pairs))
+
+
+def same_traces(pairs: list[tuple[Material, Material]]) -> str | None:
+    """What makes every compared pair of traces one trace — `the same file(s)`, or `identical
+    events in both files (a copy)` —, or None where a pair differs."""
+    if not pairs or not all(a.path == b.path or a.events == b.events for a, b in pairs):
+        return None
+    if all(a.path == b.path for a, b in pairs):
+        return "the same file" + ("s" if len(pairs) > 1 else "")
+    return "identical events in both files (a copy)"
 
 
 def sameness(pairs: list[tuple[Material, Material]], diffs: list[Diff]) -> list[str]:
@@ -443,9 +454,7 @@ def sameness(pairs: list[tuple[Material, Material]], diffs: list[Diff]) -> list[
     different devices."""
     devices = {(a.device, b.device) for a, b in pairs if a.device and b.device and a.device != b.device}
     notes = [f"A ran on {a}, B on {b}: the Δ compares different machines, not one change" for a, b in sorted(devices)]
-    if pairs and all(a.path == b.path or a.events == b.events for a, b in pairs):
-        what = ("the same file" if all(a.path == b.path for a, b in pairs) else
-                "identical events in both files (a copy)")
+    if (what := same_traces(pairs)) is not None:
         notes.append(f"A and B are the same trace{'s' if len(pairs) > 1 else ''}: {what}; every Δ is 0")
     elif all(d.step_delta_ns == 0 and (d.all_items["delta_ns"] == 0).all() for d in diffs):
         notes.append("A's and B's compared steps are identical, item by item: every Δ is 0")

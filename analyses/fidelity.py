@@ -228,9 +228,10 @@ def with_real(result: RunDiff, a: dict | None, a_variant: str | None, b: dict | 
     """Sets the diff's real Δ (`real_delta`) and its `reconciliation` with the trace's phase
     attribution, when both sides' manifests give timed steps; the warnings it raises (models
     that differ, attribution outside the real Δ's interval, and with `sides` each side's
-    recording: `fidelity_warnings`)."""
+    recording: `fidelity_warnings`). Not where A and B are the same traces (`RunDiff.same`):
+    their timed steps are one run's, no difference to weigh against noise."""
     warnings = config_mismatch(a, b)
-    if a and b:
+    if a and b and result.same is None:
         result.real = real_delta(a, a_variant, b, b_variant)
         if result.real:
             result.reconciled = reconciliation(result.real, phase_attribution(result.together, len(result.per_rank)))

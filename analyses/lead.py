@@ -125,7 +125,11 @@ def sync_sentence(result: RunDiff, a: str, b: str) -> str | None:
 
 def diff_lead(result: RunDiff, a: str, b: str, by: str = "kernel") -> list[str]:
     """At most five sentences: the step's Δ, the phases, the largest causes, the host syncs
-    that appear or go (`a`, `b`: the sides' names)."""
+    that appear or go (`a`, `b`: the sides' names); where A and B are the same traces, one
+    sentence saying so."""
+    if result.same is not None:
+        many = len(result.per_rank) > 1
+        return [f"{a} and {b} are the same trace{'s' if many else ''} ({result.same}): no difference to attribute."]
     sentences = [step_sentence(result, a, b), phase_sentence(result), *cause_sentences(result, a, b, by),
                  sync_sentence(result, a, b)]
     return [s for s in sentences if s][:5]

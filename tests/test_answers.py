@@ -199,7 +199,20 @@ def test_diff_of_a_trace_with_itself_says_so():
     path = DATA / "h200x2-small" / "ddp" / "rank0.trace.json.gz"
     result = cli("diff", path, path)
     assert result.exit_code == 0 and "A and B are the same trace: the same file; every Δ is 0" in result.stderr
-    assert "takes as long as" in result.stdout and "0.000 ms less" not in result.stdout
+    assert result.stdout.startswith("A and B are the same trace (the same file): no difference to attribute.\n")
+    assert "0.000 ms less" not in result.stdout
+
+
+@pytest.mark.parametrize("args", [("h200x2-blocks4", "fsdp1", "fsdp1"), ("h200x2-blocks4/fsdp1", "h200x2-blocks4/fsdp1")])
+def test_diff_of_a_run_folder_with_itself_says_there_is_nothing_to_attribute(args):
+    """A profile output's variant with itself (OUT A A, or its folder twice): both manifests give
+    the same timed steps, whose Δ is 0 within an interval of noise; the lead says A and B are the
+    same traces, with no 'inconclusive' verdict or real Δ as if the 0 were noise."""
+    result = cli("diff", *(DATA / a if "/" in a or a.startswith("h200") else a for a in args))
+    assert result.exit_code == 0, result.output
+    assert "A and B are the same traces: the same files; every Δ is 0" in " ".join(messages(result.stderr))
+    assert result.stdout.splitlines()[0] == "A and B are the same traces (the same files): no difference to attribute."
+    assert "inconclusive" not in result.output and "real Δ" not in result.stdout
 
 
 @pytest.mark.parametrize("trace", [DATA / "h200x2-lean" / "fsdp2" / "rank0.pt.trace.json.gz",  # names/ beside it

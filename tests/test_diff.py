@@ -213,10 +213,13 @@ def test_no_timed_steps_is_said_only_of_traces_from_tracekits_runner(tmp_path):
 
     events = [synth.step(1, 0.0, 500.0), synth.op("tracekit#forward", 0.5, 200.0),
               *synth.launched("k1", 1.0, 0.0, 100.0, corr=1)]
+    later = [*events[:2], *synth.launched("k1", 1.0, 0.0, 90.0, corr=1)]  # B: k1 10 µs shorter (not the same trace)
     runner = tracekit.load(synth.write(tmp_path, "runner.json", synth.doc(events)))
+    runner_b = tracekit.load(synth.write(tmp_path, "runner_b.json", synth.doc(later)))
     plain = tracekit.load(synth.write(tmp_path, "plain.json", synth.doc(events[:1] + events[2:])))
-    assert diff_lead(diff_runs([runner], [runner]), "A", "B")[0].endswith("(on rank 0; no timed steps to compare).")
-    assert diff_lead(diff_runs([plain], [plain]), "A", "B")[0].endswith("(on rank 0).")
+    plain_b = tracekit.load(synth.write(tmp_path, "plain_b.json", synth.doc(later[:1] + later[2:])))
+    assert diff_lead(diff_runs([runner], [runner_b]), "A", "B")[0].endswith("(on rank 0; no timed steps to compare).")
+    assert diff_lead(diff_runs([plain], [plain_b]), "A", "B")[0].endswith("(on rank 0).")
 
 
 def test_a_trace_without_a_world_size_is_rank_n_alone_and_a_plain_trace_has_no_timed_steps_note():
