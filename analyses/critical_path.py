@@ -93,13 +93,17 @@ def device_events(trace: Trace) -> pl.LazyFrame:
 
 def graph(trace: Trace, arrivals: pl.DataFrame | None = None):
     """Every step's graph in one (`path_graph.Graph`: node times and steps, edges as arrays,
-    each step's source and sink)."""
-    from tracekit.analyses.path_graph import build
+    each step's source and sink). Its nodes' events are read once per trace (in memory): a
+    report builds the graph with the run's arrivals and, for the diff, without."""
+    from tracekit.analyses.path_graph import build, nodes_of
 
-    host, gpu = host_events(trace), device_events(trace)
-    if trace.calls.height == 0 and trace.has_gpu:  # a device-only capture: the host's annotations tell nothing
-        host = host.clear()
-    return build(trace, host, gpu, arrivals)
+    def made():
+        host, gpu = host_events(trace), device_events(trace)
+        if trace.calls.height == 0 and trace.has_gpu:  # a device-only capture: the host's annotations tell nothing
+            host = host.clear()
+        return nodes_of(host, gpu)
+
+    return build(trace, *kept(trace, ("critical-path", "nodes"), made), arrivals)
 
 
 EDGE_COLUMNS = ("u", "v", "work", "category", "kind", "name", "event", "row", "ns")

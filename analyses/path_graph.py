@@ -532,11 +532,17 @@ def collective_splits(acts: Activities, arrivals: pl.DataFrame | None, first: in
     return {"at": at, "node": first + np.arange(len(at)), "arrival": arrival[k], "late_rank": late[k]}
 
 
-def build(trace: Trace, host: pl.LazyFrame, gpu: pl.LazyFrame, arrivals: pl.DataFrame | None) -> Graph:
-    """The graph of every step (`critical_path.graph`)."""
-    unrecorded = not (trace.ops["cat"] == "cpu_op").any()  # a lean capture: calls, but no CPU ops
+def nodes_of(host: pl.LazyFrame, gpu: pl.LazyFrame) -> tuple[Events, Activities]:
+    """The host events and device activities of the graph, the same with or without a run's
+    collective arrivals (`build` only reads them)."""
     h = Events(host)
-    acts = Activities(gpu, 2 * len(h.step))
+    return h, Activities(gpu, 2 * len(h.step))
+
+
+def build(trace: Trace, h: Events, acts: Activities, arrivals: pl.DataFrame | None) -> Graph:
+    """The graph of every step (`critical_path.graph`) from its host events and device
+    activities (`nodes_of`)."""
+    unrecorded = not (trace.ops["cat"] == "cpu_op").any()  # a lean capture: calls, but no CPU ops
     n_nodes = 2 * len(h.step) + 2 * len(acts.row)
     split = collective_splits(acts, arrivals, n_nodes)
     n_nodes += len(split["at"])

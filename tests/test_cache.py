@@ -209,3 +209,22 @@ def test_a_report_makes_each_traces_launch_context_and_collective_kernels_once(t
     variant_diffs(runs, top=8)
     critical_split(runs)
     assert made == {"autograd_threads": 4, "group_ranks": 4}
+
+
+def test_a_report_reads_each_traces_graph_nodes_once(tmp_path, monkeypatch):
+    """In one command, without the trace cache: the diff's critical path (without arrivals)
+    and the report's (with the run's arrivals) build two graphs of each trace from one reading
+    of its events (two variants of two ranks: four readings, eight graphs)."""
+    from collections import Counter
+
+    from tracekit.analyses import path_graph
+    from tracekit.analyses.variants import critical_split, variant_diffs
+
+    monkeypatch.setenv("TRACEKIT_NO_CACHE", "1")
+    runs = {"a": tracekit.load(late_rank_run(tmp_path / "a")), "b": tracekit.load(late_rank_run(tmp_path / "b", 30.0))}
+    made = Counter()
+    for name in ("nodes_of", "build"):
+        monkeypatch.setattr(path_graph, name, lambda *a, real=getattr(path_graph, name), name=name: made.update([name]) or real(*a))
+    variant_diffs(runs, top=8)
+    critical_split(runs)
+    assert made == {"nodes_of": 4, "build": 8}
