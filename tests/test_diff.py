@@ -111,6 +111,16 @@ def test_fsdp_view_pairs_fsdp1_with_fsdp2():
     assert rs["a_count"] > 0 and rs["b_count"] > 0
 
 
+def test_fsdp_view_as_a_table_for_each_way_of_combining_ranks():
+    """`--by fsdp` has no kernel names to shorten in the lead: its table (the default format)
+    shows the FSDP phases, per rank, mean or sum, as the JSON view does."""
+    for ranks in ("each", "mean", "sum"):
+        result = CliRunner().invoke(main, ["diff", "--by", "fsdp", "--ranks", ranks, str(DATA / "h200x2-small" / "fsdp1"),
+                                           str(DATA / "h200x2-small" / "fsdp2")])
+        assert result.exit_code == 0, (ranks, result.output)
+        assert "post-backward reduce-scatter" in result.stdout, ranks
+
+
 def test_fsdp_phase_table():
     """Each label of both implementations (as the traces spell them) → the documented phase."""
     import polars as pl
