@@ -43,6 +43,15 @@ def test_a_mistake_found_after_loading_is_one_line_without_the_traces_notes(args
     assert cli("summary", external / args[-1]).stderr.count("tracekit: ") >= 2  # the notes, on success
 
 
+@pytest.mark.parametrize("args", [["plot", "timeline", FSDP2, "-o"], ["diff", FSDP1, FSDP2, "--plot"]])
+def test_a_picture_of_a_format_matplotlib_cannot_write(tmp_path, args):
+    """A picture is PNG or HTML: another suffix is one line before anything is loaded (a
+    matplotlib ValueError traceback after the work, before), and no file is written."""
+    out = tmp_path / "w.xyz"
+    one_line(cli(*args, out), "w.xyz", "FILE.png or FILE.html")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_backwards_range():
     one_line(cli("summary", "--steps", "3-1", FSDP2), "3-1", "N ≤ M")
 

@@ -207,6 +207,13 @@ def new_file(ctx, param, value):
     return value
 
 
+def new_picture(ctx, param, value):
+    """A picture's output path (`new_file`): FILE.png, FILE.html, or FILE (.png added)."""
+    if value is not None and Path(value).suffix.lower() not in ("", ".png", ".html"):
+        raise UsageError(f"{param.opts[-1]} {value}: a picture is written as FILE.png or FILE.html")
+    return new_file(ctx, param, value)
+
+
 def wrote(path, more: str = "") -> None:
     """`tracekit: wrote PATH` on stderr, saying so when it replaced a file that was there."""
     replaced = str(path) in click.get_current_context().meta.get("existing", ())

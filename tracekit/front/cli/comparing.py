@@ -11,7 +11,7 @@ import click
 from tracekit.core.errors import UsageError
 
 from .common import (analysed_runs, counted, emit, existing, format_option, load_options, load_traces, main,
-                     named_beside, new_file, of_ranks, rank_option, render_frame, say, shout, steps_choice,
+                     named_beside, new_picture, of_ranks, rank_option, render_frame, say, shout, steps_choice,
                      table_layout, wrote)
 
 
@@ -143,7 +143,7 @@ def side_names(a: str, b: str) -> tuple[str, str]:
 @click.option("--top", type=int, default=20, show_default=True, help="Items shown; the rest is one 'other' row.")
 @click.option("--by", type=click.Choice(["kernel", "fsdp"]), default="kernel", show_default=True,
               help="Group by kernel identity (kind, name, op, phase) or by FSDP phase (kind, phase, FSDP label).")
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), callback=new_file,
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), callback=new_picture,
               help="Also draw the waterfall to FILE.png or FILE.html.")
 @click.option("--ranks", type=click.Choice(["each", "sum", "mean"]), default="each", show_default=True,
               help="With several ranks: a table per rank, or their sum or mean (JSON: the top level is the "
@@ -174,7 +174,7 @@ def diff(paths, steps, rank, options, top, by, ranks, plot_path, fmt, layout):
 @click.argument("out", type=click.Path(exists=True, file_okay=False))
 @click.option("--baseline", default=None, metavar="VARIANT", help="The variant the others are compared with "
               "(default: the first that ran).")
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), callback=new_file,
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), callback=new_picture,
               help="Also draw each variant's recorded step split (compute, exposed comm, memcpy, idle by "
                    "cause) beside its timed step to FILE.png or FILE.html.")
 @format_option

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import click
 
-from .common import (counted, emit, existing, format_option, load_options, load_traces, main, new_file, rank_option,
-                     say, steps_choice, wrote)
+from .common import (counted, emit, existing, format_option, load_options, load_traces, main, new_file, new_picture,
+                     rank_option, say, steps_choice, wrote)
 from .comparing import diff_sides, diffed, side_names
 
 
@@ -97,7 +97,7 @@ def plot():
 
 @plot.command()
 @click.argument("paths", nargs=-1, callback=existing)
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), callback=new_file,
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), callback=new_picture,
               help="FILE.png or FILE.html")
 @click.option("--step", "--steps", "step", type=int, default=None,
               help="The step to draw (default: each rank's last).")
