@@ -397,8 +397,9 @@ def chosen_steps(a: Material, b: Material, steps) -> tuple[int, int, list[int], 
     shared = sorted(set(sa) & set(sb))
     if steps != "all":
         if steps not in sa or steps not in sb:
-            raise TraceError(f"{a.path} / {b.path}",
-                             f"step {steps} has no GPU work in both traces (A: {sorted(sa)}, B: {sorted(sb)})")
+            side, have = (a.path, sa) if steps not in sa else (b.path, sb)
+            nor = "; nor has B" if steps not in sa and steps not in sb else ""
+            raise TraceError(side, f"no step {steps} with GPU work (its steps: {', '.join(map(str, sorted(have)))}){nor}")
         return steps, steps, shared, None
     a_step, b_step = median_step(sa), median_step(sb)
     note = None if shared else f"no common step: comparing A's median step {a_step} with B's {b_step}"

@@ -99,7 +99,8 @@ def report_warnings(table: pl.DataFrame, profile_mode: str = "full") -> list[str
                        "step than the one timed (no unprofiled steps ran around the recording to say why)")
         bound = rows.filter(pl.col("host_bound").fill_null(False))["rank"].to_list()
         if bound:
-            out.append(f"{variant}: host-bound on rank(s) {bound}: the GPU idles for the host most of the "
+            ranks = ("rank " if len(bound) == 1 else "ranks ") + ", ".join(map(str, bound))
+            out.append(f"{variant}: host-bound on {ranks}: the GPU idles for the host most of the "
                        "recorded step; a comparison measures Python and launch overhead, not kernels")
     return out
 

@@ -52,6 +52,19 @@ def test_a_picture_of_a_format_matplotlib_cannot_write(tmp_path, args):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("args, words", [
+    (["diff", FSDP1, FSDP2, "--steps", "3"], ["fsdp1", "no step 3 with GPU work (its steps: 1); nor has B"]),
+    (["plot", "timeline", FSDP2, "--steps", "5", "-o", "t.png"], ["--steps 5", "no step 5 (its steps: 1)"]),
+])
+def test_a_step_to_compare_or_draw_that_the_traces_have_not(args, words, tmp_path, monkeypatch):
+    """The side that lacks the step is named once, with its steps (not both paths and Python
+    lists); plot's option is --steps as on every verb."""
+    monkeypatch.chdir(tmp_path)
+    result = cli(*args)
+    one_line(result, *words)
+    assert "[" not in result.stderr
+
+
 def test_a_backwards_range():
     one_line(cli("summary", "--steps", "3-1", FSDP2), "3-1", "N ≤ M")
 

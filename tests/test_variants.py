@@ -424,3 +424,24 @@ def test_a_step_time_interval_never_goes_below_zero():
     manifest = {"variants": {"ddp": {"status": "ok", "ranks": [rank([5.0, 5.0, 120.0, 5.0, 6.0])]}}}
     lo, hi = variant_table(manifest, {}).row(0, named=True)["step_ms_ci"]
     assert lo == 0.0 and hi > 5.0
+
+
+def test_host_bound_ranks_are_named_in_words():
+    """Which ranks are host-bound, as a person writes them ("rank 1", "ranks 0, 1"), not a
+    Python list."""
+    import polars as pl
+
+    from tracekit.analyses.fidelity import report_warnings
+
+    def said(bound):
+        table = pl.DataFrame({"variant": ["fsdp2"] * 2, "status": ["ok"] * 2, "rank": [0, 1], "drift": [1.0] * 2,
+                              "profiled_step_ms": [None, None], "profiler_slowed": [None, None],
+                              "profiler_overhead": [None, None], "recorded_to_timed": [None, None],
+                              "rank_step_ms": [10.0, 10.0], "host_bound": bound},
+                             schema_overrides={"profiled_step_ms": pl.Float64, "profiler_slowed": pl.Boolean,
+                                               "profiler_overhead": pl.Float64, "recorded_to_timed": pl.Float64})
+        (line,) = report_warnings(table)
+        return line
+
+    assert said([False, True]).startswith("fsdp2: host-bound on rank 1: the GPU idles")
+    assert said([True, True]).startswith("fsdp2: host-bound on ranks 0, 1: the GPU idles")

@@ -695,5 +695,5 @@ def load_profile(out, names: bool = False) -> tuple[dict, dict[str, Run]]:
         runs[variant] = load_run(folder)
         missing = {r["rank"] for r in entry["ranks"]} - {t.rank for t in runs[variant].traces}
         if missing:
-            raise TraceError(folder, f"missing rank(s) {sorted(missing)}")
+            raise TraceError(folder, f"missing {'rank' if len(missing) == 1 else 'ranks'} {', '.join(map(str, sorted(missing)))}")
     return manifest, runs

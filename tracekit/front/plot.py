@@ -117,7 +117,7 @@ def timeline(traces: list, step: int | None, path) -> Path:
         if not steps:
             continue
         if step is not None and step not in steps:
-            raise UsageError(f"--step {step}: {trace.path} has steps {', '.join(map(str, steps))}")
+            raise UsageError(f"--steps {step}: {trace.path} has no step {step} (its steps: {', '.join(map(str, steps))})")
         chosen = steps[-1] if step is None else step
         own = trace.gpu.filter(pl.col("step") == chosen)
         panels.append((trace, chosen, own, lanes(own, step_timeline(trace).segments.filter(pl.col("step") == chosen),
