@@ -63,7 +63,9 @@ def phase_sentence(result: RunDiff) -> str | None:
         if not attributed.height:
             return None
         phases = attributed.select("phase", d=(pl.col("device_delta_ns") + pl.col("idle_delta_ns")) / 1e6)
-        source = "the trace, mean rank" if len(result.per_rank) > 1 else "the trace"
+        source = "the items' Δ summed by phase" + (", mean rank" if len(result.per_rank) > 1 else "")
+        if (phases["phase"] == "other").any():
+            source += "; other: items of no phase"
     top = phases.filter(pl.col("d").round(3) != 0).sort(pl.col("d").abs(), descending=True).iter_rows(named=True)
     parts = [f"{r['phase']} {signed_ms(r['d'])}" + (f" ({r['verdict']})" if r.get("verdict") else "")
              for r in top]

@@ -253,6 +253,25 @@ def test_the_lead_names_every_phase_with_a_delta():
     assert len(phases) >= 3 and all(f"{p} " in sentence for p in phases), (phases, sentence)
 
 
+def test_the_leads_phases_of_a_trace_diff_are_its_items_summed_by_phase():
+    """Two traces without timed steps: the phase sentence says where its figures come from in
+    words a person can check, and each is the JSON items' Δ summed over that phase (the oracle:
+    the items as printed, summed here; an item of no phase is `other`)."""
+    import re
+
+    a, b = (DATA / "h200x2-small" / v / "rank0.trace.json.gz" for v in ("ddp", "fsdp1"))
+    doc = json.loads(cli("diff", "--format", "json", "--top", "100000", a, b).stdout)
+    sums: dict[str, int] = {}
+    for item in doc["items"]:
+        sums[item["phase"] or "other"] = sums.get(item["phase"] or "other", 0) + item["delta_ns"]
+    (sentence,) = [s for s in doc["lead"] if s.startswith("By phase:")]
+    assert sentence.endswith("(the items' Δ summed by phase).")
+    said = {p: float(v.replace("−", "-")) for p, v in re.findall(r"(\w+) ([+−][\d.]+) ms", sentence)}
+    assert said.keys() == {p for p, ns in sums.items() if round(ns / 1e6, 3)}
+    for phase, ms in said.items():
+        assert abs(ms - sums[phase] / 1e6) <= 0.05 * abs(ms) + 0.001, (phase, ms, sums[phase])
+
+
 def test_kernel_names_in_tables_are_base_names_full_in_json_and_wide():
     """TraceLens' H100 Qwen trace: templated C++ names hundreds of characters long. The table
     shows each kernel on one line by its base name (as `nsys stats`: no template or argument
