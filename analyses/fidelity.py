@@ -17,6 +17,7 @@ import polars as pl
 from tracekit.analyses.diff import RunDiff, phase_attribution
 from tracekit.analyses.noise import DRIFT_WARN, FEW_REPEATS, drift_words
 from tracekit.analyses.timed import PHASE_ORDER, compare, recorded_phases, repeat_series
+from tracekit.core.words import listed
 
 
 OVERHEAD_WARN = 1.10  # recorded ÷ control median step: the profiler's own cost
@@ -99,8 +100,7 @@ def report_warnings(table: pl.DataFrame, profile_mode: str = "full") -> list[str
                        "step than the one timed (no unprofiled steps ran around the recording to say why)")
         bound = rows.filter(pl.col("host_bound").fill_null(False))["rank"].to_list()
         if bound:
-            ranks = ("rank " if len(bound) == 1 else "ranks ") + ", ".join(map(str, bound))
-            out.append(f"{variant}: host-bound on {ranks}: the GPU idles for the host most of the "
+            out.append(f"{variant}: host-bound on {listed('rank', bound)}: the GPU idles for the host most of the "
                        "recorded step; a comparison measures Python and launch overhead, not kernels")
     return out
 

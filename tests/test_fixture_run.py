@@ -48,3 +48,19 @@ def test_fp8_all_gathers_move_half_the_bytes_of_bf16():
     assert set(fp8) == {"Byte", "BFloat16"} and set(bf16) == {"BFloat16"}
     blocks_bf16 = bf16["BFloat16"] - fp8["BFloat16"]
     assert 1.9 < blocks_bf16 / fp8["Byte"] <= 2.0
+
+
+def test_a_variant_whose_trace_of_a_rank_is_gone_names_that_rank(tmp_path):
+    """The manifest lists ranks 0 and 1 for ddp; with rank 1's trace removed from a copy, the
+    load says which rank is missing in words ("missing rank 1"), not as a Python list."""
+    import shutil
+
+    import pytest
+
+    from tracekit.core.errors import TraceError
+
+    copy = tmp_path / "run"
+    shutil.copytree(RUN, copy)
+    (copy / "ddp" / "rank1.pt.trace.json.gz").unlink()
+    with pytest.raises(TraceError, match=r"missing rank 1$"):
+        load_profile(copy)

@@ -32,6 +32,7 @@ from .kineto import CATEGORIES, DECODER, EVENTS, LOOSE_DECODER, LOOSE_EVENTS, NO
 from .stream import RAWS, EventStream, Unsplittable
 from .model import Run, Trace
 from .steps import assign_steps, steps_table, whole_trace_step
+from .words import listed
 
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 # tensorboard_trace_handler names each profiling cycle `<worker>.<epoch ms>.pt.trace.json[.gz]`.
@@ -695,5 +696,5 @@ def load_profile(out, names: bool = False) -> tuple[dict, dict[str, Run]]:
         runs[variant] = load_run(folder)
         missing = {r["rank"] for r in entry["ranks"]} - {t.rank for t in runs[variant].traces}
         if missing:
-            raise TraceError(folder, f"missing {'rank' if len(missing) == 1 else 'ranks'} {', '.join(map(str, sorted(missing)))}")
+            raise TraceError(folder, f"missing {listed('rank', sorted(missing))}")
     return manifest, runs

@@ -326,13 +326,14 @@ def lead_text(lead: list[str], items: pl.DataFrame, fmt: str) -> str:
     each kernel's name as the items' table shows it (`kernel_column`: a Tensile GEMM's 600
     characters short), the full names being in json."""
     text = " ".join(lead)
-    if fmt != "table" or "name" not in items.columns:  # `--by fsdp|phase|kind`: no names to shorten
-        return filled(text, terminal_width()) if fmt == "table" else text
-    view = VIEWS["diff.items"]
-    names = items.select("name", short=kernel_column(pl.col("name"), view.kernel_kinds)).unique("name")
-    for full, short in sorted(names.iter_rows(), key=lambda r: -len(r[0] or "")):
-        if full and short and full != short:
-            text = text.replace(full, short)
+    if fmt != "table":
+        return text
+    if "name" in items.columns:  # not with `--by fsdp`: no names to shorten
+        view = VIEWS["diff.items"]
+        names = items.select("name", short=kernel_column(pl.col("name"), view.kernel_kinds)).unique("name")
+        for full, short in sorted(names.iter_rows(), key=lambda r: -len(r[0] or "")):
+            if full and short and full != short:
+                text = text.replace(full, short)
     return filled(text, terminal_width())
 
 

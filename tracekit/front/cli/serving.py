@@ -28,11 +28,11 @@ def export(paths, output, as_diff, steps, rank, options, top):
 
     if not as_diff:
         existing(None, None, paths)
+        from tracekit.analyses.lint import cycle_finding
+        from tracekit.core.files import name
+
         n, others = export_traces(list(paths), output, options, rank)
         for path, cycles in others.items():
-            from tracekit.analyses.lint import cycle_finding
-            from tracekit.core.files import name
-
             say(f"warning: other_cycles in {name(path)}: {cycle_finding(path, cycles)['detail']}")
         wrote(output, f" ({counted(n, 'rank trace')}); view it with `tracekit open {output}`")
         return
