@@ -132,6 +132,7 @@ def test_the_helpers_a_decode_starts_are_stopped_after_it(tmp_path, monkeypatch)
             assert not fails and len(results) > 2
         except split.Failed:
             assert fails
+        split.stopping.join()
         assert forkserver._forkserver._forkserver_pid is None
         assert resource_tracker._resource_tracker._fd is None
         import gc

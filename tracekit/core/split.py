@@ -13,7 +13,8 @@ first gunzipped (ISA-L) into that folder. The workers are forked from a server p
 has imported `fn`'s module (`forkserver`), so that each costs a fork, not a fresh
 interpreter; they take pieces from a shared counter, so that a slow start or a busy core
 costs only the pieces a worker did not take. The server (and the resource tracker its start
-starts) is stopped when the call ends, unless it was running before.
+starts) is stopped when the call ends (by a thread, not waited for), unless it was running
+before.
 
 A file that is not one event per line raises `stream.Unsplittable`; a piece that fails (a
 wrong cut gives text that does not parse), or a worker that dies, raises `Failed`: the
@@ -45,6 +46,9 @@ KEEP_SERVER = False  # whether the fork server this started outlives the decode 
 # their many small decodes share one); by default it is stopped, with the resource tracker it
 # started: an interpreter with polars imported is ~0.2x a 187 MB file's memory, held through the
 # analysis that follows otherwise
+
+
+stopping: threading.Thread | None = None  # the last call's stopping of the helpers it started
 
 
 class Failed(Exception):
@@ -151,6 +155,9 @@ def decoded(location: str, fn, workers: int, unpack=None) -> tuple[list, bytes]:
         workers = 0  # a daemon process may not start others
     ctx = _context()
     started = []  # the helper processes this call started, stopped at its end (`_stop_helpers`)
+    global stopping  # a thread: the server's exit takes ~40 ms, which the caller need not wait for
+    if stopping:
+        stopping.join()  # the helpers the last call started are gone before this looks for them
     if workers and ctx.get_start_method() == "forkserver":
         ctx.set_forkserver_preload([fn.__module__])
         started = _not_running()
@@ -161,8 +168,9 @@ def decoded(location: str, fn, workers: int, unpack=None) -> tuple[list, bytes]:
         traceback.clear_frames(e.__traceback__)  # its frames' semaphores freed before the tracker stops
         raise
     finally:
-        if not KEEP_SERVER:
-            _stop_helpers(started)
+        if not KEEP_SERVER and started:
+            stopping = threading.Thread(target=_stop_helpers, args=(started,), daemon=True)
+            stopping.start()
 
 
 def _not_running() -> list:
