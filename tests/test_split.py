@@ -160,3 +160,28 @@ def test_a_worker_still_starting_when_the_caller_has_every_piece_is_waited_for(t
     assert len(results) > 2 and not starter.is_alive()
     assert all(p.exitcode == 0 for p in processes if p.pid is not None)  # each one started ended well
     assert "Traceback" not in capfd.readouterr().err
+
+
+def test_a_script_without_a_main_guard_is_not_run_again_by_the_workers(tmp_path):
+    """`python script.py` that loads a large trace at its top level, with no `if __name__ ==
+    "__main__":` guard: multiprocessing would re-run the script in each worker (its top-level
+    code twice or more, a traceback on stderr, the decode falling back to one process). The
+    workers run only their pieces: the script's line is printed once, and the pieces were
+    decoded by a worker, not by the fallback."""
+    import subprocess
+    import sys
+
+    events = [step(1, 0, 10_000)] + [op(f"op{i}", 10 + i, 1) for i in range(300)]
+    trace = tmp_path / "t.json"
+    trace.write_bytes(kineto(events))
+    script = tmp_path / "script.py"
+    script.write_text(
+        "print('top-level code ran')\n"
+        "from tracekit.core import loading, split\n"
+        "loading.PARALLEL_BYTES, loading.cores, split.HERE, split.MIN_PIECE = 0, lambda: 3, False, 4096\n"
+        "loading.streamed = None  # the fallback to one process would fail\n"
+        f"print(loading.load({str(trace)!r}, cache=False).ops.height)\n")
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n") == ["top-level code ran", "301", ""]
+    assert "Traceback" not in out.stderr

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import gc
 import multiprocessing
+import multiprocessing.context
 import os
 import queue
 import shutil
@@ -143,6 +144,40 @@ def _context():
     return multiprocessing.get_context("forkserver")
 
 
+def _process(ctx, **kwargs):
+    """A worker process: where forked by the server, one that does not run the caller's main
+    module first. multiprocessing prepares every child by re-running the script it was started
+    from (as `__mp_main__`), so a user's script without an `if __name__ == "__main__":` guard
+    would run its top-level code again in each worker; `_work` needs none of it."""
+    if ctx.get_start_method() != "forkserver":
+        return ctx.Process(**kwargs)
+    return _Worker(**kwargs)
+
+
+class _Worker(multiprocessing.context.ForkServerProcess):
+    @staticmethod
+    def _Popen(process_obj):
+        from multiprocessing import popen_forkserver, spawn
+
+        prepared = spawn.get_preparation_data
+
+        def without_main(name):
+            data = prepared(name)
+            data.pop("init_main_from_path", None)
+            data.pop("init_main_from_name", None)
+            return data
+
+        with _LAUNCH:  # the module's function swapped for this launch alone (the starter's thread)
+            spawn.get_preparation_data = without_main
+            try:
+                return popen_forkserver.Popen(process_obj)
+            finally:
+                spawn.get_preparation_data = prepared
+
+
+_LAUNCH = threading.Lock()
+
+
 def decoded(location: str, fn, workers: int, unpack=None) -> tuple[list, bytes]:
     """([fn(piece text, prefix) for each piece, in file order], the top level without the
     events) of a local trace file, decoded here and in `workers` other processes (see the
@@ -200,7 +235,7 @@ def _decoded(location: str, fn, workers: int, unpack, ctx) -> tuple[list, bytes]
         ranges, last, metadata = pieces(text, workers + 1)
         total = len(ranges)
         counter, results = ctx.Value("q", 0), ctx.Queue()
-        processes = [ctx.Process(target=_work, args=(text, ranges, fn, counter, results, folder), daemon=True)
+        processes = [_process(ctx, target=_work, args=(text, ranges, fn, counter, results, folder), daemon=True)
                      for _ in range(min(workers, total - 1))]
         # started in the background: the first start waits for the fork server to import `fn`'s
         # module, and this process decodes pieces meanwhile (when it has taken every piece
