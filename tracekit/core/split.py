@@ -154,6 +154,9 @@ def _process(ctx, **kwargs):
     return _Worker(**kwargs)
 
 
+_LAUNCH = threading.Lock()
+
+
 class _Worker(multiprocessing.context.ForkServerProcess):
     @staticmethod
     def _Popen(process_obj):
@@ -167,15 +170,14 @@ class _Worker(multiprocessing.context.ForkServerProcess):
             data.pop("init_main_from_name", None)
             return data
 
-        with _LAUNCH:  # the module's function swapped for this launch alone (the starter's thread)
+        # multiprocessing's function swapped while this worker launches (milliseconds): a process
+        # another thread starts in that moment would not re-run the main module either
+        with _LAUNCH:
             spawn.get_preparation_data = without_main
             try:
                 return popen_forkserver.Popen(process_obj)
             finally:
                 spawn.get_preparation_data = prepared
-
-
-_LAUNCH = threading.Lock()
 
 
 def decoded(location: str, fn, workers: int, unpack=None) -> tuple[list, bytes]:
