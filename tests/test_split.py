@@ -185,3 +185,31 @@ def test_a_script_without_a_main_guard_is_not_run_again_by_the_workers(tmp_path)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split("\n") == ["top-level code ran", "301", ""]
     assert "Traceback" not in out.stderr
+
+
+def test_the_workers_do_not_import_modules_of_the_current_folder(tmp_path):
+    """A command run from a folder that holds a module of the name tracekit or polars imports
+    (a second checkout's `tracekit/`, a user's `polars.py`): the fork server is a `-c`
+    interpreter, whose path starts with the current folder, so it would import that module
+    (running its code) where the command itself never does. Nothing of the folder is run."""
+    import subprocess
+    import sys
+
+    events = [step(1, 0, 10_000)] + [op(f"op{i}", 10 + i, 1) for i in range(300)]
+    trace = tmp_path / "t.json"
+    trace.write_bytes(kineto(events))
+    here = tmp_path / "work"
+    (here / "tracekit").mkdir(parents=True)
+    marker = tmp_path / "imported"
+    (here / "tracekit" / "__init__.py").write_text(f"open({str(marker)!r}, 'a').write('ran')\n")
+    script = tmp_path / "bin" / "script.py"  # like a console script: its own folder first, not the current one
+    script.parent.mkdir()
+    script.write_text(
+        "from tracekit.core import loading, split\n"
+        "loading.PARALLEL_BYTES, loading.cores, split.HERE, split.MIN_PIECE = 0, lambda: 3, False, 4096\n"
+        "loading.streamed = None  # the fallback to one process would fail\n"
+        f"print(loading.load({str(trace)!r}, cache=False).ops.height)\n")
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=here)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "301\n"
+    assert not marker.exists()

@@ -180,6 +180,23 @@ class _Worker(multiprocessing.context.ForkServerProcess):
                 spawn.get_preparation_data = prepared
 
 
+def _start_server() -> None:
+    """The fork server, started unless running; it imports `fn`'s module while the text is
+    gunzipped and cut. It is a `python -c` interpreter, whose path starts with the current
+    folder: a module there of a name that tracekit or polars imports (a second checkout's
+    `tracekit/`) would be run there, and would shadow the installed one. `PYTHONSAFEPATH`
+    (Python 3.11+) keeps the folder off its path."""
+    before = os.environ.get("PYTHONSAFEPATH")
+    os.environ["PYTHONSAFEPATH"] = "1"
+    try:
+        forkserver.ensure_running()
+    finally:
+        if before is None:
+            del os.environ["PYTHONSAFEPATH"]
+        else:
+            os.environ["PYTHONSAFEPATH"] = before
+
+
 def decoded(location: str, fn, workers: int, unpack=None) -> tuple[list, bytes]:
     """([fn(piece text, prefix) for each piece, in file order], the top level without the
     events) of a local trace file, decoded here and in `workers` other processes (see the
@@ -198,7 +215,8 @@ def decoded(location: str, fn, workers: int, unpack=None) -> tuple[list, bytes]:
     if workers and ctx.get_start_method() == "forkserver":
         ctx.set_forkserver_preload([fn.__module__])
         started = _not_running()
-        forkserver.ensure_running()  # the server imports while the text is gunzipped and cut
+        with _LAUNCH:
+            _start_server()
     try:
         return _decoded(location, fn, workers, unpack, ctx)
     except BaseException as e:
