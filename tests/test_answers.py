@@ -717,7 +717,7 @@ def test_timeline_splits_each_collective_into_waiting_for_peers_and_transfer(tmp
     bars = plot._bars
 
     def keep(ax, intervals, origin, lane, colour):
-        if colour == plot.COLOURS["comm wait"]:
+        if colour == plot.COLOURS["comm wait"][0]:
             waited[ax] = waited.get(ax, 0) + int((intervals["end"] - intervals["start"]).sum())
         bars(ax, intervals, origin, lane, colour)
 

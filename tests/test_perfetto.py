@@ -223,18 +223,66 @@ def test_critical_path_track_covers_each_step(exported):
                    for e in slices if e.track_event.type == TrackEvent.TYPE_SLICE_BEGIN)
 
 
-def test_timeline_of_a_cpu_only_trace_is_one_line_and_exit_0(tmp_path):
+def test_timeline_of_a_cpu_only_trace_draws_its_threads(tmp_path, monkeypatch):
     """HTA's `cpu_only` trace has no device activity (no kernel, memcpy or memset event in the
-    file): nothing to draw on GPU lanes, said in one line; exit 0, no file written."""
+    file): its step is drawn as its threads — the main thread's ops, and the two gloo threads'
+    `gloo:all_reduce` transfers, clipped to the step's CPU window — and the legend names only
+    what was drawn."""
     import gzip
     import json
 
+    import tracekit.front.plot as plot
+
     path = DATA / "external" / "hta-tests-data" / "cpu_only" / "rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"
-    events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
-    assert events and not [e for e in events if str(e.get("cat", "")).lower() in ("kernel", "gpu_memcpy", "gpu_memset")]
+    raw = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+    assert raw and not [e for e in raw if str(e.get("cat", "")).lower() in ("kernel", "gpu_memcpy", "gpu_memset")]
+    drawn, bars = [], plot._bars
+    monkeypatch.setattr(plot, "_bars", lambda ax, rows, origin, lane, colour: (
+        drawn.append((lane, colour, rows["name"].to_list(), rows["start"].min(), rows["end"].max())),
+        bars(ax, rows, origin, lane, colour)))
     out = tmp_path / "t.png"
-    result = CliRunner(env={"COLUMNS": "100"}).invoke(main, ["plot", "timeline", str(path), "-o", str(out)])
+    result = CliRunner().invoke(main, ["plot", "timeline", str(path), "-o", str(out)])
     assert result.exit_code == 0, result.output
-    said = [line for line in result.stderr.splitlines() if "nothing drawn" in line]
-    assert said == [f"tracekit: nothing drawn: {path.name}: CPU only, no GPU lanes"]
-    assert not out.exists() and not (tmp_path / "t.png.png").exists()
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # the oracle, from the file's own events: the step's window, and per gloo thread its transfers in it
+    (step,) = [e for e in raw if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#")]
+    low, high = step["ts"], step["ts"] + step["dur"]
+    gloo = {}
+    for e in raw:
+        if e.get("ph") == "X" and e.get("name") == "gloo:all_reduce" and e["ts"] < high and e["ts"] + e["dur"] > low:
+            gloo.setdefault(e["tid"], []).append(e)
+    assert len(gloo) == 2
+    collective = plot.HOST_COLOURS["collective"][0]
+    comm = [d for d in drawn if d[1] == collective]
+    assert sorted(len(d[2]) for d in comm) == sorted(len(v) for v in gloo.values())
+    assert all(set(d[2]) == {"gloo:all_reduce"} for d in comm)
+    origin = tracekit.load(path).origin_us * 1000
+    assert min(d[3] for d in comm) >= round(low * 1000) - origin and max(d[4] for d in comm) <= round(high * 1000) - origin
+    others = [e for e in raw if e.get("ph") == "X" and e.get("cat") == "cpu_op" and e["ts"] < high
+              and e["ts"] + e["dur"] > low and not str(e["name"]).startswith(("ProfilerStep#", "gloo:"))]
+    assert not others  # the main thread's few ops (aten::empty) ran after the step: its lane is not drawn
+    assert {d[1] for d in drawn} == {collective}
+
+
+def test_host_lanes_of_a_runner_step(tmp_path):
+    """A CPU step the runner marked: per thread, the phases lane, then the outermost other ops
+    (a nested op left out), a collective named, an op of a gloo thread that began before the
+    step clipped to its window, ProfilerStep# and what lies outside the window left out."""
+    import synth
+
+    from tracekit.analyses.host_lanes import host_lanes
+
+    events = [synth.step(1, 100.0, 100.0), synth.op("tracekit#forward", 101.0, 40.0),
+              synth.op("aten::linear", 102.0, 10.0), synth.op("aten::addmm", 103.0, 5.0),
+              synth.op("tracekit#backward", 142.0, 50.0), synth.op("c10d::allreduce_", 150.0, 4.0),
+              synth.op("gloo:all_reduce", 90.0, 70.0, tid=7), synth.op("gloo:all_reduce", 250.0, 5.0, tid=7)]
+    trace = tracekit.load(synth.write(tmp_path, "t.json", synth.doc(events)))
+    lanes = host_lanes(trace, 1)
+    base = trace.steps["cpu_start"][0] - 100_000  # ns of the trace's 0 µs
+    got = [(r["lane"], r["name"], r["category"], (r["start"] - base) // 1000, (r["end"] - base) // 1000)
+           for r in lanes.to_dicts()]
+    main_tid = synth.MAIN_TID
+    assert lanes["tid"].to_list() == [main_tid] * 4 + [7]
+    assert got == [("phases", "tracekit#forward", "forward", 101, 141), ("phases", "tracekit#backward", "backward", 142, 192),
+                   ("ops", "aten::linear", "cpu op", 102, 112), ("ops", "c10d::allreduce_", "collective", 150, 154),
+                   ("ops", "gloo:all_reduce", "collective", 100, 160)]

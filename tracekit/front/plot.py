@@ -69,9 +69,13 @@ def waterfall(diff, a_label: str, b_label: str, path, over: str = "all ranks") -
     return written
 
 
-COLOURS = {"compute": "#2e86c1", "comm": "#e67e22", "comm wait": "#f5cba7", "memcpy": "#7f8c8d", "memset": "#95a5a6"}
-LEGEND = {"comm": "comm transfer", "comm wait": "comm: waiting for peers"}
-PARTITION_COLOURS = {"comm": "#c0392b", "idle": "#d5d8dc"}  # exposed comm, idle
+COLOURS = {"compute": ("#2e86c1", "compute"), "comm": ("#e67e22", "comm transfer"),
+           "comm wait": ("#f5cba7", "comm: waiting for peers"), "memcpy": ("#7f8c8d", "memcpy"),
+           "memset": ("#95a5a6", "memset")}  # category: (colour, legend)
+PARTITION_COLOURS = {"comm": ("#c0392b", "exposed comm"), "idle": ("#d5d8dc", "idle")}
+HOST_COLOURS = {"cpu op": ("#2e86c1", "CPU op"), "collective": ("#e67e22", "collective")}
+PHASE_COLOURS = {"forward": ("#a9cce3", "forward"), "backward": ("#d2b4de", "backward"),
+                 "optimizer": ("#a9dfbf", "optimizer"), "checkpoint": ("#f9e79f", "checkpoint")}
 
 
 def _bars(ax, intervals, origin: int, lane: int, colour: str) -> None:
@@ -101,48 +105,88 @@ def lanes(own, segments, waits) -> list[tuple[str, object, dict]]:
     return out
 
 
+def thread_lanes(rows) -> list[tuple[str, object, dict]]:
+    """(label, rows, colours) per lane of one CPU-only step (`host_lanes`): per thread, its
+    phases (where the runner marked them), then its outermost ops."""
+    import polars as pl
+
+    out = []
+    for tid in rows["tid"].unique(maintain_order=True).to_list():
+        mine = rows.filter(pl.col("tid").eq_missing(tid))
+        for lane, label, colours in (("phases", "phases", PHASE_COLOURS), ("ops", "ops", HOST_COLOURS)):
+            part = mine.filter(pl.col("lane") == lane)
+            if part.height:
+                out.append((f"thread {tid} · {label}", part, colours))
+    return out
+
+
+def _panel(trace, waits, step: int | None):
+    """(trace, step, origin, span, drawn lanes, what the span is) of one rank, or None when it
+    has no step to draw: a trace with device activity its GPU lanes, else its threads."""
+    import polars as pl
+
+    from tracekit.analyses.host_lanes import host_lanes
+    from tracekit.analyses.timeline import timeline as step_timeline
+
+    if trace.has_gpu:
+        steps = trace.gpu.filter(pl.col("step").is_not_null())["step"].unique().sort().to_list()
+    else:
+        steps = trace.steps["step"].sort().to_list()
+    if not steps:
+        return None
+    if step is not None and step not in steps:
+        raise UsageError(f"--steps {step}: {trace.path} has no step {step} (its steps: {', '.join(map(str, steps))})")
+    chosen = steps[-1] if step is None else step
+    if not trace.has_gpu:
+        window = trace.steps.filter(pl.col("step") == chosen)
+        origin, end = window["cpu_start"][0], window["cpu_end"][0]
+        return trace, chosen, origin, end - origin, thread_lanes(host_lanes(trace, chosen)), "CPU span"
+    own = trace.gpu.filter(pl.col("step") == chosen)
+    drawn = lanes(own, step_timeline(trace).segments.filter(pl.col("step") == chosen),
+                  waits.filter(pl.col("step") == chosen))
+    return trace, chosen, own["start"].min(), own["end"].max() - own["start"].min(), drawn, "GPU span"
+
+
 def timeline(traces: list, step: int | None, path) -> Path:
     """One step per rank: lanes grouped per device — each GPU stream a lane (compute blue, comm
     orange: its transfer, light orange: its wait for peers, memcpy/memset grey), then the
-    device's partition: exposed comm red, idle light grey."""
+    device's partition: exposed comm red, idle light grey. A rank without device activity
+    (CPU only) gets its threads' lanes instead (`host_lanes`): the runner's phases, then the
+    outermost ops (collectives orange). The legend names what is drawn."""
     import polars as pl
 
     from tracekit.analyses.comms import peer_waits
-    from tracekit.analyses.timeline import timeline as step_timeline
 
     plt = _pyplot()
-    panels = []
-    for trace, waits in zip(traces, peer_waits(traces), strict=True):
-        steps = trace.gpu.filter(pl.col("step").is_not_null())["step"].unique().sort().to_list()
-        if not steps:
-            continue
-        if step is not None and step not in steps:
-            raise UsageError(f"--steps {step}: {trace.path} has no step {step} (its steps: {', '.join(map(str, steps))})")
-        chosen = steps[-1] if step is None else step
-        own = trace.gpu.filter(pl.col("step") == chosen)
-        panels.append((trace, chosen, own, lanes(own, step_timeline(trace).segments.filter(pl.col("step") == chosen),
-                                                 waits.filter(pl.col("step") == chosen))))
+    panels = [p for p in (_panel(trace, waits, step) for trace, waits in zip(traces, peer_waits(traces), strict=True))
+              if p is not None]
     if not panels:
-        raise TraceError(", ".join(t.path for t in traces), "no step with GPU work to draw")
-    n_lanes = sum(len(rows) for _, _, _, rows in panels)
+        raise TraceError(", ".join(t.path for t in traces), "no step to draw")
+    n_lanes = sum(max(1, len(drawn)) for *_, drawn, _ in panels)
     fig, axes = plt.subplots(len(panels), 1, figsize=(14, 0.45 * n_lanes + 1.2 * len(panels)), squeeze=False)
-    longest = max((own["end"].max() - own["start"].min()) / 1e6 for _, _, own, _ in panels)
-    for ax, (trace, chosen, own, drawn) in zip(axes[:, 0], panels):
-        origin = own["start"].min()
+    longest = max(span for _, _, _, span, _, _ in panels) / 1e6
+    legend = {}  # label: colour, of what some lane drew
+    for ax, (trace, chosen, origin, span, drawn, what) in zip(axes[:, 0], panels):
         labels = []
         for lane, (label, rows, colours) in enumerate(drawn):
-            for cat, colour in colours.items():
-                _bars(ax, rows.filter(pl.col("category") == cat), origin, lane, colour)
+            for cat, (colour, name) in colours.items():
+                bars = rows.filter(pl.col("category") == cat)
+                if bars.height:
+                    _bars(ax, bars, origin, lane, colour)
+                    legend.setdefault(name, colour)
             labels.append(label)
         ax.set_yticks(range(len(labels)), labels, fontsize=8)
         ax.invert_yaxis()
-        span = (own["end"].max() - origin) / 1e6
-        ax.set_xlim(0, longest)  # one scale for every rank: their lengths compare at a glance
-        ax.set_title(f"rank {trace.rank}, step {chosen}: GPU span {span:.2f} ms — {Path(trace.path).name}", fontsize=9)
-    axes[-1, 0].set_xlabel("ms from the step's first GPU activity")
-    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in (*COLOURS.values(), *PARTITION_COLOURS.values())]
-    fig.legend(handles, [LEGEND.get(c, c) for c in COLOURS] + ["exposed comm", "idle"], loc="upper right", ncol=7,
-               fontsize=8)
+        ax.set_xlim(0, longest or 1)  # one scale for every rank: their lengths compare at a glance
+        ax.set_title(f"rank {trace.rank}, step {chosen}: {what} {span / 1e6:.2f} ms — {Path(trace.path).name}",
+                     fontsize=9)
+    kinds = {what for *_, what in panels}
+    axes[-1, 0].set_xlabel("ms from the step's first GPU activity" if kinds == {"GPU span"} else
+                           "ms from the step's CPU start" if kinds == {"CPU span"} else
+                           "ms from each panel's step start (GPU: its first activity; CPU only: its CPU start)")
+    if legend:
+        fig.legend([plt.Rectangle((0, 0), 1, 1, color=c) for c in legend.values()], list(legend), loc="upper right",
+                   ncol=min(7, len(legend)), fontsize=8)
     fig.tight_layout(rect=(0, 0, 1, 0.97))
     written = save(fig, Path(path))
     plt.close(fig)

@@ -104,13 +104,9 @@ def plot():
 @rank_option
 @load_options
 def timeline(paths, output, step, rank, options):
-    """One step per rank: GPU streams as lanes, comm vs compute, exposed comm and idle. Traces
-    without device activity (CPU only) have no lanes: one line says so, nothing is written."""
+    """One step per rank: GPU streams as lanes, comm vs compute, exposed comm and idle. A trace
+    without device activity (CPU only, gloo) is drawn as its threads: the runner's phases and
+    the outermost CPU ops, collectives apart."""
     from tracekit.front.plot import timeline as draw
 
-    traces = load_traces(paths, rank, options)
-    if not any(t.has_gpu for t in traces):
-        which = Path(traces[0].path).name if len(traces) == 1 else f"{len(traces)} traces"
-        say(f"nothing drawn: {which}: CPU only, no GPU lanes")
-        return
-    wrote(draw(traces, step, output))
+    wrote(draw(load_traces(paths, rank, options), step, output))
