@@ -201,6 +201,9 @@ def test_diff_of_a_trace_with_itself_says_so():
     assert result.exit_code == 0 and "A and B are the same trace: the same file; every Δ is 0" in result.stderr
     assert result.stdout.startswith("A and B are the same trace (the same file): no difference to attribute.\n")
     assert "0.000 ms less" not in result.stdout
+    assert json.loads(cli("diff", "--format", "json", path, path).stdout)["same"] == "the same file"
+    other = DATA / "h200x2-small" / "ddp" / "rank1.trace.json.gz"
+    assert json.loads(cli("diff", "--format", "json", path, other).stdout)["same"] is None
 
 
 @pytest.mark.parametrize("args", [("h200x2-blocks4", "fsdp1", "fsdp1"), ("h200x2-blocks4/fsdp1", "h200x2-blocks4/fsdp1")])
@@ -227,6 +230,7 @@ def test_a_trace_diffed_with_its_copy_elsewhere_is_the_same_trace(tmp_path, trac
     assert result.exit_code == 0, result.output
     items = json.loads(result.stdout)["items"]
     assert items and all(i["change"] == "" and i["delta_ns"] == 0 and i["a_ns"] == i["b_ns"] for i in items)
+    assert json.loads(result.stdout)["same"] == "identical events in both files (a copy)"
     same = [line for line in result.stderr.splitlines() if "A and B are the same trace" in line]
     assert same == ["tracekit: warning: A and B are the same trace: identical events in both files (a copy); "
                     "every Δ is 0"]

@@ -255,13 +255,15 @@ def diff_doc(a_path: str, b_path: str, diff, ranks: list | None = None) -> dict:
 
 def full_diff_doc(a_path: str, b_path: str, result, ranks: str = "each", lead: list[str] | None = None) -> dict:
     """`diff_doc` of a `RunDiff`: the top level over ranks (their mean with `ranks` "mean",
-    else their sum), `rank_agg`, the lead, and the real Δ with its reconciliation."""
+    else their sum), `rank_agg`, the lead, `same` (what makes A and B one trace, or None), and
+    the real Δ with its reconciliation."""
     several = len(result.per_rank) > 1
     doc = diff_doc(a_path, b_path, result.shown("mean" if ranks == "mean" else "sum"),
                    result.per_rank if several else None)
     if several:
         doc["rank_agg"] = "mean" if ranks == "mean" else "sum"
     doc["lead"] = lead or []
+    doc["same"] = result.same
     if result.real:
         doc["real"] = result.real
         doc["reconciliation"] = result.reconciled.to_dicts()
