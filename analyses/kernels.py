@@ -1,5 +1,6 @@
 """`tracekit kernels`: the device work of each step on each device grouped by kernel name,
-launching CPU op or category — `nsys stats`' `cuda_gpu_kern_sum` per step.
+launching CPU op, both (`op,name`: which kernels each op launched, TraceLens' kernel
+launchers) or category — `nsys stats`' `cuda_gpu_kern_sum` per step.
 
 - The activities: the step's kernels, memcpy and memset on the device (launch correlation, as
   every verb), or the whole trace's with scope `trace` (`timeline.activities`).
@@ -22,7 +23,7 @@ from tracekit.analyses.summary import scoped, step_rows
 from tracekit.analyses.timeline import activities, figures, timeline
 from tracekit.core.model import Trace
 
-BY = ("name", "op", "category")
+BY = ("name", "op", "op,name", "category")
 
 
 def shared(column: str) -> pl.Expr:
@@ -33,16 +34,17 @@ def shared(column: str) -> pl.Expr:
 
 def kernels(trace: Trace, by: str = "name", scope: str = "step", peaks: dict | None = None) -> pl.DataFrame:
     """One row per step and device: gpu_busy_ns and `kernels`, a ledger of the groups
-    [{<by>, category, coll_kind, count, total_ns, mean_ns, pct_of_busy, tflops, pct_peak}],
+    [{<by> (op and name for `op,name`), category, coll_kind, count, total_ns, mean_ns,
+    pct_of_busy, tflops, pct_peak}],
     largest total first (a step without device work: one row, device and figures null).
     tflops: the group's FLOPs (`flops.py`) over its total time; pct_peak: that over the
     device's peak for the group's dtype × 100 (`peaks`: the table, default `peaks.PEAKS`);
     null where any of the group's FLOPs or the peak is unknown."""
     work = scoped(activities(trace, scope), scope)
-    if by == "op":
+    if by in ("op", "op,name"):
         work = work.join(launch_context(trace).select("row", "op"), on="row", how="left")
     work = work.join(roofline(trace, peaks).select("row", "flops", peak="peak_tflops"), on="row", how="left")
-    key = ["category", "coll_kind"] if by == "category" else [by]
+    key = ["category", "coll_kind"] if by == "category" else by.split(",")
     busy = figures(timeline(trace, scope).coarse).select("step", "device", "gpu_busy_ns")
     groups = (work.group_by("step", "device", *key)
               .agg(*[shared(c) for c in ("category", "coll_kind") if c not in key],

@@ -89,8 +89,9 @@ def breakdown(paths, steps, agg, rank, fmt, layout, options, scope, top):
 
 @verb
 @scope_option
-@click.option("--by", type=click.Choice(["name", "op", "category"]), default="name", show_default=True,
-              help="Group the device work by kernel name, launching CPU op, or category and collective kind.")
+@click.option("--by", type=click.Choice(["name", "op", "op,name", "category"]), default="name", show_default=True,
+              help="Group the device work by kernel name, launching CPU op, both (which kernels each op "
+                   "launched), or category and collective kind.")
 @click.option("--top", type=click.IntRange(min=1), default=10, show_default=True,
               help="The groups with the largest total time shown per step and device.")
 @peaks_option
