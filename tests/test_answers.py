@@ -550,7 +550,8 @@ def test_each_cycle_of_a_folder_whose_names_carry_their_time_stamps_is_read():
     assert cli("summary", "--cycle", "3", folder).exit_code == 2
 
 
-@pytest.mark.parametrize("verb", ["summary", "syncs", "comms", "overlap", "breakdown", "kernels", "critical-path"])
+@pytest.mark.parametrize("verb", ["summary", "syncs", "comms", "overlap", "breakdown", "kernels", "launches",
+                                  "critical-path"])
 def test_every_verb_says_which_profiling_cycle_it_read(verb):
     """TensorBoard's folder of two cycles of worker0 (their time stamps order them): every verb
     says, in one line, which it read (the last by default: 2 of 2; `--cycle first`: 1 of 2) and
@@ -803,8 +804,8 @@ def test_a_launch_inside_a_child_with_its_parents_bounds_is_the_childs():
     assert inside.height == 1 and inside["op"].to_list() == ["aten::_local_scalar_dense"]
 
 
-@pytest.mark.parametrize("verb", ["summary", "syncs", "comms", "overlap", "breakdown", "kernels", "critical-path",
-                                  "lint"])
+@pytest.mark.parametrize("verb", ["summary", "syncs", "comms", "overlap", "breakdown", "kernels", "launches",
+                                  "critical-path", "lint"])
 def test_two_files_of_one_rank_given_apart_are_warned_on_every_verb_and_named(verb):
     """`VERB A B` of the FSDP1 and FSDP2 rank-0 traces (each its own run): one short warning
     naming both by their folders, and both shown, each row named (issue 27, D1)."""
@@ -949,3 +950,36 @@ def test_check_says_not_recorded_where_the_runtime_counted_nothing():
     assert compared and all(c["runtime"] == c["trace"] for c in compared)
     assert cli("check", run).stdout.splitlines()[-1].startswith(
         f"all {len(compared)} counts match ({len(counts) - len(compared)} not recorded by the runtime), ")
+
+
+def test_launches_of_a_synthetic_step(tmp_path):
+    """Step 1 launches four times (µs): a kernel 3 after its 1-long call ends; a kernel that
+    starts before its 4-long call ends (delay 0, and shorter than the call); a 1-long copy 8
+    after its 2-long call; a graph launch (3 long) of two kernels, 4 and 2 long, the earlier 4
+    after the call — plus a kernel whose call is not in the trace (no launch). Step 2: one
+    launch of a kernel exactly as long as its call (not short), 0.5 after it."""
+    events = [synth.step(1, 0.0, 100.0), synth.step(2, 200.0, 50.0),
+              synth.call("cudaLaunchKernel", 10.0, 1.0, 1), synth.kernel("k1", 14.0, 5.0, 1),
+              synth.call("cudaLaunchKernel", 20.0, 4.0, 2), synth.kernel("k2", 22.0, 2.0, 2),
+              synth.call("cudaMemcpyAsync", 30.0, 2.0, 3), synth.kernel("Memcpy HtoD", 40.0, 1.0, 3, cat="gpu_memcpy"),
+              synth.call("cudaGraphLaunch", 50.0, 3.0, 4), synth.kernel("g1", 60.0, 2.0, 4),
+              synth.kernel("g0", 57.0, 4.0, 4),
+              synth.kernel("orphan", 70.0, 1.0, 999),
+              synth.call("cudaLaunchKernel", 210.0, 1.0, 5), synth.kernel("k5", 211.5, 1.0, 5)]
+    path = synth.write(tmp_path, "t.json", synth.doc(events))
+    (trace,) = json.loads(cli("launches", "--format", "json", path).stdout)["traces"]
+    one, two = trace["steps"]
+    # delays 3, 0, 8, 4 µs: sorted 0, 3, 4, 8; p50 = sorted[floor(0.5·3)] = 3, p90 = sorted[floor(0.9·3)] = 4
+    assert {k: one[k] for k in ("step", "device", "count", "call_ns", "device_ns", "delay_p50_ns", "delay_p90_ns",
+                                "delay_max_ns", "short")} == {
+        "step": 1, "device": 0, "count": 4, "call_ns": 10_000, "device_ns": 14_000, "delay_p50_ns": 3_000,
+        "delay_p90_ns": 4_000, "delay_max_ns": 8_000, "short": 2}
+    assert one["apis"] == [
+        {"api": "cudaLaunchKernel", "count": 2, "call_ns": 5_000, "device_ns": 7_000, "delay_p50_ns": 0,
+         "delay_p90_ns": 0, "delay_max_ns": 3_000, "short": 1},
+        {"api": "cudaGraphLaunch", "count": 1, "call_ns": 3_000, "device_ns": 6_000, "delay_p50_ns": 4_000,
+         "delay_p90_ns": 4_000, "delay_max_ns": 4_000, "short": 0},
+        {"api": "cudaMemcpyAsync", "count": 1, "call_ns": 2_000, "device_ns": 1_000, "delay_p50_ns": 8_000,
+         "delay_p90_ns": 8_000, "delay_max_ns": 8_000, "short": 1}]
+    assert (two["count"], two["delay_max_ns"], two["short"], two["device_ns"]) == (1, 500, 0, 1_000)
+    assert "cudaGraphLaunch" in cli("launches", path).stdout

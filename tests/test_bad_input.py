@@ -83,7 +83,7 @@ def test_cpu_only_trace_is_valid(tmp_path):
     assert step["gpu_span_ns"] is None and step["kernels"] is None
 
 
-@pytest.mark.parametrize("verb", ["summary", "syncs", "comms", "overlap", "breakdown"])
+@pytest.mark.parametrize("verb", ["summary", "syncs", "comms", "overlap", "breakdown", "launches"])
 def test_every_verb_reports_bad_input_the_same_way(tmp_path, verb):
     path = tmp_path / "truncated.json"
     path.write_bytes(CASES["truncated.json"][0])

@@ -80,7 +80,7 @@ def test_a_lint_error_on_a_verb_is_a_warning_not_the_error_prefix():
     worlds = {json.loads(gzip.decompress(p.read_bytes()))["distributedInfo"]["world_size"]
               for p in TRACE_FILTER.glob("*.json.gz")}
     assert worlds == {128} and len(list(TRACE_FILTER.glob("*.json.gz"))) == 2
-    for verb in ("summary", "syncs", "comms", "overlap", "breakdown", "kernels", "critical-path"):
+    for verb in ("summary", "syncs", "comms", "overlap", "breakdown", "kernels", "launches", "critical-path"):
         result = CliRunner(env={"COLUMNS": "100"}).invoke(main, [verb, str(TRACE_FILTER)])
         assert result.exit_code == 0, (verb, result.output)
         assert not [line for line in result.stderr.splitlines() if line.startswith("tracekit: error")], verb

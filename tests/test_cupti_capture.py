@@ -245,7 +245,7 @@ def test_every_verb_runs_on_a_real_capture(tmp_path, monkeypatch):
     monkeypatch.setenv("TRACEKIT_CACHE_DIR", str(tmp_path / "cache"))
     run = tmp_path / "run"
     shutil.copytree(REAL, run)
-    for verb in ("summary", "syncs", "comms", "overlap", "breakdown", "kernels", "lint"):
+    for verb in ("summary", "syncs", "comms", "overlap", "breakdown", "kernels", "launches", "lint"):
         cli(verb, "--format", "json", run / "fsdp2")
     by_op = json.loads(cli("kernels", "--by", "op", "--format", "json", run / "fsdp2").stdout)
     ops = {k["op"] for t in by_op["traces"] for s in t["steps"] for k in s["kernels"]}

@@ -35,7 +35,7 @@ def zero_duration_collective(tmp_path):
 
 
 VERBS = [["summary"], ["summary", "--scope", "trace"], ["syncs"], ["comms"], ["overlap"],
-         ["overlap", "--scope", "hta"], ["breakdown"], ["kernels"], ["lint"]]
+         ["overlap", "--scope", "hta"], ["breakdown"], ["kernels"], ["launches"], ["lint"]]
 
 
 @pytest.mark.parametrize("where", ["h200x2-small/fsdp1", "wild/tracelens/mi300", "synthetic"])

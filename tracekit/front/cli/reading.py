@@ -109,6 +109,17 @@ def kernels(paths, steps, agg, rank, fmt, layout, options, scope, by, top, peaks
     emit(render(report, fmt, "kernels", layout))
 
 
+@verb
+def launches(paths, steps, agg, rank, fmt, layout, options):
+    """Per rank, step and device: the launches of device work (runtime calls and their
+    kernels, copies, memsets) per API — count, the calls' host time, the device time, the
+    launch delay (device start − call end, 0 at least: p50, p90, max) and the launches whose
+    work is shorter than their call (docs/metrics.md)."""
+    from tracekit.analyses.launches import launches as analysis
+
+    emit(render(per_step(paths, rank, options, analysis, steps, agg), fmt, "launches", layout))
+
+
 @main.command("critical-path")
 @paths_argument
 @steps_option
