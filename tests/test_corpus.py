@@ -39,8 +39,9 @@ def cli(*args):
 
 @pytest.mark.parametrize("path", TRACES, ids=ids)
 def test_every_verb_runs(path, tmp_path):
-    for verb in ("summary", "syncs", "comms", "overlap", "breakdown"):
+    for verb in ("summary", "syncs", "comms", "overlap", "breakdown", "launches"):
         cli(verb, "--format", "json", path)
+    cli("kernels", "--by", "op,name", "--format", "table", path)
     cli("lint", "--format", "table", path)
     cli("summary", "--scope", "trace", "--agg", "p90", "--format", "table", path)
     cli("overlap", "--scope", "hta", "--format", "json", path)
