@@ -37,6 +37,7 @@ from tracekit.analyses.aggregate import is_count
 from tracekit.analyses.comms import collective_kernels
 from tracekit.analyses.critical_path import on_path
 from tracekit.analyses.flops import kernel_work
+from tracekit.analyses.launches import launch_rows
 from tracekit.analyses.phases import DATA_LOADING, DATA_PHASE, RUNNER_PHASE, fsdp_phase, launch_context
 from tracekit.analyses.syncs import host_syncs
 from tracekit.analyses.timeline import kept, outermost, timeline, unshared
@@ -84,6 +85,7 @@ class Diff:
     all_items: pl.DataFrame
     syncs: pl.DataFrame
     collectives: pl.DataFrame
+    launches: pl.DataFrame  # per launching API: a_/b_ count and call_ns (`launches.py`)
     a_items: pl.DataFrame | None = None
     b_items: pl.DataFrame | None = None
 
@@ -206,8 +208,8 @@ def top_with_other(items: pl.DataFrame, top: int, key: list[str]) -> pl.DataFram
 @dataclass
 class Material:
     """What the diff needs of one trace, small enough to travel from a worker: per step, its
-    time, items grouped by the view's key (ns, count), host syncs per API (count, blocked_ns)
-    and collectives per kind (count, bytes, exposed_ns)."""
+    time, items grouped by the view's key (ns, count), host syncs per API (count, blocked_ns),
+    collectives per kind (count, bytes, exposed_ns) and launches per API (count, call_ns)."""
 
     path: str
     rank: int
@@ -216,6 +218,7 @@ class Material:
     items: pl.DataFrame
     syncs: pl.DataFrame
     collectives: pl.DataFrame
+    launches: pl.DataFrame  # per step and launching API: count, call_ns (`launches.launch_rows`)
     named: tuple[int, int] | None = None  # a lean trace named from its full step: (matched, activities)
     device: str = ""  # what the trace ran on (`device_of`)
     from_runner: bool = False  # the trace carries the marks of tracekit's runner (`tracekit#<phase>`)
@@ -244,7 +247,10 @@ def made_material(trace: Trace, by: str) -> Material:
     colls = kept(trace, "diff-material-collectives", lambda: collective_kernels(trace).group_by(
         "step", pl.col("coll_kind").alias("kind")).agg(
         count=pl.len().cast(pl.Int64), bytes=pl.col("bytes").sum(), exposed_ns=pl.col("exposed_ns").sum()))
-    return Material(trace.path, trace.rank, trace.world_size, step_times(trace), items, syncs, colls,
+    launches = kept(trace, "diff-material-launches", lambda: launch_rows(trace).filter(
+        pl.col("step").is_not_null()).group_by("step", "api").agg(
+        count=pl.len().cast(pl.Int64), call_ns=pl.col("call_ns").sum()))
+    return Material(trace.path, trace.rank, trace.world_size, step_times(trace), items, syncs, colls, launches,
                     device=device_of(trace), from_runner=from_runner(trace), events=events_fingerprint(trace))
 
 
@@ -338,7 +344,8 @@ def diff_pair(a: Material, b: Material, a_step: int, b_step: int, top: int, by: 
         items = items.join(spread, on=key, how="left", nulls_equal=True, maintain_order="left")
     return Diff(a.rank, a_step, b_step, a.times[a_step], b.times[b_step], top_with_other(items, top, key), items,
                 side_by_side(a.syncs, a_step, b.syncs, b_step, ["api"]),
-                side_by_side(a.collectives, a_step, b.collectives, b_step, ["kind"]))
+                side_by_side(a.collectives, a_step, b.collectives, b_step, ["kind"]),
+                side_by_side(a.launches, a_step, b.launches, b_step, ["api"]))
 
 
 def diff_traces(a: Trace, b: Trace, a_step: int, b_step: int, top: int = 20, by: str = "kernel") -> Diff:
@@ -543,7 +550,8 @@ def aggregate(diffs: list[Diff], top: int, by: str, spread: pl.DataFrame | None)
     return Diff(None, a_steps.pop() if len(a_steps) == 1 else None, b_steps.pop() if len(b_steps) == 1 else None,
                 sum(d.a_step_ns for d in diffs),
                 sum(d.b_step_ns for d in diffs), top_with_other(summed, top, key), summed,
-                summed_by([d.syncs for d in diffs], "api"), summed_by([d.collectives for d in diffs], "kind"))
+                summed_by([d.syncs for d in diffs], "api"), summed_by([d.collectives for d in diffs], "kind"),
+                summed_by([d.launches for d in diffs], "api"))
 
 
 def rank_mean(diff: Diff, ranks: int) -> Diff:
@@ -560,7 +568,7 @@ def rank_mean(diff: Diff, ranks: int) -> Diff:
         return frame.with_columns(per_rank(c, t) for c, t in frame.schema.items() if t.is_numeric())
 
     return Diff(None, diff.a_step, diff.b_step, diff.a_step_ns / ranks, diff.b_step_ns / ranks, mean(diff.items),
-                mean(diff.all_items), mean(diff.syncs), mean(diff.collectives))
+                mean(diff.all_items), mean(diff.syncs), mean(diff.collectives), mean(diff.launches))
 
 
 def sign_disagreements(result: RunDiff, top: int = 5, by: str = "kernel") -> list[str]:

@@ -1,7 +1,7 @@
 """The lead of `tracekit diff`: at most five plain sentences from the diff's frames — the real
 Δ (timed steps) with its interval and verdict, the phases that carry it, and the largest
 named causes in the recorded step (the rank that carries each, added and removed work, host
-syncs that appear or disappear). docs/diff.md, "The lead"."""
+syncs that appear or disappear, launches that change in number). docs/diff.md, "The lead"."""
 
 from __future__ import annotations
 
@@ -125,13 +125,32 @@ def sync_sentence(result: RunDiff, a: str, b: str) -> str | None:
     return ("; ".join(parts) + ".") if parts else None
 
 
+LAUNCH_CHANGE = 0.10  # the share of A's launches that B must add or drop for the lead to say so,
+LAUNCHES_CHANGED = 10  # and as many per rank at least (2 → 3 launches says nothing)
+
+
+def launch_sentence(result: RunDiff, a: str, b: str) -> str | None:
+    """How many launches of device work a step makes per rank on each side, and the host time
+    of their calls, where B makes at least LAUNCH_CHANGE more or fewer than A, and
+    LAUNCHES_CHANGED per rank (what `torch.compile`'s fusion and CUDA graphs cut)."""
+    launches = result.together.launches
+    n = len(result.per_rank)
+    a_count, b_count = (int(launches[f"{side}_count"].sum()) if launches.height else 0 for side in "ab")
+    if not a_count or abs(b_count - a_count) < max(LAUNCH_CHANGE * a_count, LAUNCHES_CHANGED * n):
+        return None
+    a_ms, b_ms = (float(launches[f"{side}_call_ns"].sum()) / n / 1e6 for side in "ab")
+    change = round(100 * abs(b_count - a_count) / a_count)
+    return (f"{b} makes {change} % {'fewer' if b_count < a_count else 'more'} launches per step than {a} "
+            f"({a_count / n:g} → {b_count / n:g} per rank), their calls taking the host {ms(a_ms)} → {ms(b_ms)} ms.")
+
+
 def diff_lead(result: RunDiff, a: str, b: str, by: str = "kernel") -> list[str]:
     """At most five sentences: the step's Δ, the phases, the largest causes, the host syncs
-    that appear or go (`a`, `b`: the sides' names); where A and B are the same traces, one
-    sentence saying so."""
+    that appear or go, the launches where their number changes (`a`, `b`: the sides' names);
+    where A and B are the same traces, one sentence saying so."""
     if result.same is not None:
         many = len(result.per_rank) > 1
         return [f"{a} and {b} are the same trace{'s' if many else ''} ({result.same}): no difference to attribute."]
     sentences = [step_sentence(result, a, b), phase_sentence(result), *cause_sentences(result, a, b, by),
-                 sync_sentence(result, a, b)]
+                 sync_sentence(result, a, b), launch_sentence(result, a, b)]
     return [s for s in sentences if s][:5]

@@ -983,3 +983,35 @@ def test_launches_of_a_synthetic_step(tmp_path):
          "delay_p90_ns": 8_000, "delay_max_ns": 8_000, "short": 1}]
     assert (two["count"], two["delay_max_ns"], two["short"], two["device_ns"]) == (1, 500, 0, 1_000)
     assert "cudaGraphLaunch" in cli("launches", path).stdout
+
+
+def raw_launches(path) -> Counter:
+    """Brute force over the raw JSON: per API, the runtime/driver calls inside the trace's one
+    ProfilerStep whose correlation id a kernel, memcpy or memset carries."""
+    events = json.loads(gzip.open(path).read())["traceEvents"]
+    (step,) = [e for e in events if str(e.get("name", "")).startswith("ProfilerStep#")
+               and e.get("cat") == "user_annotation"]  # not its gpu_user_annotation twin
+    device = {e["args"]["correlation"] for e in events
+              if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "correlation" in e.get("args", {})}
+    return Counter(e["name"] for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver")
+                   and e.get("args", {}).get("correlation") in device
+                   and step["ts"] <= e["ts"] <= step["ts"] + step["dur"])
+
+
+def test_diff_counts_each_sides_launches_and_the_lead_says_when_they_change():
+    """fsdp2 → fsdp2-fp8 on 2 × H200 (one recorded step each): the diff's launches per API,
+    summed over the ranks, are the brute force's over each rank's raw JSON, and the lead says
+    how many launches per rank each side makes (float8's casts: 5× as many)."""
+    run = DATA / "h200x2-blocks4"
+    doc = json.loads(cli("diff", "--format", "json", run, "fsdp2", "fsdp2-fp8").stdout)
+    for side, variant in (("a", "fsdp2"), ("b", "fsdp2-fp8")):
+        want = sum((raw_launches(p) for p in sorted((run / variant).glob("rank*.json.gz"))), Counter())
+        got = {r["api"]: r[f"{side}_count"] for r in doc["launches"] if r[f"{side}_count"]}
+        assert got == dict(want) and sum(want.values()) > 600, (variant, got, want)
+    a, b = (sum(r[f"{s}_count"] for r in doc["launches"]) / 2 for s in "ab")
+    assert b > 5 * a
+    (sentence,) = [s for s in doc["lead"] if "launches per step" in s]
+    assert sentence.startswith(f"fsdp2-fp8 makes {round(100 * (b - a) / a)} % more launches per step than fsdp2 "
+                               f"({a:g} → {b:g} per rank)")
+    same = json.loads(cli("diff", "--format", "json", run, "fsdp2", "fsdp2-compile").stdout)["lead"]
+    assert not [s for s in same if "launches per step" in s]  # 351 → 343: under 10 %, not said

@@ -247,7 +247,7 @@ def diff_doc(a_path: str, b_path: str, diff, ranks: list | None = None) -> dict:
     doc = {"a": a_path, "b": b_path, "rank": diff.rank, "step": diff.a_step, "b_step": diff.b_step,
            "a_step_ns": diff.a_step_ns, "b_step_ns": diff.b_step_ns, "step_delta_ns": diff.step_delta_ns,
            "items": diff.items.to_dicts(), "syncs": diff.syncs.to_dicts(),
-           "collectives": diff.collectives.to_dicts()}
+           "collectives": diff.collectives.to_dicts(), "launches": diff.launches.to_dicts()}
     if ranks:
         doc["ranks"] = [diff_doc(a_path, b_path, d) for d in ranks]
     return doc
@@ -309,7 +309,7 @@ def real_text(real: dict) -> str:
 def diff_blocks(a_path: str, b_path: str, diff, result, ranks: str, fmt: str, layout: Layout) -> list[str]:
     """One diff's header (in a table, each line wrapped to the terminal after its path, the
     path relative or elided to fit a line: `path_text`), items,
-    syncs and collectives."""
+    syncs, collectives and launches."""
     if fmt == "table":  # each path in a line of its own at most
         a_path, b_path = (path_text(p, terminal_width() - 2) for p in (a_path, b_path))
     head = diff_head(a_path, b_path, diff, result, ranks)
@@ -317,7 +317,7 @@ def diff_blocks(a_path: str, b_path: str, diff, result, ranks: str, fmt: str, la
         head = "\n".join(filled(line, terminal_width(), "  ") for line in head.splitlines())
     parts = [head, render_frame(diff.items, fmt, "diff.items", layout)]
     per_rank = ", mean per rank" if diff.rank is None and ranks == "mean" else ""  # counts such as 4.5
-    for title, frame in (("syncs", diff.syncs), ("collectives", diff.collectives)):
+    for title, frame in (("syncs", diff.syncs), ("collectives", diff.collectives), ("launches", diff.launches)):
         if frame.height:
             parts += [f"{title}{per_rank}:", render_frame(frame, fmt, f"diff.{title}", Layout(wide=layout.wide))]
     return parts

@@ -125,6 +125,7 @@ VIEWS = {
                        telling={"op": ("kind", "name", "phase", "fsdp")},  # one kernel from two ops: two rows
                        varied=("phase", "fsdp")),  # a trace without phases: `unknown` on every row says nothing
     "diff.syncs": View(("api", "a_count", "a_blocked_ms", "b_count", "b_blocked_ms")),
+    "diff.launches": View(("api", "a_count", "a_call_ms", "b_count", "b_call_ms")),
     "diff.collectives": View(("kind", "a_count", "a_bytes", "a_exposed_ms", "b_count", "b_bytes", "b_exposed_ms")),
 }
 
