@@ -29,6 +29,16 @@ from tracekit.analyses.timed import PHASE_ORDER, compare, phase_clock, recorded_
 from tracekit.analyses.fidelity import profiler_overhead, profiler_slowed, recorded_to_timed
 
 
+def prepared(run: Run) -> None:
+    """What a report reads of each trace of one variant, made ahead (and kept on the traces):
+    the diff material, the summary, and the critical paths with the run's collective arrivals
+    — for `loading.load_profile` to make where it loads the variant, beside the others."""
+    for t in run.traces:
+        material(t)
+        summary(t)
+    run_critical_paths(run.traces)
+
+
 def recorded_step(run: Run) -> dict[int, dict]:
     """rank → the summary row of its median profiled step (by time; the only one with one)."""
     rows = {}

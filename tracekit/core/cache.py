@@ -30,6 +30,7 @@ import hashlib
 import json
 import os
 import shutil
+import threading
 from pathlib import Path
 
 # polars and the trace model (`pl`, `Trace` in the annotations) are imported where they are used
@@ -37,17 +38,19 @@ SCHEMA = 15  # bump when the loaded tables, the analyses' kept tables or their m
 TABLES = ("gpu", "calls", "ops", "marks", "steps")
 ANSWERS = "answers"  # the folder of the kept answers (`answers.py`), one file each
 _writer = None
+_starting = threading.Lock()
 
 
 def writer():
     """The one thread that writes entries, so that writes overlap the analysis; its writes are
     finished before the process exits."""
     global _writer
-    if _writer is None:
-        from concurrent.futures import ThreadPoolExecutor
+    with _starting:  # traces loaded by several threads at once (`loading.load_profile`): one writer
+        if _writer is None:
+            from concurrent.futures import ThreadPoolExecutor
 
-        _writer = ThreadPoolExecutor(max_workers=1)
-        atexit.register(_writer.shutdown, wait=True)
+            _writer = ThreadPoolExecutor(max_workers=1)
+            atexit.register(_writer.shutdown, wait=True)
     return _writer
 
 

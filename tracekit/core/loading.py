@@ -676,25 +676,46 @@ def traceless_variants(manifest: dict, runs: dict) -> list[str]:
     return [v for v, e in manifest["variants"].items() if e.get("status") == "ok" and v not in runs]
 
 
-def load_profile(out, names: bool = False) -> tuple[dict, dict[str, Run]]:
+def load_profile(out, names: bool = False, then=None) -> tuple[dict, dict[str, Run]]:
     """A `tracekit profile` output: (manifest, {variant: Run}) for the variants that ran and
     whose traces are here — the attributed recording (OUT/<variant>), or with `names` the `full`
     step that names a `lean` recording (OUT/<variant>/names; variants without one left out). A
     variant whose folder is absent (a copy that kept the manifest only) is left out: its timed
-    figures are in the manifest (`traceless_variants` names them)."""
+    figures are in the manifest (`traceless_variants` names them). `then(run)`: work done on
+    each variant's run where it was loaded — in a pool of threads, one variant at a time each,
+    as many as the cores: polars releases the interpreter in its queries, so that one
+    variant's analyses run while another's traces are decoded."""
     out = Path(out)
     manifest = read_manifest(out / "manifest.json")
-    runs = {}
+    folders = {}
     for variant, entry in manifest["variants"].items():
         if entry.get("status") != "ok" or not all(r.get("trace") for r in entry["ranks"]):
             continue  # failed, or run with --profile-steps 0: no traces
         folder = out / variant / "names" if names else out / variant
         if names and not all(len(r.get("recorded", [])) > 1 for r in entry["ranks"]):
             continue
-        if not folder.is_dir():
-            continue
-        runs[variant] = load_run(folder)
-        missing = {r["rank"] for r in entry["ranks"]} - {t.rank for t in runs[variant].traces}
+        if folder.is_dir():
+            folders[variant] = folder
+
+    def loaded(variant: str) -> Run:
+        run = load_run(folders[variant])
+        missing = {r["rank"] for r in manifest["variants"][variant]["ranks"]} - {t.rank for t in run.traces}
         if missing:
-            raise TraceError(folder, f"missing {listed('rank', sorted(missing))}")
-    return manifest, runs
+            raise TraceError(folders[variant], f"missing {listed('rank', sorted(missing))}")
+        if then is not None:
+            then(run)
+        return run
+
+    threads = min(cores(), len(folders))
+    if threads < 2:
+        return manifest, {variant: loaded(variant) for variant in folders}
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(threads) as pool:
+        futures = {variant: pool.submit(loaded, variant) for variant in folders}
+        try:
+            return manifest, {variant: future.result() for variant, future in futures.items()}
+        except BaseException:  # the first variant's error, in the manifest's order; the rest not waited for
+            for future in futures.values():
+                future.cancel()
+            raise

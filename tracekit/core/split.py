@@ -205,6 +205,14 @@ def decoded(location: str, fn, workers: int, unpack=None) -> tuple[list, bytes]:
     reaches this process as a file, not as bytes piped and unpickled. With `unpack`, each result
     is `unpack(fn(…))`, unpacked here by a pool of threads as the results arrive (a worker's
     files read back)."""
+    with _DECODING:  # one at a time: each takes every core, and the helpers are the module's
+        return _decoded_alone(location, fn, workers, unpack)
+
+
+_DECODING = threading.Lock()
+
+
+def _decoded_alone(location: str, fn, workers: int, unpack) -> tuple[list, bytes]:
     if multiprocessing.current_process().daemon:
         workers = 0  # a daemon process may not start others
     ctx = _context()

@@ -190,13 +190,14 @@ def show_report(out, fmt: str, layout=None, baseline: str | None = None, plot_pa
     `{variants, phases, critical_path, diffs, warnings}` (docs/json.md)."""
     from tracekit.analyses.lead import diff_lead
     from tracekit.analyses.fidelity import report_warnings, with_real
-    from tracekit.analyses.variants import base_variant, critical_split, phase_table, variant_diffs, variant_table
+    from tracekit.analyses.variants import (base_variant, critical_split, phase_table, prepared, variant_diffs,
+                                            variant_table)
     from tracekit.core.loading import load_profile, traceless_variants
     from tracekit.front.render import json_text, full_diff_doc, render_diff
     from tracekit.front.views import Layout
 
     layout = layout or Layout()
-    manifest, runs = load_profile(out)
+    manifest, runs = load_profile(out, then=prepared)
     try:
         base = base_variant(manifest, baseline)
     except ValueError as e:
