@@ -1,4 +1,5 @@
-"""Ranks analysed in worker processes or on a Dask cluster give exactly what one process gives."""
+"""Ranks analysed in threads, in worker processes or on a Dask cluster give exactly what one
+thread of one process gives."""
 
 import subprocess
 import sys
@@ -14,8 +15,8 @@ VERBS = [("summary", RUN / "fsdp2"), ("comms", RUN / "fsdp1"), ("syncs", RUN / "
          ("diff", RUN / "fsdp1", RUN / "fsdp2")]
 
 
-def output(*args):
-    result = CliRunner().invoke(main, [*map(str, args), "--format", "json", "--no-cache"])
+def output(*args, env=None):
+    result = CliRunner(env=env).invoke(main, [*map(str, args), "--format", "json", "--no-cache"])
     assert result.exit_code == 0, result.output
     return result.stdout
 
@@ -33,7 +34,8 @@ def cluster():
 
 @pytest.mark.parametrize("verb", VERBS, ids=lambda v: v[0])
 def test_workers_and_a_dask_cluster_give_the_same_json(verb, cluster):
-    one = output(*verb, "--workers", 1)
+    one = output(*verb, "--workers", 1, env={"TRACEKIT_CORES": "1"})  # one thread
+    assert output(*verb, "--workers", 1, env={"TRACEKIT_CORES": "4"}) == one  # four threads of this process
     assert output(*verb, "--workers", 2) == one
     assert output(*verb, "--scheduler", cluster) == one
 

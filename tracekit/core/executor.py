@@ -5,8 +5,9 @@ order (once: a cluster's connection is closed after it); when one item fails, th
 yet done is cancelled (worker processes ended, cluster futures cancelled) and the error raised. A scheduler address (`--scheduler tcp://HOST:PORT`, or `TRACEKIT_SCHEDULER`) sends the
 work to that Dask cluster (`distributed.Client`, its futures; the optional extra `dask`);
 else `workers` processes on this machine (`--workers`, `TRACEKIT_WORKERS`; `runs.default_workers`
-chooses otherwise), or none when one would do. Only `fn`'s results travel back, so `fn` should
-return small results, not traces. A progress bar is shown on a terminal.
+chooses otherwise), or, when one would do, this process (`Here`: a thread per core). Only
+`fn`'s results travel back from processes, so `fn` should return small results, not traces. A
+progress bar is shown on a terminal.
 """
 
 from __future__ import annotations
@@ -35,16 +36,37 @@ def progress(total: int):
 
 
 class Here:
+    """This process: the items in a pool of threads, as many as the cores (polars releases the
+    interpreter in its queries, so one trace's analysis runs while another is decoded), the
+    results in the items' order; the first item's error (in that order) raised."""
+
     def map(self, fn, items: list) -> list:
         bar = progress(len(items))
-        out = []
-        for item in items:
-            out.append(fn(item))
+        threads = min(cores(), len(items))
+        try:
+            if threads < 2:
+                out = []
+                for item in items:
+                    out.append(fn(item))
+                    if bar:
+                        bar.update()
+                return out
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(threads) as pool:
+                futures = [pool.submit(fn, item) for item in items]
+                if bar:
+                    for future in futures:
+                        future.add_done_callback(lambda _: bar.update())
+                try:
+                    return [future.result() for future in futures]
+                except BaseException:  # the work not yet begun is not done
+                    for future in futures:
+                        future.cancel()
+                    raise
+        finally:
             if bar:
-                bar.update()
-        if bar:
-            bar.close()
-        return out
+                bar.close()
 
 
 def share_cores(threads: int) -> None:

@@ -283,7 +283,8 @@ def load_options(function):
     with_options = click.option("--workers", type=click.IntRange(min=1), default=None,
                                 help="Processes that load and analyse the ranks at once (default: "
                                      "TRACEKIT_WORKERS, else one per 64 MiB of traces not in the cache, "
-                                     "at most the cores: cached traces load faster than a process starts).")(with_options)
+                                     "at most the cores: cached traces load faster than a process starts); "
+                                     "1: this process, a thread per core.")(with_options)
     with_options = click.option("--scheduler", default=None, metavar="tcp://HOST:PORT",
                                 help="Run the per-rank work on this Dask cluster instead (default: "
                                      "TRACEKIT_SCHEDULER; the `dask` extra).")(with_options)
