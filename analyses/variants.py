@@ -29,13 +29,15 @@ from tracekit.analyses.timed import PHASE_ORDER, compare, phase_clock, recorded_
 from tracekit.analyses.fidelity import profiler_overhead, profiler_slowed, recorded_to_timed
 
 
-def prepared(run: Run) -> None:
-    """What a report reads of each trace of one variant, made ahead (and kept on the traces):
-    the diff material, the summary, and the critical paths with the run's collective arrivals
-    — for `loading.load_profile` to make where it loads the variant, beside the others."""
+def prepared(run: Run, variants: list[str]) -> None:
+    """What a report reads of each trace of one of `variants`, made ahead (and kept on the
+    traces): the summary, the critical paths with the run's collective arrivals and, where
+    there are other variants to diff it with, the diff material — for `loading.load_profile`
+    to make where it loads the variant, beside the others."""
     for t in run.traces:
-        material(t)
         summary(t)
+        if len(variants) > 1:
+            material(t)
     run_critical_paths(run.traces)
 
 

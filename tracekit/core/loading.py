@@ -681,8 +681,9 @@ def load_profile(out, names: bool = False, then=None) -> tuple[dict, dict[str, R
     whose traces are here — the attributed recording (OUT/<variant>), or with `names` the `full`
     step that names a `lean` recording (OUT/<variant>/names; variants without one left out). A
     variant whose folder is absent (a copy that kept the manifest only) is left out: its timed
-    figures are in the manifest (`traceless_variants` names them). `then(run)`: work done on
-    each variant's run where it was loaded — in a pool of threads, one variant at a time each,
+    figures are in the manifest (`traceless_variants` names them). `then(run, variants)`: work
+    done on each variant's run (`variants`: every one loaded) where it was loaded — in a pool of
+    threads, one variant at a time each,
     as many as the cores: polars releases the interpreter in its queries, so that one
     variant's analyses run while another's traces are decoded."""
     out = Path(out)
@@ -703,7 +704,7 @@ def load_profile(out, names: bool = False, then=None) -> tuple[dict, dict[str, R
         if missing:
             raise TraceError(folders[variant], f"missing {listed('rank', sorted(missing))}")
         if then is not None:
-            then(run)
+            then(run, list(folders))
         return run
 
     threads = min(cores(), len(folders))
