@@ -20,9 +20,12 @@ from tracekit.front.start import keepable
 HEAVY = ("polars", "numpy", "click", "tracekit.analyses", "tracekit.core.loading")
 # The command as installed, run in a fresh interpreter, which writes the heavy modules it
 # imported to the file named first (for the test only; the command's own output is untouched).
-PROBE = ("import atexit, sys\n"
+PROBE = ("import atexit, os, sys\n"
          "seen = sys.argv.pop(1)\n"
-         f"atexit.register(lambda: open(seen, 'w').write(' '.join(m for m in {HEAVY!r} if m in sys.modules)))\n"
+         f"def note(): open(seen, 'w').write(' '.join(m for m in {HEAVY!r} if m in sys.modules))\n"
+         "atexit.register(note)\n"
+         "end = os._exit  # a read-only verb ends there, past the exit handlers registered before it\n"
+         "os._exit = lambda status: (note(), end(status))\n"
          "sys.argv[0] = 'tracekit'\n"
          "from tracekit.front.start import main\n"
          "main()\n")
@@ -164,3 +167,28 @@ def test_cache_info_and_clear_see_the_answers_and_the_bound_holds(tmp_path):
     assert b"and 1 kept answer" in cleared.err and b"answer(s)" not in cleared.err and kept_files(tmp_path) == []
     tracekit(tmp_path, "summary", DATA / "gloo-cpu", TRACEKIT_CACHE_MAX_GB="0")
     assert kept_files(tmp_path) == []
+
+
+def test_a_read_only_verb_ends_without_the_teardown_its_output_and_cache_whole(tmp_path):
+    """A read-only verb ends by `os._exit` after the exit handlers (`start.ended`): a report's
+    JSON (~100 KB, more than a pipe holds) arrives whole — what the command gives in this
+    process —, the trace cache it wrote serves the next run, and the exit status of a mistake
+    is still 2."""
+    import json
+
+    from click.testing import CliRunner
+
+    from tracekit.front.cli import main
+
+    run = DATA / "h200x2-blocks4"
+    first = tracekit(tmp_path, "report", "--format", "json", run)
+    assert first.status == 0 and len(first.out) > 65536
+    here = CliRunner(env={"TRACEKIT_NO_CACHE": "1"}).invoke(main, ["report", "--format", "json", str(run)])
+    assert json.loads(first.out) == json.loads(here.stdout)
+    shutil.rmtree(tmp_path / "cache" / cache.ANSWERS)
+    cached = tracekit(tmp_path, "report", "--format", "json", run)
+    assert cached.out == first.out and "tracekit.core.loading" in cached.heavy
+    entries = [p for p in (tmp_path / "cache").iterdir() if p.name != cache.ANSWERS]
+    assert len(entries) == 10 and all((p / "trace.json").is_file() for p in entries)
+    mistake = tracekit(tmp_path, "summary", tmp_path / "nothing.json")
+    assert mistake.status == 2 and mistake.err.decode().count("\n") == 1

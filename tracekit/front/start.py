@@ -10,7 +10,9 @@ inputs changed while it ran."""
 
 from __future__ import annotations
 
+import atexit
 import io
+import os
 import sys
 
 from tracekit.core import answers, cache
@@ -20,7 +22,19 @@ READ_ONLY = frozenset({"summary", "syncs", "comms", "overlap", "breakdown", "ker
 
 
 def main() -> None:
-    """The command: `sys.argv`'s answer, kept or computed."""
+    """The command: `sys.argv`'s answer, kept or computed. A read-only verb ends without the
+    interpreter's teardown (`ended`)."""
+    if sys.argv[1:2] and sys.argv[1] in READ_ONLY:
+        atexit.register(ended)  # first, so last: after the cache's writes and every other exit handler
+    try:
+        answered()
+    except SystemExit as e:
+        finished(e.code)
+        raise
+    finished(0)
+
+
+def answered() -> None:
     entry = answers.key(sys.argv) if keepable(sys.argv[1:]) else None
     kept = answers.read(entry) if entry else None
     if kept:
@@ -31,6 +45,31 @@ def main() -> None:
 
         return command()
     sys.exit(kept_after(entry))
+
+
+_status: list = []  # the exit status of a command that ended (not by an error), for `ended`
+
+
+def finished(code) -> None:
+    """Note the status the command exits with, as Python gives it (None: 0; a message: 1)."""
+    _status.append(code if isinstance(code, int) else 0 if code is None else 1)
+
+
+def ended() -> None:
+    """The last exit handler of a read-only verb: the output flushed, the process ends with its
+    status without the interpreter's teardown — freeing every module's objects (polars, numpy,
+    the loaded traces), ~50 ms of a command that answers in a few hundred. Its files are
+    written by then (the trace cache's writer thread ends in an earlier exit handler, a kept
+    answer and a picture before the command returns). Where the command ended in an error
+    (a traceback), the interpreter ends as usual."""
+    if not _status:
+        return
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe: what Python's own teardown would meet
+            pass
+    os._exit(_status[-1])
 
 
 def kept_after(entry: str) -> int:
