@@ -956,33 +956,41 @@ def test_launches_of_a_synthetic_step(tmp_path):
     """Step 1 launches four times (µs): a kernel 3 after its 1-long call ends; a kernel that
     starts before its 4-long call ends (delay 0, and shorter than the call); a 1-long copy 8
     after its 2-long call; a graph launch (3 long) of two kernels, 4 and 2 long, the earlier 4
-    after the call — plus a kernel whose call is not in the trace (no launch). Step 2: one
-    launch of a kernel exactly as long as its call (not short), 0.5 after it."""
-    events = [synth.step(1, 0.0, 100.0), synth.step(2, 200.0, 50.0),
+    after the call — plus a kernel whose call is not in the trace (no launch). Step 2: a kernel
+    exactly as long as its call (not short), 0.5 after it; a blocking copy's 60-long call (over
+    HTA's 50 µs: a long call, not short though its copy is shorter); a kernel 187 after its
+    call (over HTA's 100 µs: a long delay). A trace of kernels without their calls has none."""
+    events = [synth.step(1, 0.0, 100.0), synth.step(2, 200.0, 100.0),
               synth.call("cudaLaunchKernel", 10.0, 1.0, 1), synth.kernel("k1", 14.0, 5.0, 1),
               synth.call("cudaLaunchKernel", 20.0, 4.0, 2), synth.kernel("k2", 22.0, 2.0, 2),
               synth.call("cudaMemcpyAsync", 30.0, 2.0, 3), synth.kernel("Memcpy HtoD", 40.0, 1.0, 3, cat="gpu_memcpy"),
               synth.call("cudaGraphLaunch", 50.0, 3.0, 4), synth.kernel("g1", 60.0, 2.0, 4),
               synth.kernel("g0", 57.0, 4.0, 4),
               synth.kernel("orphan", 70.0, 1.0, 999),
-              synth.call("cudaLaunchKernel", 210.0, 1.0, 5), synth.kernel("k5", 211.5, 1.0, 5)]
+              synth.call("cudaLaunchKernel", 210.0, 1.0, 5), synth.kernel("k5", 211.5, 1.0, 5),
+              synth.call("cudaMemcpy", 215.0, 60.0, 6), synth.kernel("Memcpy DtoH", 276.0, 1.0, 6, cat="gpu_memcpy"),
+              synth.call("cudaLaunchKernel", 212.0, 1.0, 7), synth.kernel("k7", 400.0, 2.0, 7)]
     path = synth.write(tmp_path, "t.json", synth.doc(events))
     (trace,) = json.loads(cli("launches", "--format", "json", path).stdout)["traces"]
     one, two = trace["steps"]
     # delays 3, 0, 8, 4 µs: sorted 0, 3, 4, 8; p50 = sorted[floor(0.5·3)] = 3, p90 = sorted[floor(0.9·3)] = 4
-    assert {k: one[k] for k in ("step", "device", "count", "call_ns", "device_ns", "delay_p50_ns", "delay_p90_ns",
-                                "delay_max_ns", "short")} == {
-        "step": 1, "device": 0, "count": 4, "call_ns": 10_000, "device_ns": 14_000, "delay_p50_ns": 3_000,
-        "delay_p90_ns": 4_000, "delay_max_ns": 8_000, "short": 2}
+    assert {k: v for k, v in one.items() if k.startswith("total_") or k in ("step", "device")} == {
+        "step": 1, "device": 0, "total_count": 4, "total_call_ns": 10_000, "total_device_ns": 14_000,
+        "total_delay_p50_ns": 3_000, "total_delay_p90_ns": 4_000, "total_delay_max_ns": 8_000, "total_short": 2,
+        "total_long_calls": 0, "total_long_delays": 0}
     assert one["apis"] == [
         {"api": "cudaLaunchKernel", "count": 2, "call_ns": 5_000, "device_ns": 7_000, "delay_p50_ns": 0,
-         "delay_p90_ns": 0, "delay_max_ns": 3_000, "short": 1},
+         "delay_p90_ns": 0, "delay_max_ns": 3_000, "short": 1, "long_calls": 0, "long_delays": 0},
         {"api": "cudaGraphLaunch", "count": 1, "call_ns": 3_000, "device_ns": 6_000, "delay_p50_ns": 4_000,
-         "delay_p90_ns": 4_000, "delay_max_ns": 4_000, "short": 0},
+         "delay_p90_ns": 4_000, "delay_max_ns": 4_000, "short": 0, "long_calls": 0, "long_delays": 0},
         {"api": "cudaMemcpyAsync", "count": 1, "call_ns": 2_000, "device_ns": 1_000, "delay_p50_ns": 8_000,
-         "delay_p90_ns": 8_000, "delay_max_ns": 8_000, "short": 1}]
-    assert (two["count"], two["delay_max_ns"], two["short"], two["device_ns"]) == (1, 500, 0, 1_000)
+         "delay_p90_ns": 8_000, "delay_max_ns": 8_000, "short": 1, "long_calls": 0, "long_delays": 0}]
+    # delays 0.5, 1 and 187 µs
+    assert (two["total_count"], two["total_delay_max_ns"], two["total_short"], two["total_long_calls"],
+            two["total_long_delays"]) == (3, 187_000, 0, 1, 1)
     assert "cudaGraphLaunch" in cli("launches", path).stdout
+    bare = synth.write(tmp_path, "bare.json", synth.doc([e for e in events if e.get("cat") != "cuda_runtime"]))
+    assert cli("launches", bare).stdout.startswith("no launches in these steps: no device activity")
 
 
 def raw_launches(path) -> Counter:

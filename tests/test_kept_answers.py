@@ -170,25 +170,39 @@ def test_cache_info_and_clear_see_the_answers_and_the_bound_holds(tmp_path):
 
 
 def test_a_read_only_verb_ends_without_the_teardown_its_output_and_cache_whole(tmp_path):
-    """A read-only verb ends by `os._exit` after the exit handlers (`start.ended`): a report's
-    JSON (~100 KB, more than a pipe holds) arrives whole — what the command gives in this
-    process —, the trace cache it wrote serves the next run, and the exit status of a mistake
-    is still 2."""
+    """`python -m tracekit` of a read-only verb ends by `os._exit` after the exit handlers
+    (`start.ended`): a report's JSON (~100 KB, more than a pipe holds) arrives whole — what the
+    command gives in this process —, the trace cache it wrote serves the next run, and a
+    mistake still exits 2; a handler registered before `main` (coverage, an embedding program)
+    still runs."""
     import json
 
     from click.testing import CliRunner
 
     from tracekit.front.cli import main
 
+    def plain(*args, code=None):
+        environment = {**os.environ, "TRACEKIT_CACHE_DIR": str(tmp_path / "cache")}
+        environment.pop("TRACEKIT_NO_CACHE", None)
+        command = [sys.executable, "-m", "tracekit", *map(str, args)] if code is None else \
+            [sys.executable, "-c", code, *map(str, args)]
+        return subprocess.run(command, capture_output=True, env=environment, cwd=tmp_path)
+
     run = DATA / "h200x2-blocks4"
-    first = tracekit(tmp_path, "report", "--format", "json", run)
-    assert first.status == 0 and len(first.out) > 65536
+    first = plain("report", "--format", "json", run)
+    assert first.returncode == 0 and len(first.stdout) > 65536
     here = CliRunner(env={"TRACEKIT_NO_CACHE": "1"}).invoke(main, ["report", "--format", "json", str(run)])
-    assert json.loads(first.out) == json.loads(here.stdout)
-    shutil.rmtree(tmp_path / "cache" / cache.ANSWERS)
-    cached = tracekit(tmp_path, "report", "--format", "json", run)
-    assert cached.out == first.out and "tracekit.core.loading" in cached.heavy
+    assert json.loads(first.stdout) == json.loads(here.stdout)
     entries = [p for p in (tmp_path / "cache").iterdir() if p.name != cache.ANSWERS]
     assert len(entries) == 10 and all((p / "trace.json").is_file() for p in entries)
-    mistake = tracekit(tmp_path, "summary", tmp_path / "nothing.json")
-    assert mistake.status == 2 and mistake.err.decode().count("\n") == 1
+    shutil.rmtree(tmp_path / "cache" / cache.ANSWERS)
+    assert plain("report", "--format", "json", run).stdout == first.stdout
+    mistake = plain("summary", tmp_path / "nothing.json")
+    assert mistake.returncode == 2 and mistake.stderr.decode().count("\n") == 1
+    marker = tmp_path / "ran"
+    embedded = ("import atexit, sys\n"
+                f"atexit.register(lambda: open({str(marker)!r}, 'w').write('ran'))\n"
+                "sys.argv[0] = 'tracekit'\n"
+                "from tracekit.front.start import main\n"
+                "main()\n")
+    assert plain("summary", code=embedded).returncode == 0 and marker.read_text() == "ran"

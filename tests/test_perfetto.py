@@ -286,3 +286,18 @@ def test_host_lanes_of_a_runner_step(tmp_path):
     assert got == [("phases", "tracekit#forward", "forward", 101, 141), ("phases", "tracekit#backward", "backward", 142, 192),
                    ("ops", "aten::linear", "cpu op", 102, 112), ("ops", "c10d::allreduce_", "collective", 150, 154),
                    ("ops", "gloo:all_reduce", "collective", 100, 160)]
+
+
+def test_a_cpu_step_without_ops_is_not_drawn_blank(tmp_path):
+    """A CPU-only trace whose last step holds no op: the picture is of the step before it, which
+    has one; asking for the empty step is one line and exit 2."""
+    import synth
+
+    import tracekit.front.plot as plot
+
+    events = [synth.step(1, 0.0, 50.0), synth.op("aten::mm", 5.0, 10.0), synth.step(2, 100.0, 50.0)]
+    path = synth.write(tmp_path, "t.json", synth.doc(events))
+    panels = [plot._panel(t, None, None) for t in [tracekit.load(path)]]
+    assert [(p[1], [label for label, _, _ in p[4]]) for p in panels] == [(1, [f"thread {synth.MAIN_TID} · ops"])]
+    result = CliRunner().invoke(main, ["plot", "timeline", str(path), "--steps", "2", "-o", str(tmp_path / "t.png")])
+    assert result.exit_code == 2 and "no CPU op in step 2" in result.stderr and not (tmp_path / "t.png").exists()

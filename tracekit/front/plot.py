@@ -137,10 +137,18 @@ def _panel(trace, waits, step: int | None):
     if step is not None and step not in steps:
         raise UsageError(f"--steps {step}: {trace.path} has no step {step} (its steps: {', '.join(map(str, steps))})")
     chosen = steps[-1] if step is None else step
-    if not trace.has_gpu:
+    if not trace.has_gpu:  # the last step with a CPU op to draw, or the one asked for
+        for chosen in ([step] if step is not None else reversed(steps)):
+            drawn = thread_lanes(host_lanes(trace, chosen))
+            if drawn:
+                break
+        else:
+            if step is not None:
+                raise UsageError(f"--steps {step}: {trace.path} has no CPU op in step {step} to draw")
+            return None
         window = trace.steps.filter(pl.col("step") == chosen)
         origin, end = window["cpu_start"][0], window["cpu_end"][0]
-        return trace, chosen, origin, end - origin, thread_lanes(host_lanes(trace, chosen)), "CPU span"
+        return trace, chosen, origin, end - origin, drawn, "CPU span"
     own = trace.gpu.filter(pl.col("step") == chosen)
     drawn = lanes(own, step_timeline(trace).segments.filter(pl.col("step") == chosen),
                   waits.filter(pl.col("step") == chosen))
@@ -152,7 +160,8 @@ def timeline(traces: list, step: int | None, path) -> Path:
     orange: its transfer, light orange: its wait for peers, memcpy/memset grey), then the
     device's partition: exposed comm red, idle light grey. A rank without device activity
     (CPU only) gets its threads' lanes instead (`host_lanes`): the runner's phases, then the
-    outermost ops (collectives orange). The legend names what is drawn."""
+    outermost ops and annotations (collectives orange), of its last step that has any. The
+    legend names what is drawn."""
     import polars as pl
 
     from tracekit.analyses.comms import peer_waits
@@ -178,8 +187,8 @@ def timeline(traces: list, step: int | None, path) -> Path:
         ax.set_yticks(range(len(labels)), labels, fontsize=8)
         ax.invert_yaxis()
         ax.set_xlim(0, longest or 1)  # one scale for every rank: their lengths compare at a glance
-        ax.set_title(f"rank {trace.rank}, step {chosen}: {what} {span / 1e6:.2f} ms — {Path(trace.path).name}",
-                     fontsize=9)
+        ax.set_title(f"rank {trace.rank}, step {chosen}: {what} {span / 1e6:.2f} ms — "
+                     f"{'/'.join(Path(trace.path).parts[-2:])}", fontsize=9)  # the file and its folder (the variant)
     kinds = {what for *_, what in panels}
     axes[-1, 0].set_xlabel("ms from the step's first GPU activity" if kinds == {"GPU span"} else
                            "ms from the step's CPU start" if kinds == {"CPU span"} else

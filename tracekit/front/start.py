@@ -17,15 +17,15 @@ import sys
 
 from tracekit.core import answers, cache
 
-READ_ONLY = frozenset({"summary", "syncs", "comms", "overlap", "breakdown", "kernels", "critical-path", "lint",
-                       "diff", "report", "check"})
+READ_ONLY = frozenset({"summary", "syncs", "comms", "overlap", "breakdown", "kernels", "launches", "critical-path",
+                       "lint", "diff", "report", "check"})
 
 
 def main() -> None:
     """The command: `sys.argv`'s answer, kept or computed. A read-only verb ends without the
     interpreter's teardown (`ended`)."""
-    if sys.argv[1:2] and sys.argv[1] in READ_ONLY:
-        atexit.register(ended)  # first, so last: after the cache's writes and every other exit handler
+    if sys.argv[1:2] and sys.argv[1] in READ_ONLY and getattr(atexit, "_ncallbacks", lambda: 1)() == 0:
+        atexit.register(ended)  # the first, so the last to run: after the cache's writes and every other
     try:
         answered()
     except SystemExit as e:
@@ -60,8 +60,10 @@ def ended() -> None:
     status without the interpreter's teardown — freeing every module's objects (polars, numpy,
     the loaded traces), ~50 ms of a command that answers in a few hundred. Its files are
     written by then (the trace cache's writer thread ends in an earlier exit handler, a kept
-    answer and a picture before the command returns). Where the command ended in an error
-    (a traceback), the interpreter ends as usual."""
+    answer and a picture before the command returns). Only where no exit handler was there
+    before `main` (the command as a process of its own: not under coverage, nor called by a
+    program that registered its own), so that every handler runs; where the command ended in
+    an error (a traceback), the interpreter ends as usual."""
     if not _status:
         return
     for stream in (sys.stdout, sys.stderr):

@@ -95,10 +95,12 @@ VIEWS = {
                     kernel_names=("kernels.name",), empty=DEVICE_ONLY.format("kernels lists"),
                     implied={"coll_kind": "name", "category": "name"}),  # a kernel's name says what it is
     "launches": View(("run", "rank", "step", "agg", "device", "api", "count", "call_ms", "device_ms", "delay_p50_ms",
-                      "delay_p90_ms", "delay_max_ms", "short"),
+                      "delay_p90_ms", "delay_max_ms", "short", "long_calls", "long_delays"),
                      aliases={f"apis.{c}": c for c in ("api", "count", "call_ns", "device_ns", "delay_p50_ns",
-                                                       "delay_p90_ns", "delay_max_ns", "short")},
-                     empty=DEVICE_ONLY.format("launches lists the launches of")),
+                                                       "delay_p90_ns", "delay_max_ns", "short", "long_calls",
+                                                       "long_delays")},
+                     empty="no launches in these steps: no device activity (kernel, memcpy or memset records) with "
+                           "its launching runtime or driver call in the trace (CPU-only runs launch none)"),
     "lint": View(("run", "rank", "severity", "kind", "count", "step", "detail"), prose=("detail",)),
     "critical-path": View(("run", "rank", "step", "agg", "span_ms", "host_pct", "gpu_pct", "comm_pct", "wait_pct",
                            "category", "name", "ms"),
