@@ -36,37 +36,44 @@ def progress(total: int):
 
 
 class Here:
-    """This process: the items in a pool of threads, as many as the cores (polars releases the
-    interpreter in its queries, so one trace's analysis runs while another is decoded), the
-    results in the items' order; the first item's error (in that order) raised."""
+    """This process: the items in a pool of threads (`in_threads`)."""
 
     def map(self, fn, items: list) -> list:
         bar = progress(len(items))
-        threads = min(cores(), len(items))
         try:
-            if threads < 2:
-                out = []
-                for item in items:
-                    out.append(fn(item))
-                    if bar:
-                        bar.update()
-                return out
-            from concurrent.futures import ThreadPoolExecutor
-
-            with ThreadPoolExecutor(threads) as pool:
-                futures = [pool.submit(fn, item) for item in items]
-                if bar:
-                    for future in futures:
-                        future.add_done_callback(lambda _: bar.update())
-                try:
-                    return [future.result() for future in futures]
-                except BaseException:  # the work not yet begun is not done
-                    for future in futures:
-                        future.cancel()
-                    raise
+            return in_threads(fn, items, bar.update if bar else None)
         finally:
             if bar:
                 bar.close()
+
+
+def in_threads(fn, items: list, done=None) -> list:
+    """[fn(item) for item in items], worked on by a pool of threads, as many as the cores
+    (polars releases the interpreter in its queries, so one item's analysis runs while another
+    is decoded; one item or one core: in turn, here). The first item's error, in the items'
+    order, is raised; the work not yet begun is not done (what has begun ends first).
+    `done()`: called as each item ends."""
+    threads = min(cores(), len(items))
+    if threads < 2:
+        out = []
+        for item in items:
+            out.append(fn(item))
+            if done:
+                done()
+        return out
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(threads) as pool:
+        futures = [pool.submit(fn, item) for item in items]
+        if done:
+            for future in futures:
+                future.add_done_callback(lambda _: done())
+        try:
+            return [future.result() for future in futures]
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            raise
 
 
 def share_cores(threads: int) -> None:

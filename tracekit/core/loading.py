@@ -26,7 +26,7 @@ from . import cache as trace_cache
 from . import files
 from .classify import classified
 from .errors import TraceError
-from .executor import cores
+from .executor import cores, in_threads
 from .fused import PROCESS_COLUMNS, per_process, processes
 from .kineto import CATEGORIES, DECODER, EVENTS, LOOSE_DECODER, LOOSE_EVENTS, NO_LOOSE_ARGS, LooseArgs
 from .stream import RAWS, EventStream, Unsplittable
@@ -681,11 +681,10 @@ def load_profile(out, names: bool = False, then=None) -> tuple[dict, dict[str, R
     whose traces are here — the attributed recording (OUT/<variant>), or with `names` the `full`
     step that names a `lean` recording (OUT/<variant>/names; variants without one left out). A
     variant whose folder is absent (a copy that kept the manifest only) is left out: its timed
-    figures are in the manifest (`traceless_variants` names them). `then(run, variants)`: work
-    done on each variant's run (`variants`: every one loaded) where it was loaded — in a pool of
-    threads, one variant at a time each,
-    as many as the cores: polars releases the interpreter in its queries, so that one
-    variant's analyses run while another's traces are decoded."""
+    figures are in the manifest (`traceless_variants` names them). The variants are loaded in a
+    pool of threads (`executor.in_threads`), each with `then(run, variants)` where it was loaded
+    (`variants`: every one loaded), so that one variant's analyses run while another's traces
+    are decoded."""
     out = Path(out)
     manifest = read_manifest(out / "manifest.json")
     folders = {}
@@ -707,16 +706,4 @@ def load_profile(out, names: bool = False, then=None) -> tuple[dict, dict[str, R
             then(run, list(folders))
         return run
 
-    threads = min(cores(), len(folders))
-    if threads < 2:
-        return manifest, {variant: loaded(variant) for variant in folders}
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(threads) as pool:
-        futures = {variant: pool.submit(loaded, variant) for variant in folders}
-        try:
-            return manifest, {variant: future.result() for variant, future in futures.items()}
-        except BaseException:  # the first variant's error, in the manifest's order; the rest not waited for
-            for future in futures.values():
-                future.cancel()
-            raise
+    return manifest, dict(zip(folders, in_threads(loaded, list(folders))))  # the first error in the manifest's order
