@@ -162,6 +162,21 @@ def test_a_worker_still_starting_when_the_caller_has_every_piece_is_waited_for(t
     assert "Traceback" not in capfd.readouterr().err
 
 
+def decoding_script(folder: Path, script: Path, before: str = "") -> Path:
+    """A small trace in `folder` and `script` (its code after `before`) that loads it in worker
+    processes alone (no piece here, the fallback to one process disabled) and prints its ops."""
+    events = [step(1, 0, 10_000)] + [op(f"op{i}", 10 + i, 1) for i in range(300)]
+    trace = folder / "t.json"
+    trace.write_bytes(kineto(events))
+    script.parent.mkdir(parents=True, exist_ok=True)
+    script.write_text(
+        before + "from tracekit.core import loading, split\n"
+        "loading.PARALLEL_BYTES, loading.cores, split.HERE, split.MIN_PIECE = 0, lambda: 3, False, 4096\n"
+        "loading.streamed = None  # the fallback to one process would fail\n"
+        f"print(loading.load({str(trace)!r}, cache=False).ops.height)\n")
+    return script
+
+
 def test_a_script_without_a_main_guard_is_not_run_again_by_the_workers(tmp_path):
     """`python script.py` that loads a large trace at its top level, with no `if __name__ ==
     "__main__":` guard: multiprocessing would re-run the script in each worker (its top-level
@@ -171,16 +186,7 @@ def test_a_script_without_a_main_guard_is_not_run_again_by_the_workers(tmp_path)
     import subprocess
     import sys
 
-    events = [step(1, 0, 10_000)] + [op(f"op{i}", 10 + i, 1) for i in range(300)]
-    trace = tmp_path / "t.json"
-    trace.write_bytes(kineto(events))
-    script = tmp_path / "script.py"
-    script.write_text(
-        "print('top-level code ran')\n"
-        "from tracekit.core import loading, split\n"
-        "loading.PARALLEL_BYTES, loading.cores, split.HERE, split.MIN_PIECE = 0, lambda: 3, False, 4096\n"
-        "loading.streamed = None  # the fallback to one process would fail\n"
-        f"print(loading.load({str(trace)!r}, cache=False).ops.height)\n")
+    script = decoding_script(tmp_path, tmp_path / "script.py", before="print('top-level code ran')\n")
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split("\n") == ["top-level code ran", "301", ""]
@@ -195,20 +201,12 @@ def test_the_workers_do_not_import_modules_of_the_current_folder(tmp_path):
     import subprocess
     import sys
 
-    events = [step(1, 0, 10_000)] + [op(f"op{i}", 10 + i, 1) for i in range(300)]
-    trace = tmp_path / "t.json"
-    trace.write_bytes(kineto(events))
     here = tmp_path / "work"
     (here / "tracekit").mkdir(parents=True)
     marker = tmp_path / "imported"
     (here / "tracekit" / "__init__.py").write_text(f"open({str(marker)!r}, 'a').write('ran')\n")
-    script = tmp_path / "bin" / "script.py"  # like a console script: its own folder first, not the current one
-    script.parent.mkdir()
-    script.write_text(
-        "from tracekit.core import loading, split\n"
-        "loading.PARALLEL_BYTES, loading.cores, split.HERE, split.MIN_PIECE = 0, lambda: 3, False, 4096\n"
-        "loading.streamed = None  # the fallback to one process would fail\n"
-        f"print(loading.load({str(trace)!r}, cache=False).ops.height)\n")
+    # like a console script: its own folder first on its path, not the current one
+    script = decoding_script(tmp_path, tmp_path / "bin" / "script.py")
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=here)
     assert out.returncode == 0, out.stderr
     assert out.stdout == "301\n"
