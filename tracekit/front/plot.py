@@ -136,7 +136,6 @@ def _panel(trace, waits, step: int | None):
         return None
     if step is not None and step not in steps:
         raise UsageError(f"--steps {step}: {trace.path} has no step {step} (its steps: {', '.join(map(str, steps))})")
-    chosen = steps[-1] if step is None else step
     if not trace.has_gpu:  # the last step with a CPU op to draw, or the one asked for
         for chosen in ([step] if step is not None else reversed(steps)):
             drawn = thread_lanes(host_lanes(trace, chosen))
@@ -149,6 +148,7 @@ def _panel(trace, waits, step: int | None):
         window = trace.steps.filter(pl.col("step") == chosen)
         origin, end = window["cpu_start"][0], window["cpu_end"][0]
         return trace, chosen, origin, end - origin, drawn, "CPU span"
+    chosen = steps[-1] if step is None else step
     own = trace.gpu.filter(pl.col("step") == chosen)
     drawn = lanes(own, step_timeline(trace).segments.filter(pl.col("step") == chosen),
                   waits.filter(pl.col("step") == chosen))
