@@ -1,6 +1,9 @@
 """A user's mistake: one message on stderr (wrapped at the terminal), exit 2, nothing written — or the right output."""
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -152,3 +155,32 @@ def test_diff_of_a_variant_without_a_trace_says_why(tmp_path, entry, words):
     result = cli("diff", out, "fsdp2", "fsdp2-fp8")
     one_line(result, *words)
     assert "ran but has no trace" not in result.stderr
+
+
+def _command(*args):
+    return [sys.executable, "-m", "tracekit", *map(str, args)]
+
+
+NO_CACHE = {**os.environ, "TRACEKIT_NO_CACHE": "1"}
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+@pytest.mark.parametrize("args", [("summary", FSDP1), ("report", RUN), ("report", RUN, "--format", "json")])
+def test_an_answer_that_cannot_be_written_is_one_line(args, tmp_path):
+    """stdout on a full disk (/dev/full refuses every write with ENOSPC): exit 2, one line."""
+    with open("/dev/full", "w") as full:
+        result = subprocess.run(_command(*args), stdout=full, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                                env=NO_CACHE)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert messages(result.stderr)[-1] == "tracekit: cannot write to standard output: No space left on device"
+
+
+def test_a_reader_that_stops_reading_ends_the_command_quietly(tmp_path):
+    """`tracekit report … | head -c 0`: the pipe closed before the answer is written."""
+    reader, writer = os.pipe()
+    os.close(reader)
+    result = subprocess.run(_command("report", RUN), stdout=writer, stderr=subprocess.PIPE, text=True,
+                            cwd=tmp_path, env=NO_CACHE)
+    os.close(writer)
+    assert result.returncode == 1 and "Traceback" not in result.stderr and "Exception" not in result.stderr, \
+        result.stderr
