@@ -336,12 +336,12 @@ def chosen(frame: pl.DataFrame, view: View, layout: Layout) -> pl.DataFrame:
         several = "path" in frame.columns and frame.select(shown["run"].n_unique()).item() > 1  # runs
         return frame.select(shown["run" if c == "path" else shown_name(c, view)] for c in frame.columns
                             if c != "path" or several and layout.wide or not layout.wide)
-    def varies(c: str) -> bool:  # a figure's column: besides blanks
-        return frame.select((shown[c] if c in KEYS else shown[c].drop_nulls()).n_unique()).item() > 1
-
-    names = [c for c in view.default if c in shown and view.implied.get(c) not in shown and
-             (c not in view.varied or varies(c))]
-    names = [c for c in names if c not in view.telling or telling(frame, shown[c], view.telling[c], view)]
+    names = [c for c in view.default if c in shown and view.implied.get(c) not in shown]
+    tests = {**{f"varies {c}": (shown[c] if c in KEYS else shown[c].drop_nulls()).n_unique() > 1  # a figure: besides blanks
+                for c in names if c in view.varied},
+             **{f"telling {c}": telling(frame, shown[c], view.telling[c], view) for c in names if c in view.telling}}
+    passed = frame.select(**tests).row(0, named=True) if tests and frame.height else dict.fromkeys(tests, False)
+    names = [c for c in names if passed.get(f"varies {c}", True) and passed.get(f"telling {c}", True)]
     if "step" in names and "agg" in names:  # one column: the step, or the statistic's row (`mean`)
         shown["step"] = pl.coalesce(pl.col("agg"), pl.col("step").cast(pl.String)).alias("step")
         names.remove("agg")
@@ -371,11 +371,12 @@ def with_figures(table: pl.DataFrame) -> pl.DataFrame:
     return table.filter(~pl.all_horizontal([pl.col(c).is_null() | (pl.col(c).cast(pl.String) == "") for c in figures]))
 
 
-def telling(frame: pl.DataFrame, column: pl.Expr, keys: tuple[str, ...], view: View) -> bool:
-    """Whether rows that share `keys` (shown names; those the frame has) differ in `column`."""
+def telling(frame: pl.DataFrame, column: pl.Expr, keys: tuple[str, ...], view: View) -> pl.Expr:
+    """Whether rows that share `keys` (shown names; those the frame has) differ in `column`
+    (an expression of one boolean)."""
     raw = {view.aliases.get(c, c): c for c in frame.columns}
     by = [pl.col(raw[k]) for k in keys if k in raw] or [pl.lit(0)]
-    return frame.select(column.n_unique().over(by).max()).item() > 1
+    return column.n_unique().over(by).max() > 1
 
 
 def path_text(path: str, room: int) -> str:
