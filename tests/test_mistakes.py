@@ -175,12 +175,30 @@ def test_an_answer_that_cannot_be_written_is_one_line(args, tmp_path):
     assert messages(result.stderr)[-1] == "tracekit: cannot write to standard output: No space left on device"
 
 
-def test_a_reader_that_stops_reading_ends_the_command_quietly(tmp_path):
-    """`tracekit report … | head -c 0`: the pipe closed before the answer is written."""
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_a_kept_answer_that_cannot_be_written_is_one_line(tmp_path):
+    """The answer kept by a first run (`start.replay`), printed again onto a full disk."""
+    env = {**os.environ, "TRACEKIT_CACHE_DIR": str(tmp_path / "cache")}
+    first = subprocess.run(_command("summary", FSDP2), capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert first.returncode == 0 and list((tmp_path / "cache" / "answers").iterdir()), first.stderr
+    with open("/dev/full", "w") as full:
+        again = subprocess.run(_command("summary", FSDP2), stdout=full, stderr=subprocess.PIPE, text=True,
+                               cwd=tmp_path, env=env)
+    assert again.returncode == 2 and "Traceback" not in again.stderr, again.stderr
+    assert messages(again.stderr)[-1] == "tracekit: cannot write to standard output: No space left on device"
+
+
+@pytest.mark.parametrize("kept", [False, True])
+def test_a_reader_that_stops_reading_ends_the_command_quietly(tmp_path, kept):
+    """`tracekit report … | head -c 0`: the pipe closed before the answer is written, computed
+    or kept."""
+    env = {**os.environ, "TRACEKIT_CACHE_DIR": str(tmp_path / "cache")} if kept else NO_CACHE
+    if kept:
+        assert subprocess.run(_command("report", RUN), capture_output=True, cwd=tmp_path, env=env).returncode == 0
     reader, writer = os.pipe()
     os.close(reader)
     result = subprocess.run(_command("report", RUN), stdout=writer, stderr=subprocess.PIPE, text=True,
-                            cwd=tmp_path, env=NO_CACHE)
+                            cwd=tmp_path, env=env)
     os.close(writer)
     assert result.returncode == 1 and "Traceback" not in result.stderr and "Exception" not in result.stderr, \
         result.stderr

@@ -11,6 +11,7 @@ inputs changed while it ran."""
 from __future__ import annotations
 
 import atexit
+import contextlib
 import io
 import os
 import sys
@@ -102,9 +103,21 @@ def keepable(words: list[str]) -> bool:
 
 
 def replay(output: list[list[str]]) -> None:
+    """Write a kept answer's output again. A stream that cannot be written ends it as it ends
+    a command (`cli.common.to_stdout`): a closed pipe quietly, status 1; else one line on
+    stderr, status 2."""
     for stream, text in output:
-        getattr(sys, stream).write(text)
-        getattr(sys, stream).flush()
+        try:
+            getattr(sys, stream).write(text)
+            getattr(sys, stream).flush()
+        except BrokenPipeError:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), getattr(sys, stream).fileno())  # nothing more to flush
+            sys.exit(1)
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                print(f"tracekit: cannot write to standard {'output' if stream == 'stdout' else 'error'}: "
+                      f"{e.strerror or e}", file=sys.stderr, flush=True)
+            sys.exit(2)
 
 
 class Recorded(io.TextIOBase):
