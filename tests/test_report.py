@@ -89,9 +89,10 @@ def test_a_folder_with_trace_less_variants_reports_every_variant():
 
 def test_variants_loaded_in_threads_give_the_serial_report(tmp_path, monkeypatch):
     """A report's variants are loaded and analysed in a pool of threads, as many as the cores:
-    the JSON, the table and the warnings are those of one thread (`TRACEKIT_CORES=1`), cache
-    or not; and where two variants' traces are broken, the error is the first one's in the
-    manifest's order, as loading them one by one gives."""
+    the JSON, the table and the warnings of four threads (more than the variants on a core
+    each, on this 2-core machine) are those of one (`TRACEKIT_CORES=1`), the cache off; and where
+    two variants' traces are broken, the error is the first one's in the manifest's order, as
+    loading them one by one gives."""
     import shutil
 
     def report(cores, *extra):
@@ -102,13 +103,13 @@ def test_variants_loaded_in_threads_give_the_serial_report(tmp_path, monkeypatch
 
     monkeypatch.setenv("TRACEKIT_NO_CACHE", "1")
     for extra in ([], ["--format", "json"]):
-        assert report(1, *extra) == report(2, *extra) == report(4, *extra)
+        assert report(1, *extra) == report(4, *extra)
     broken = tmp_path / "run"
     shutil.copytree(RUN, broken)
     for variant in ("fsdp2", "fsdp1"):  # the manifest lists ddp, fsdp1, fsdp2, …
         (broken / variant / "rank1.pt.trace.json.gz").write_bytes(b"\x1f\x8b not gzip")
     said = set()
-    for cores in (1, 2, 4):
+    for cores in (1, 4):
         monkeypatch.setenv("TRACEKIT_CORES", str(cores))
         result = CliRunner().invoke(main, ["report", str(broken)])
         assert result.exit_code == 2 and "fsdp1" in result.stderr and "fsdp2" not in result.stderr, result.stderr
