@@ -89,8 +89,8 @@ def test_a_folder_with_trace_less_variants_reports_every_variant():
 
 def test_variants_loaded_in_threads_give_the_serial_report(tmp_path, monkeypatch):
     """A report's variants are loaded and analysed in a pool of threads, as many as the cores:
-    the JSON, the table and the warnings of four threads (more than the variants on a core
-    each, on this 2-core machine) are those of one (`TRACEKIT_CORES=1`), the cache off; and where
+    the JSON, the table and the warnings of four threads (more threads than this 2-core
+    machine's cores) are those of one (`TRACEKIT_CORES=1`), the cache off; and where
     two variants' traces are broken, the error is the first one's in the manifest's order, as
     loading them one by one gives."""
     import shutil
