@@ -165,7 +165,8 @@ NO_CACHE = {**os.environ, "TRACEKIT_NO_CACHE": "1"}
 
 
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
-@pytest.mark.parametrize("args", [("summary", FSDP1), ("report", RUN), ("report", RUN, "--format", "json")])
+@pytest.mark.parametrize("args", [("summary", FSDP1), ("report", RUN), ("report", RUN, "--format", "json"),
+                                  ("--help",), ("--version",), ("summary", "--help")])
 def test_an_answer_that_cannot_be_written_is_one_line(args, tmp_path):
     """stdout on a full disk (/dev/full refuses every write with ENOSPC): exit 2, one line."""
     with open("/dev/full", "w") as full:

@@ -27,11 +27,20 @@ def main() -> None:
     interpreter's teardown (`ended`)."""
     if sys.argv[1:2] and sys.argv[1] in READ_ONLY and getattr(atexit, "_ncallbacks", lambda: 1)() == 0:
         atexit.register(ended)  # the first, so the last to run: after the cache's writes and every other
+    streams = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = (Passed(s, name) if s is not None else s for s, name in zip(streams, ("stdout", "stderr")))
     try:
         answered()
+    except Unwritable as e:  # a full disk: one line, exit 2 (a closed pipe is click's, or `replay`'s)
+        with contextlib.suppress(Unwritable):
+            print(f"tracekit: {e}", file=sys.stderr, flush=True)
+        finished(2)
+        sys.exit(2)
     except SystemExit as e:
         finished(e.code)
         raise
+    finally:
+        sys.stdout, sys.stderr = streams
     finished(0)
 
 
@@ -70,7 +79,7 @@ def ended() -> None:
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
-        except (OSError, ValueError):  # a closed pipe: what Python's own teardown would meet
+        except (OSError, ValueError, Unwritable):  # a closed pipe: what Python's own teardown would meet
             pass
     os._exit(_status[-1])
 
@@ -103,9 +112,8 @@ def keepable(words: list[str]) -> bool:
 
 
 def replay(output: list[list[str]]) -> None:
-    """Write a kept answer's output again. A stream that cannot be written ends it as it ends
-    a command (`cli.common.to_stdout`): a closed pipe quietly, status 1; else one line on
-    stderr, status 2."""
+    """Write a kept answer's output again; a closed pipe ends it quietly, status 1, as click ends
+    a command (a full disk: `Unwritable`)."""
     for stream, text in output:
         try:
             getattr(sys, stream).write(text)
@@ -113,27 +121,34 @@ def replay(output: list[list[str]]) -> None:
         except BrokenPipeError:
             os.dup2(os.open(os.devnull, os.O_WRONLY), getattr(sys, stream).fileno())  # nothing more to flush
             sys.exit(1)
-        except OSError as e:
-            with contextlib.suppress(OSError):
-                print(f"tracekit: cannot write to standard {'output' if stream == 'stdout' else 'error'}: "
-                      f"{e.strerror or e}", file=sys.stderr, flush=True)
-            sys.exit(2)
 
 
-class Recorded(io.TextIOBase):
-    """A text stream that writes through to `stream` and records each write as (name, text)
-    in `output`."""
+class Unwritable(Exception):
+    """Standard output or error that cannot be written, but by a closed pipe (`> /dev/full`:
+    "No space left on device"). Not an OSError, so that it passes every handler of those."""
 
-    def __init__(self, stream, name: str, output: list):
-        self.stream, self.name, self.output = stream, name, output
+
+class Passed(io.TextIOBase):
+    """A text stream that writes through to `stream` (`sys.NAME`), a failed write or flush
+    raised as `Unwritable` (a closed pipe as itself)."""
+
+    def __init__(self, stream, name: str):
+        self.stream, self.name = stream, name
 
     def write(self, text: str) -> int:
-        written = self.stream.write(text)
-        self.output.append((self.name, text))
-        return written
+        return self._through(self.stream.write, text)
 
     def flush(self) -> None:
-        self.stream.flush()
+        self._through(self.stream.flush)
+
+    def _through(self, call, *args):
+        try:
+            return call(*args)
+        except BrokenPipeError:
+            raise
+        except OSError as e:
+            which = "output" if self.name == "stdout" else "error"
+            raise Unwritable(f"cannot write to standard {which}: {e.strerror or e}") from None
 
     def isatty(self) -> bool:
         return self.stream.isatty()
@@ -151,3 +166,17 @@ class Recorded(io.TextIOBase):
     @property
     def errors(self):
         return self.stream.errors
+
+
+class Recorded(Passed):
+    """A text stream that writes through to `stream` and records each write as (name, text)
+    in `output`."""
+
+    def __init__(self, stream, name: str, output: list):
+        super().__init__(stream, name)
+        self.output = output
+
+    def write(self, text: str) -> int:
+        written = super().write(text)
+        self.output.append((self.name, text))
+        return written

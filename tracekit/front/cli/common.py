@@ -170,19 +170,7 @@ def load_traces(paths, rank: int | None, options: dict) -> list:
 
 def emit(text: str) -> None:
     said()
-    to_stdout(text.rstrip("\n"))
-
-
-def to_stdout(text: str) -> None:
-    """`text` on standard output. Output that cannot be written is one line on stderr, exit 2
-    (`> /dev/full`: "No space left on device"); a closed pipe (`| head`) is click's to handle:
-    it ends the command quietly, status 1."""
-    try:
-        click.echo(text)
-    except BrokenPipeError:
-        raise
-    except OSError as e:
-        raise UsageError(f"cannot write to standard output: {e.strerror or e}") from None
+    click.echo(text.rstrip("\n"))
 
 
 def render(report, fmt: str, view: str | None = None, layout=None) -> str:

@@ -12,7 +12,7 @@ from tracekit.core.errors import UsageError
 
 from .common import (analysed_runs, counted, emit, existing, format_option, load_options, load_traces, main,
                      named_beside, new_picture, of_ranks, rank_option, render_frame, say, shout, steps_choice,
-                     table_layout, to_stdout, wrote)
+                     table_layout, wrote)
 
 
 def named_material(trace, by: str, comm_kernels: tuple = (), cache=None):
@@ -221,19 +221,19 @@ def show_report(out, fmt: str, layout=None, baseline: str | None = None, plot_pa
     else:
         emit(render_frame(table, fmt, "report", layout))
         if fmt in ("table", "md") and (manifest["config"].get("repeats") or 1) > 1:
-            to_stdout("(step_ms: the median of every repeat's timed steps pooled; d_step_ms: B − A of each\n"
+            click.echo("(step_ms: the median of every repeat's timed steps pooled; d_step_ms: B − A of each\n"
                        "repeat's medians, averaged over repeats: it need not equal the step_ms difference;\n"
                        "the same for the phases' ms and d_ms)")
         if fmt in ("table", "md") and phases.height:
-            to_stdout("\nper phase, timed steps (pct: median phase ÷ median step, so they need not add to 100;\n"
+            click.echo("\nper phase, timed steps (pct: median phase ÷ median step, so they need not add to 100;\n"
                        "rec_d_ms: the Δ in the recorded steps):")
             emit(render_frame(phases, fmt, "report.phases", layout))
         if fmt in ("table", "md") and critical.height:
-            to_stdout("\nthe recorded step along its critical path (mean rank, ms; host … waiting add up to span):")
+            click.echo("\nthe recorded step along its critical path (mean rank, ms; host … waiting add up to span):")
             emit(render_frame(critical, fmt, "report.critical", layout))
         if fmt in ("table", "md"):
             for (a, b), result in diffs.items():
-                to_stdout("")
+                click.echo("")
                 emit(render_diff(a, b, result, fmt, Layout(wide=layout.wide), "mean", leads[a, b]))
     for warning in warnings:
         say(f"warning: {warning}")
@@ -285,10 +285,7 @@ def check(out, fmt, layout):
         verdict += f" ({counts.height - recorded} not recorded by the runtime)"
     if parity.height:
         verdict += ", " + agreement(parity.height, int((~parity["match"]).sum()), "parity figure")
-    if fmt in ("json", "csv"):
-        click.echo(verdict, err=True)
-    else:
-        to_stdout(verdict)
+    click.echo(verdict, err=fmt in ("json", "csv"))
     if not (counts["match"].all() and parity["match"].all()):
         sys.exit(1)
 
