@@ -23,7 +23,7 @@ import polars as pl
 from isal.igzip_lib import IsalError
 
 from . import cache as trace_cache
-from . import files
+from . import files, native
 from .classify import classified
 from .errors import TraceError
 from .executor import cores, in_threads
@@ -424,7 +424,11 @@ def _lenient(objects: list) -> int:
 def _chunk_tables(chunk: bytes, facts: dict) -> dict[str, pl.DataFrame]:
     """Decode a chunk of events (a JSON array's text) and return their rows of each table
     (absolute `ts_ns`, `dur_ns`), and the `extent` of its complete events (first start, last
-    end, count): the structs are freed when this returns."""
+    end, count): by the native decoder where it reads the text (`native.py`), else by msgspec
+    (the structs are freed when this returns)."""
+    tables = _native_tables(chunk, facts)
+    if tables is not None:
+        return tables
     events, loose = _decode(chunk, facts)
     complete = [e for e in events if e.ph == "X"]
     table = _event_table(complete, loose, facts)
@@ -432,9 +436,21 @@ def _chunk_tables(chunk: bytes, facts: dict) -> dict[str, pl.DataFrame]:
         events, loose = _decode(chunk, facts, exact=True)
         complete = [e for e in events if e.ph == "X"]
         table = _event_table(complete, loose, facts)
-    facts["exact_timestamps"] += int((table["ts_ns"].abs() >= int(EXACT_LIMIT_US) * 1000).sum())
     facts["events"] += len(events)
     del events
+    return _routed(table, facts, {
+        "gpu": lambda part, old: _gpu_table(complete, part, old),
+        "calls": lambda part, old: _with_args(complete, part, {"correlation": ints}, old),
+        "ops": lambda part, old: _ops_table(complete, part, old),
+        "marks": lambda part, old: _with_args(complete, part, MARK_ARGS, old),
+    })
+
+
+def _routed(table: pl.DataFrame, facts: dict, builders: dict) -> dict[str, pl.DataFrame]:
+    """The complete events' `table` (idx, cat, name, ts_ns, dur_ns, and whatever else the
+    builders read) split by where each category goes, each part made a table by its builder
+    (`builder(part, old)`), and the `extent`; unknown categories and old names noted."""
+    facts["exact_timestamps"] += int((table["ts_ns"].abs() >= int(EXACT_LIMIT_US) * 1000).sum())
     for cat, n in table["cat"].value_counts().rows():
         if cat not in CATEGORIES:
             facts["unknown_categories"][cat or "(no cat)"] += n
@@ -444,20 +460,64 @@ def _chunk_tables(chunk: bytes, facts: dict) -> dict[str, pl.DataFrame]:
     parts = table.with_columns(route=pl.col("cat").replace_strict(ROUTE, default="none"),
                                cat=pl.col("cat").replace_strict(NORMAL, default=None)
                                ).partition_by("route", as_dict=True, include_key=False)
+    empty = table.clear().drop("route", strict=False)
+    tables = {name: build(parts.get((name,), empty), old) for name, build in builders.items()}
+    tables["extent"] = table.select(first=pl.col("ts_ns").min(), last=(pl.col("ts_ns") + pl.col("dur_ns")).max(),
+                                    n=pl.len())
+    return tables
 
-    def pick(name):
-        return parts.get((name,), table.clear().drop("route", strict=False))
 
-    return {
-        "gpu": _gpu_table(complete, pick("gpu"), old),
-        "calls": _with_args(complete, pick("calls"), {"correlation": ints}, old),
-        "ops": _ops_table(complete, pick("ops"), old),
-        "marks": _with_args(complete, pick("marks"), {
-            "correlation": ints, "device": ints, "sync_kind": strings, "stream": ints,
-            "wait_on_stream": ints, "wait_on_record": ints}, old),
-        "extent": table.select(first=pl.col("ts_ns").min(), last=(pl.col("ts_ns") + pl.col("dur_ns")).max(),
-                               n=pl.len()),
-    }
+def _native_tables(chunk: bytes, facts: dict) -> dict[str, pl.DataFrame] | None:
+    """`_chunk_tables` from the native decoder's columns (`native.complete_events`), or None
+    where it does not read the text, where a timestamp needs the exact decode, or where a
+    routed event's pid or tid is text (PyTorch 1.8–1.10's `"stream 7"`): msgspec's path then
+    decodes the chunk."""
+    got = native.complete_events(chunk)
+    if got is None:
+        return None
+    wide, events = got
+    if (wide["ts"].abs() >= EXACT_LIMIT_US).any():
+        return None
+    routed = wide.filter(pl.col("cat").is_in(list(ROUTE)))
+    if routed["pid_text"].null_count() < routed.height or routed["tid_text"].null_count() < routed.height:
+        return None
+    table = _usable(wide.select(
+        idx=pl.int_range(pl.len(), dtype=pl.Int64), cat="cat", name="name",
+        ts_ns=float_ns(wide["ts"]), dur_ns=(pl.col("dur") * 1000).round().cast(pl.Int64),
+        fields=pl.struct(pl.exclude("cat", "name", "ts", "dur"))), facts)
+    facts["events"] += events
+
+    def shaped(*names):
+        return lambda part, old: _native_table(part, names, old)
+
+    return _routed(table, facts, {
+        "gpu": lambda part, old: _native_gpu(part, old), "calls": shaped("correlation"),
+        "ops": lambda part, old: _native_ops(part, old), "marks": shaped(*MARK_ARGS),
+    })
+
+
+def _native_table(part: pl.DataFrame, names: tuple, old: bool) -> pl.DataFrame:
+    """`_with_args`' table from the native columns (in `fields`): tid, ext_id, pid, rank_arg
+    and `names`, in that order."""
+    field = pl.col("fields").struct.field
+    ext_id = field("external_id").fill_null(field("external_id_2021")) if old else field("external_id")
+    return part.select(pl.exclude("fields"), tid=field("tid"), ext_id=ext_id, pid=field("pid"),
+                       rank_arg=field("rank"), **{name: field(name) for name in names})
+
+
+def _native_ops(part: pl.DataFrame, old: bool) -> pl.DataFrame:
+    """`_ops_table` from the native columns: the collective args only on record_param_comms."""
+    ops = _native_table(part, ("input_dims", "input_types", "concrete_inputs", *COMM_ARGS), old)
+    record = pl.col("name") == "record_param_comms"
+    return ops.with_columns(pl.when(record).then(pl.col(name)).alias(name) for name in COMM_ARGS)
+
+
+def _native_gpu(part: pl.DataFrame, old: bool) -> pl.DataFrame:
+    """`_gpu_table` from the native columns."""
+    gpu = _native_table(part, ("device", "stream", "correlation", "bytes", "grid", "block", *COMM_ARGS), old)
+    return gpu.with_columns(
+        stream=pl.col("stream").fill_null(pl.col("tid").cast(pl.String).str.extract(r"(\d+)", 1).cast(pl.Int64)),
+        device=pl.col("device").fill_null(pl.col("pid"))).rename({"cat": "kind"})
 
 
 ROUTE = {cat: where[0] for cat, where in CATEGORIES.items() if where}
@@ -480,12 +540,17 @@ def _event_table(events: list, loose: bool, facts: dict) -> pl.DataFrame | None:
             return None
         ts_ns = float_ns(ts_us)
         dur_ns = (pl.Series(dur, dtype=pl.Float64) * 1000).round().cast(pl.Int64)
-    table = pl.DataFrame({
+    return _usable(pl.DataFrame({
         "idx": pl.int_range(len(events), dtype=pl.Int64, eager=True),
         "cat": strings(values("cat", events)),
         "name": strings(values("name", events)),
         "ts_ns": ts_ns, "dur_ns": dur_ns,
-    })
+    }), facts)
+
+
+def _usable(table: pl.DataFrame, facts: dict) -> pl.DataFrame:
+    """`table` without the events that have no usable ts or dur (counted), negative durations
+    taken as 0 (counted)."""
     bad = table.filter(pl.col("ts_ns").is_null() | pl.col("dur_ns").is_null())
     if bad.height:
         for why, n in bad.select(pl.when(pl.col("ts_ns").is_null()).then(pl.lit("events without a numeric ts"))
@@ -550,6 +615,9 @@ def digits(values: list) -> pl.Series:
 # The collective args Kineto writes on record_param_comms ops and NCCL kernels.
 COMM_ARGS = {"collective": strings, "in_nelems": ints, "out_nelems": ints, "group_size": ints,
              "dtype": strings, "pg_name": strings, "pg_desc": strings, "pg_ranks": strings}
+# The args of device-side records (`cuda_sync`, `gpu_user_annotation`).
+MARK_ARGS = {"correlation": ints, "device": ints, "sync_kind": strings, "stream": ints,
+             "wait_on_stream": ints, "wait_on_record": ints}
 
 
 def _with_args(events: list, table: pl.DataFrame, columns: dict, old: bool) -> pl.DataFrame:

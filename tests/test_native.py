@@ -1,0 +1,214 @@
+"""The native decoder (tracekit/core/_columns.c, native.py) reads what msgspec's typed decode
+reads — the oracle: every field of every complete event, on generated events with escapes,
+surrogate pairs, floats of every form and integers at int64's ends — and gives the loader the
+same tables, metadata and facts as the msgspec path on every trace in tests/data and
+../shared. Where it does not read a text (malformed JSON, another field type than the typed
+structs hold, a form converted in Python), it says so (None) and the loader's msgspec path
+gives what it gave before."""
+
+import json
+import math
+import random
+import struct
+from pathlib import Path
+
+import msgspec
+import pytest
+from conftest import DATA
+
+from tracekit.core import loading, native
+from tracekit.core.errors import TraceError
+from tracekit.core.kineto import EVENTS
+
+SHARED = Path(__file__).resolve().parents[2] / "shared"  # ../shared of the checkout
+ROOTS = [DATA] + [SHARED] * SHARED.is_dir()
+TRACES = sorted(p for root in ROOTS for p in root.rglob("*.json*")
+                if p.name not in ("manifest.json",) and "truth" not in p.name)
+ARGS = {"external_id": "External id", "external_id_2021": "external id", "correlation": "correlation",
+        "device": "device", "stream": "stream", "bytes": "bytes", "in_nelems": "In msg nelems",
+        "out_nelems": "Out msg nelems", "group_size": "Group size", "wait_on_stream": "wait_on_stream",
+        "wait_on_record": "wait_on_cuda_event_record_corr_id", "rank": "rank", "collective": "Collective name",
+        "dtype": "dtype", "pg_name": "Process Group Name", "pg_desc": "Process Group Description",
+        "pg_ranks": "Process Group Ranks", "sync_kind": "cuda_sync_kind"}
+RAW = {"input_dims": "Input Dims", "input_types": "Input type", "concrete_inputs": "Concrete Inputs"}
+
+
+def test_the_extension_is_built():
+    """The install compiles it (the README's install, CI); without it every chunk is msgspec's."""
+    assert native.available()
+
+
+def random_text(rng: random.Random) -> str:
+    pieces = ["a", "é", "名", "\U0001F600", '"', "\\", "/", "\n", "\t", "\x00", "\x1f", "\u2028", " "]
+    return "".join(rng.choice(pieces) for _ in range(rng.randint(0, 8)))
+
+
+def random_number(rng: random.Random) -> str:
+    whole = str(rng.randint(0, 10 ** rng.randint(0, 17)))
+    decimals = rng.choice([0, 1, 3, 6, 9, 17, 25])
+    text = ("-" if rng.random() < 0.2 else "") + whole
+    if decimals:
+        text += "." + str(rng.randint(0, 10 ** decimals)).zfill(decimals)
+    if rng.random() < 0.1:
+        text += rng.choice(["e", "E"]) + rng.choice(["", "+", "-"]) + str(rng.randint(0, 30))
+    return text
+
+
+def random_event(rng: random.Random) -> str:
+    """One event's JSON text, with each field there or not, null or not, escaped or not."""
+    fields = []
+    if rng.random() < 0.9:
+        fields.append(f'"ph": "{rng.choice(["X", "X", "X", "i", "M", "f", "s"])}"')
+    for key in ("name", "cat"):
+        if rng.random() < 0.9:
+            fields.append(f'"{key}": {json.dumps(random_text(rng), ensure_ascii=rng.random() < 0.5)}')
+    for key in ("pid", "tid"):
+        if rng.random() < 0.9:
+            fields.append(f'"{key}": ' + (json.dumps(random_text(rng)) if rng.random() < 0.2
+                                          else str(rng.choice([0, -1, 7, 2 ** 63 - 1, -2 ** 63, rng.randint(0, 10 ** 6)]))))
+    for key in ("ts", "dur"):
+        if rng.random() < 0.95:
+            fields.append(f'"{key}": ' + ("null" if rng.random() < 0.05 else random_number(rng)))
+    if rng.random() < 0.3:
+        fields.append('"unknown": {"a": [1, 2.5e3, -0, true, false, null, "x\\"y", {}], "b": []}')
+    if rng.random() < 0.9:
+        args = []
+        for name, key in ARGS.items():
+            if rng.random() < 0.3:
+                if rng.random() < 0.1:
+                    value = "null"
+                elif name in ("collective", "dtype", "pg_name", "pg_desc", "pg_ranks", "sync_kind"):
+                    value = json.dumps(random_text(rng))
+                else:
+                    value = str(rng.choice([0, 1, -5, 2 ** 63 - 1, rng.randint(0, 10 ** 12)]))
+                args.append(f'"{key}": {value}')
+        for key in ("grid", "block"):
+            if rng.random() < 0.3:
+                dims = [rng.randint(-1, 10 ** 6) for _ in range(rng.randint(0, 3))]
+                args.append(f'"{key}": ' + ("null" if rng.random() < 0.1 else json.dumps(dims)))
+        for key in RAW.values():
+            if rng.random() < 0.3:
+                args.append(f'"{key}": ' + rng.choice(['[[1, 2], [], [[3]]]', '["c10::BFloat16", ""]', '"x"', "null",
+                                                      '[ "a" , 1.5 ]']))
+        if rng.random() < 0.3:
+            args.append('"Input Strides": [[1], [], [2, 1]], "Ev Idx": 50')
+        if rng.random() < 0.005:  # a type the typed structs refuse: the whole chunk is msgspec's
+            args.append('"correlation": "7"')
+        rng.shuffle(args)
+        fields.append('"args": {' + ", ".join(args) + "}")
+    rng.shuffle(fields)
+    return "{\n    " + ",\n    ".join(fields) + "\n  }"
+
+
+def same_float(a, b) -> bool:
+    return (a is None and b is None) or (a is not None and b is not None and struct.pack("d", a) == struct.pack("d", b))
+
+
+def test_every_field_is_what_msgspec_reads():
+    """4,000 generated events in chunks of 50: each complete event's every field as the typed
+    structs hold it (the floats bit for bit); the event count; None exactly where msgspec's
+    typed decode refuses the chunk."""
+    rng = random.Random(7)
+    read = refused = 0
+    for _ in range(80):
+        text = ("[\n  " + ",\n  ".join(random_event(rng) for _ in range(50)) + "\n]").encode()
+        try:
+            events = EVENTS.decode(text)
+        except msgspec.ValidationError:
+            events = None
+        got = native.complete_events(text)
+        if events is None:
+            assert got is None
+            refused += 1
+            continue
+        assert got is not None
+        table, count = got
+        assert count == len(events)
+        complete = [e for e in events if e.ph == "X"]
+        assert table.height == len(complete)
+        for row, e in zip(table.iter_rows(named=True), complete):
+            assert (row["cat"], row["name"]) == (e.cat, e.name)
+            for key in ("pid", "tid"):
+                value = getattr(e, key)
+                assert (row[key], row[f"{key}_text"]) == ((value, None) if isinstance(value, int) else (None, value))
+            assert same_float(row["ts"], e.ts) and same_float(row["dur"], e.dur)
+            for name in ARGS:
+                assert row[name] == getattr(e.args, name), name
+            for name in ("grid", "block"):
+                value = getattr(e.args, name)
+                assert row[name] == (None if value is None else "x".join(map(str, value)))
+            for name in RAW:
+                value = bytes(getattr(e.args, name))
+                assert row[name] == (value.decode() if value else None)
+        read += 1
+    assert read > 10 and refused > 3  # both kinds of chunk were made
+
+
+# Texts msgspec reads but the native decoder leaves to the msgspec path, and texts that are
+# not JSON at all.
+LEFT = {
+    "an integer beyond int64": '[{"ph": "X", "ts": 1, "dur": 1, "args": {"External id": 9223372036854775808}}]',
+    "a float where an int goes": '[{"ph": "X", "ts": 1, "dur": 1, "args": {"correlation": 1.0}}]',
+    "a bool where an int goes": '[{"ph": "X", "ts": 1, "dur": 1, "pid": true}]',
+    "ts as text": '[{"ph": "X", "ts": "1", "dur": 1}]',
+    "args not an object": '[{"ph": "X", "ts": 1, "dur": 1, "args": [1]}]',
+    "a stream as text": '[{"ph": "X", "ts": 1, "dur": 1, "args": {"stream": "7"}}]',
+    "a grid as text": '[{"ph": "X", "ts": 1, "dur": 1, "args": {"grid": "1,1,1"}}]',
+    "ranks as a list": '[{"ph": "X", "ts": 1, "dur": 1, "args": {"Process Group Ranks": [0, 1]}}]',
+    "an element not an object": '[{"ph": "X", "ts": 1, "dur": 1}, 3]',
+    "a lone surrogate": '[{"ph": "X", "ts": 1, "dur": 1, "name": "\\ud800"}]',
+    "an escaped key": '[{"ph": "X", "ts": 1, "dur": 1, "n\\u0061me": "a"}]',
+    "a float beyond a double": '[{"ph": "X", "ts": 1e999, "dur": 1}]',
+    "a trailing comma": '[{"ph": "X", "ts": 1, "dur": 1},]',
+    "an unclosed object": '[{"ph": "X", "ts": 1, "dur": 1',
+    "text after the array": '[{"ph": "X", "ts": 1, "dur": 1}] x',
+    "a bad number": '[{"ph": "X", "ts": 01, "dur": 1}]',
+    "a raw control character": '[{"ph": "X", "ts": 1, "dur": 1, "name": "a\tb"}]',
+}
+
+
+@pytest.mark.parametrize("text", LEFT.values(), ids=LEFT.keys())
+def test_what_it_leaves_to_msgspec(text):
+    assert native.complete_events(text.encode()) is None
+
+
+def test_text_that_is_not_utf8_is_left_to_msgspec():
+    assert native.complete_events(b'[{"ph": "X", "ts": 1, "dur": 1, "name": "\xff"}]') is None
+
+
+@pytest.mark.parametrize("path", TRACES, ids=lambda p: str(p.relative_to(p.parents[2])))
+def test_the_loader_gives_what_the_msgspec_path_gives(path, monkeypatch):
+    """Every table, the metadata and the facts (or the same error), the native decoder on and
+    off; and it read some chunk of every trace that loads."""
+    used = []
+    real = native.complete_events
+    monkeypatch.setattr(native, "complete_events", lambda text: used.append(r := real(text)) or r)
+
+    def traces(flag):
+        monkeypatch.setenv("TRACEKIT_NATIVE", flag)
+        try:
+            return loading.load_traces(path, cache=False)
+        except TraceError as e:
+            return str(e)
+
+    fast, slow = traces("1"), traces("0")
+    if isinstance(slow, str):
+        assert fast == slow
+        return
+    assert any(u is not None for u in used)
+    assert len(fast) == len(slow)
+    for a, b in zip(fast, slow):
+        for name in ("gpu", "calls", "ops", "marks", "steps"):
+            assert getattr(a, name).equals(getattr(b, name)), name
+        assert (a.meta, a.facts, a.rank, a.origin_us) == (b.meta, b.facts, b.rank, b.origin_us)
+
+
+def test_timestamps_beyond_a_doubles_nanoseconds_go_to_the_exact_decode():
+    """Epoch-microsecond floats (≥ 2^43 µs) are decoded from their text by the msgspec path."""
+    text = b'[{"ph": "X", "cat": "cpu_op", "name": "a", "ts": 1700000000000000.123, "dur": 1.5}]'
+    assert native.complete_events(text) is not None
+    facts = loading.fresh_facts()
+    assert loading._native_tables(text, facts) is None
+    tables = loading._chunk_tables(text, facts)
+    assert tables["ops"]["ts_ns"].to_list() == [1700000000000000123]
+    assert not math.isnan(tables["extent"]["first"][0])
