@@ -32,18 +32,21 @@ def tables(trace):
     return [trace.gpu, trace.calls, trace.ops, trace.marks, trace.steps]
 
 
-def loaded(path, parallel: bool, monkeypatch):
-    """The traces of `path` (or the error's text), decoded with the parallel path forced or
-    in one process."""
+def loaded(path, parallel: str | None, monkeypatch):
+    """The traces of `path` (or the error's text), decoded with the parallel path forced, in
+    `threads` of this process (where the native decoder reads the pieces) or in `processes`,
+    or in one process (None); and whether that parallel path ran."""
     with monkeypatch.context() as patch:
         patch.setattr(loading, "PARALLEL_BYTES", 0 if parallel else 1 << 62)
         patch.setattr(loading, "cores", lambda: 3)  # two workers, also on a one-core machine
         patch.setattr(split, "HERE", False)  # every piece but the last one by a worker
         patch.setattr(split, "MIN_PIECE", 4096)  # several pieces of these small files
         patch.setattr(split, "KEEP_SERVER", True)  # one fork server for these many decodes
+        patch.setattr(loading.native, "available", lambda: parallel == "threads")
         taken = []
-        real = split.decoded
-        patch.setattr(split, "decoded", lambda *a, **k: taken.append(1) or real(*a, **k))
+        for way in ("decoded", "threaded"):
+            real = getattr(split, way)
+            patch.setattr(split, way, lambda *a, real=real, **k: taken.append(1) or real(*a, **k))
         try:
             out = loading.decode(path, ())
         except TraceError as e:
@@ -59,8 +62,12 @@ def test_the_traces_here_are_many_and_one_event_per_line():
 
 @pytest.mark.parametrize("path", TRACES, ids=where)
 def test_parallel_equals_one_process(path, monkeypatch):
-    serial, _ = loaded(path, False, monkeypatch)
-    parallel, forced = loaded(path, True, monkeypatch)
+    serial, _ = loaded(path, None, monkeypatch)
+    for way in ("threads", "processes"):
+        assert_same(*loaded(path, way, monkeypatch), serial)
+
+
+def assert_same(parallel, forced: bool, serial) -> None:
     assert forced
     if isinstance(serial, str):
         assert parallel == serial
@@ -107,8 +114,9 @@ def test_a_piece_that_fails_in_a_worker_gives_the_one_process_answer(tmp_path, m
     text = kineto(events).replace(b'"name": "op150"', b'"name": op150')
     path = tmp_path / "t.json"
     path.write_bytes(text)
-    assert loaded(path, True, monkeypatch)[0] == loaded(path, False, monkeypatch)[0]
-    assert "not valid JSON" in loaded(path, True, monkeypatch)[0]
+    for way in ("threads", "processes"):
+        assert loaded(path, way, monkeypatch)[0] == loaded(path, None, monkeypatch)[0]
+        assert "not valid JSON" in loaded(path, way, monkeypatch)[0]
 
 
 @pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")
@@ -170,7 +178,8 @@ def decoding_script(folder: Path, script: Path, before: str = "") -> Path:
     trace.write_bytes(kineto(events))
     script.parent.mkdir(parents=True, exist_ok=True)
     script.write_text(
-        before + "from tracekit.core import loading, split\n"
+        before + "import os\nos.environ['TRACEKIT_NATIVE'] = '0'  # the pieces in processes\n"
+        "from tracekit.core import loading, split\n"
         "loading.PARALLEL_BYTES, loading.cores, split.HERE, split.MIN_PIECE = 0, lambda: 3, False, 4096\n"
         "loading.streamed = None  # the fallback to one process would fail\n"
         f"print(loading.load({str(trace)!r}, cache=False).ops.height)\n")

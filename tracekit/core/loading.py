@@ -257,15 +257,27 @@ PARALLEL_BYTES = 48 << 20
 
 def in_pieces(path) -> tuple[list, object, dict]:
     """(per-piece tables, the top level, facts): a local file of at least PARALLEL_BYTES of
-    one event per line decoded by one process per core (`split.py`), else a block at a time."""
+    one event per line decoded in pieces (`split.py`) by one thread per core where the native
+    decoder reads them (it releases the interpreter), else by one process per core; other
+    files a block at a time."""
     if cores() > 1 and not files.is_url(path) and files.text_size(path) >= PARALLEL_BYTES:
         from . import split  # multiprocessing and its kin: only for a file decoded in processes
 
         try:
-            return in_processes(path, cores() - 1)
+            return in_threads_here(path, cores()) if native.available() else in_processes(path, cores() - 1)
         except (Unsplittable, split.Failed, OSError):  # OSError: no room for the gunzipped text
             pass
     return streamed(path)
+
+
+def in_threads_here(path, threads: int) -> tuple[list, object, dict]:
+    """(per-piece tables, the top level, facts), the pieces decoded by `threads` threads; numpy
+    (which the analyses' timelines need next) imported meanwhile."""
+    from . import split
+
+    threading.Thread(target=importlib.import_module, args=("numpy",)).start()
+    results, metadata = split.threaded(str(path), piece_tables, threads)
+    return _pieces_facts(path, results, metadata)
 
 
 def in_processes(path, workers: int) -> tuple[list, object, dict]:
@@ -277,6 +289,12 @@ def in_processes(path, workers: int) -> tuple[list, object, dict]:
 
     threading.Thread(target=importlib.import_module, args=("numpy",)).start()
     results, metadata = split.decoded(str(path), piece_tables, workers, unpack=piece_frames)
+    return _pieces_facts(path, results, metadata)
+
+
+def _pieces_facts(path, results: list, metadata: bytes) -> tuple[list, object, dict]:
+    """(per-piece tables, the top level, facts) from each piece's (tables, facts): the facts
+    added up in file order."""
     facts = fresh_facts()
     for _, own in results:
         for name in ("events", "lenient_events", "exact_timestamps"):

@@ -16,6 +16,10 @@ costs only the pieces a worker did not take. The server (and the resource tracke
 starts) is stopped when the call ends (by a thread, not waited for), unless it was running
 before.
 
+`threaded` decodes the pieces in threads of this process instead, for an `fn` that releases
+the interpreter while it works (the native decoder, `native.py`): no process to start, no
+memory held twice, no files.
+
 A file that is not one event per line raises `stream.Unsplittable`; a piece that fails (a
 wrong cut gives text that does not parse), or a worker that dies, raises `Failed`: the
 caller then decodes the file in one process.
@@ -297,6 +301,23 @@ def _decoded(location: str, fn, workers: int, unpack, ctx) -> tuple[list, bytes]
                     process.terminate()
                 process.join()
     return [out[i] for i in range(total + 1)], metadata
+
+
+def threaded(location: str, fn, threads: int) -> tuple[list, bytes]:
+    """([fn(piece text, None) for each piece, in file order], the top level without the events)
+    of a local trace file, the pieces decoded by `threads` threads of this process: for an `fn`
+    that releases the interpreter while it works (the native decoder), threads share the cores
+    without a process's start, memory or files."""
+    with tempfile.TemporaryDirectory(prefix="tracekit-", ignore_cleanup_errors=True) as folder:
+        text = plain_text(location, folder)
+        ranges, last, metadata = pieces(text, threads)
+        try:
+            with ThreadPoolExecutor(threads) as pool:
+                out = list(pool.map(lambda where: fn(piece_text(text, where), None), ranges))
+                out.append(fn(last, None))
+        except Exception as e:  # as a worker's failed piece: the caller decodes the file in one process
+            raise Failed(f"{type(e).__name__}: {e}") from None
+    return out, metadata
 
 
 def _start(processes: list, counter, total: int) -> None:
