@@ -167,6 +167,18 @@ LEFT = {
 }
 
 
+def test_texts_of_every_length_about_a_views_inline_size():
+    """Texts are handed over as Arrow string views, which hold a text of up to 12 bytes inline
+    and a longer one in a buffer: names of 0 to 40 bytes (and 1 to 4 bytes a character), beside
+    absent ones, read back as msgspec reads them."""
+    names = ["", None] + ["a" * n for n in range(1, 41)] + ["é" * n for n in range(1, 15)] + ["\U0001F600" * n for n in range(1, 8)]
+    events = [{"ph": "X", "cat": "cpu_op", "ts": i, "dur": 1} | ({} if name is None else {"name": name})
+              for i, name in enumerate(names)]
+    text = json.dumps(events, ensure_ascii=False).encode()
+    table, _ = native.complete_events(text)
+    assert table["name"].to_list() == [e.name for e in EVENTS.decode(text)]
+
+
 @pytest.mark.parametrize("text", LEFT.values(), ids=LEFT.keys())
 def test_what_it_leaves_to_msgspec(text):
     assert native.complete_events(text.encode()) is None

@@ -18,6 +18,9 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <locale.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -545,10 +548,11 @@ struct ArrowArray {
    is done with it (it holds a child's memory through its root). Its memory and structs are
    freed when the root and the child are released. */
 typedef struct {
-    void *data;                /* the values (text: its bytes) */
-    int64_t *offsets;          /* text: where each row's text starts, and the end */
+    void *data;                /* the values (text: the bytes of its texts longer than 12) */
+    uint8_t *views;            /* text: 16 bytes per row, Arrow's string view */
+    int64_t data_size;         /* text: the one data buffer's size (the view's variadic size) */
     uint8_t *bitmap;           /* bit i of byte i / 8: row i has a value; NULL: every row has */
-    const void *buffers[3], *root_buffers[1];
+    const void *buffers[4], *root_buffers[1];
     struct ArrowArray child, *child_list[1];
     struct ArrowSchema child_schema, *child_schema_list[1];
     int refs;                  /* releases to come: root and child, of the array and the schema */
@@ -557,9 +561,36 @@ typedef struct {
 static void unref(Column *c) {
     if (--c->refs) return;
     free(c->data);
-    free(c->offsets);
+    free(c->views);
     free(c->bitmap);
     free(c);
+}
+
+/* Arrow's string views of a string column's rows (each row's text ends at offsets[row + 1]),
+   the texts longer than 12 bytes moved to the front of `data` (the others are in their view),
+   and the bytes kept; -1: out of memory. A view: the length (int32), then the text itself
+   when it fits in 12 bytes, else its first 4 bytes, buffer 0 and its offset there (int32). */
+static int64_t string_views(uint8_t **out, char *data, const int64_t *offsets, Py_ssize_t rows) {
+    uint8_t *views = calloc(rows > 0 ? (size_t)rows : 1, 16);
+    if (!views) return -1;
+    int64_t kept = 0;
+    for (Py_ssize_t row = 0; row < rows; row++) {
+        int64_t at = offsets[row];
+        int32_t n = (int32_t)(offsets[row + 1] - at), buffer = 0, offset = (int32_t)kept;
+        uint8_t *v = views + 16 * (size_t)row;
+        memcpy(v, &n, 4);
+        if (n <= 12) {
+            if (n) memcpy(v + 4, data + at, (size_t)n);
+            continue;
+        }
+        memmove(data + kept, data + at, (size_t)n);
+        memcpy(v + 4, data + kept, 4);
+        memcpy(v + 8, &buffer, 4);
+        memcpy(v + 12, &offset, 4);
+        kept += n;
+    }
+    *out = views;
+    return kept;
 }
 
 /* The release callbacks: a root releases its child unless polars moved the child out. */
@@ -642,9 +673,10 @@ static Column *column(Reader *r, int k) {
     size_t size;
     const char *format;
     if (k < N_STR) {
-        from = (void **)&r->str[k].p; size = r->str[k].len; format = "U";
-        c->offsets = realloc(r->offsets[k], ((size_t)rows + 1) * sizeof(int64_t));
-        r->offsets[k] = NULL;
+        int64_t kept = string_views(&c->views, r->str[k].p, r->offsets[k], rows);
+        if (kept < 0) { c->refs = 1; unref(c); return NULL; }
+        from = (void **)&r->str[k].p; size = (size_t)kept; format = "vu";
+        c->data_size = kept;
     } else if (k < N_STR + N_INT) {
         from = (void **)&r->ints[k - N_STR]; size = (size_t)rows * sizeof(int64_t); format = "l";
     } else {
@@ -652,11 +684,12 @@ static Column *column(Reader *r, int k) {
     }
     c->data = *from ? realloc(*from, size ? size : 1) : malloc(1);
     if (c->data) *from = NULL;
-    if (!c->data || (k < N_STR && !c->offsets)) { c->refs = 1; unref(c); return NULL; }
+    if (!c->data) { c->refs = 1; unref(c); return NULL; }
     c->buffers[0] = c->bitmap;
-    c->buffers[1] = k < N_STR ? (const void *)c->offsets : c->data;
+    c->buffers[1] = k < N_STR ? (const void *)c->views : c->data;
     c->buffers[2] = c->data;
-    c->child = (struct ArrowArray){rows, rows - count, 0, k < N_STR ? 3 : 2, 0, c->buffers, NULL, NULL, release_array, c};
+    c->buffers[3] = &c->data_size;
+    c->child = (struct ArrowArray){rows, rows - count, 0, k < N_STR ? 4 : 2, 0, c->buffers, NULL, NULL, release_array, c};
     c->child_list[0] = &c->child;
     c->child_schema = (struct ArrowSchema){format, name_of(k), NULL, ARROW_FLAG_NULLABLE, 0, NULL, NULL, release_schema, c};
     c->child_schema_list[0] = &c->child_schema;
@@ -694,7 +727,8 @@ static PyObject *columns(PyObject *Py_UNUSED(module), PyObject *arg) {
     int bad;
     Py_BEGIN_ALLOW_THREADS
     bad = array(&r) || room(&r); /* room: the columns exist even for no rows */
-    for (int k = 0; !bad && k < N_STR; k++) bad = !utf8((const unsigned char *)r.str[k].p, r.str[k].len);
+    for (int k = 0; !bad && k < N_STR; k++) /* a view's offset is an int32 */
+        bad = r.str[k].len > INT32_MAX || !utf8((const unsigned char *)r.str[k].p, r.str[k].len);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
     if (r.failed || bad) {
@@ -724,8 +758,20 @@ static PyObject *names(const char **list, int n) {
     return t;
 }
 
+/* Give the C library's free memory back to the system (glibc keeps what the columns of many
+   pieces held, freed in the decoding threads' arenas, where polars' allocator never reuses it). */
+static PyObject *trim(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(arg)) {
+#ifdef __GLIBC__
+    Py_BEGIN_ALLOW_THREADS
+    malloc_trim(0);
+    Py_END_ALLOW_THREADS
+#endif
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef METHODS[] = {
     {"columns", columns, METH_O, "columns(text) -> (rows, events, ((schema, array) capsules per column)) | None"},
+    {"trim", trim, METH_NOARGS, "trim() -> None: the C library's free memory given back to the system"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "_columns", NULL, -1, METHODS, NULL, NULL, NULL, NULL};

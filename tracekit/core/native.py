@@ -23,6 +23,13 @@ def available() -> bool:
     return _columns is not None and os.environ.get("TRACEKIT_NATIVE", "1") != "0"
 
 
+def give_back_memory() -> None:
+    """The memory that the freed columns of decoded chunks held, given back to the system (on
+    glibc, which keeps it otherwise)."""
+    if _columns is not None:
+        _columns.trim()
+
+
 def complete_events(text) -> tuple[pl.DataFrame, int] | None:
     """(the complete events' columns, how many events the text holds), or None. Columns: `cat`,
     `name` (text, "" when absent), `pid`/`tid` (int; `pid_text`/`tid_text` where given as
