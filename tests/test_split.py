@@ -38,6 +38,7 @@ def loaded(path, parallel: str | None, monkeypatch):
     or in one process (None); and whether that parallel path ran."""
     with monkeypatch.context() as patch:
         patch.setattr(loading, "PARALLEL_BYTES", 0 if parallel else 1 << 62)
+        patch.setattr(loading, "THREADED_BYTES", 0 if parallel else 1 << 62)
         patch.setattr(loading, "cores", lambda: 3)  # two workers, also on a one-core machine
         patch.setattr(split, "HERE", False)  # every piece but the last one by a worker
         patch.setattr(split, "MIN_PIECE", 4096)  # several pieces of these small files

@@ -253,18 +253,23 @@ def fresh_facts(array_form: bool = False) -> dict:
 # worker: benchmarks/README.md, "Start-up"), so only a file that takes about a second or more to
 # decode in one process can win much (195 MB: 36 % less on 16 cores, 3-14 % on 2).
 PARALLEL_BYTES = 48 << 20
+# ... and by threads (the native decoder), which cost no start: on 2 cores a cold summary of
+# 31 MB took 0.25-0.40 s against 0.37-0.65 s a block at a time, of 15.5 MB about as long.
+THREADED_BYTES = 16 << 20
 
 
 def in_pieces(path) -> tuple[list, object, dict]:
-    """(per-piece tables, the top level, facts): a local file of at least PARALLEL_BYTES of
-    one event per line decoded in pieces (`split.py`) by one thread per core where the native
-    decoder reads them (it releases the interpreter), else by one process per core; other
-    files a block at a time."""
-    if cores() > 1 and not files.is_url(path) and files.text_size(path) >= PARALLEL_BYTES:
+    """(per-piece tables, the top level, facts): a local file of one event per line decoded in
+    pieces (`split.py`), from THREADED_BYTES of text by one thread per core where the native
+    decoder reads them (it releases the interpreter), else from PARALLEL_BYTES by one process
+    per core; other files a block at a time."""
+    threads = native.available()
+    least = THREADED_BYTES if threads else PARALLEL_BYTES
+    if cores() > 1 and not files.is_url(path) and files.text_size(path) >= least:
         from . import split  # multiprocessing and its kin: only for a file decoded in processes
 
         try:
-            return in_threads_here(path, cores()) if native.available() else in_processes(path, cores() - 1)
+            return in_threads_here(path, cores()) if threads else in_processes(path, cores() - 1)
         except (Unsplittable, split.Failed, OSError):  # OSError: no room for the gunzipped text
             pass
     return streamed(path)
