@@ -15,6 +15,7 @@ from tracekit.analyses.comms import collective_kernels, counts_per_group
 from tracekit.analyses.timeline import kept, timeline
 from tracekit.core.files import name
 from tracekit.core.model import Trace
+from tracekit.core.words import counted
 
 SCHEMA = {"severity": pl.String, "kind": pl.String, "count": pl.Int64, "ns": pl.Int64, "step": pl.Int64,
           "detail": pl.String}
@@ -88,6 +89,9 @@ def load_findings(facts: dict) -> list[dict]:
     if facts.get("exact_timestamps"):
         rows.append(finding("info", "exact_timestamps", f"{facts['exact_timestamps']:,} events have timestamps "
                             "too large for a float to keep their nanoseconds (epoch µs): decoded exactly from their text", facts["exact_timestamps"]))
+    if facts.get("replaced_text"):
+        rows.append(finding("warning", "replaced_text", f"{counted(facts['replaced_text'], 'byte sequence')} in "
+                            "event texts not UTF-8: each read as U+FFFD (�)", facts["replaced_text"]))
     if facts.get("metadata"):
         rows.append(finding("warning", "metadata", f"top-level metadata not read ({facts['metadata']})"))
     if facts.get("rank_from") == "file name":

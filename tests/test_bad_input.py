@@ -17,6 +17,8 @@ CASES = {
     "truncated.json": (GOOD_BYTES[: len(GOOD_BYTES) // 2], "not valid JSON"),
     "corrupt.json.gz": (b"\x1f\x8b\x08\x00" + b"garbage" * 20, "corrupt or truncated gzip"),
     "truncated.json.gz": (gzip.compress(GOOD_BYTES)[:40], "corrupt or truncated gzip"),
+    "not_utf8_metadata.json": (json.dumps({**GOOD, "distributedInfo": {"backend": "nccl"}}).encode().replace(b"nccl", b"n\xff"),
+                               "not valid JSON (Invalid UTF-8"),
     "empty.json": (b"", "empty file"),
     "blank.json": (b"  \n", "empty file"),
     "list.json": (b"[1, 2, 3]", "not a Kineto trace"),

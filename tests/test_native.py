@@ -224,3 +224,20 @@ def test_timestamps_beyond_a_doubles_nanoseconds_go_to_the_exact_decode():
     tables = loading._chunk_tables(text, facts)
     assert tables["ops"]["ts_ns"].to_list() == [1700000000000000123]
     assert not math.isnan(tables["extent"]["first"][0])
+
+
+def test_a_tid_beyond_a_streams_digits_is_read_as_msgspec_reads_it(tmp_path, monkeypatch):
+    """A kernel's stream is its `stream` arg, else the number in its tid: a tid of -2^63 (whose
+    digits overflow an int64) beside a stream arg is a kernel on that stream, the decoder on
+    and off; a kernel with neither has no stream."""
+    kernel = {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "dur": 1, "args": {"device": 0, "correlation": 1}}
+    events = [kernel | {"ts": 1, "tid": -2**63, "args": kernel["args"] | {"stream": 7}},
+              kernel | {"ts": 2, "tid": 9},
+              kernel | {"ts": 3, "tid": -2**63}]
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    streams = []
+    for flag in ("1", "0"):
+        monkeypatch.setenv("TRACEKIT_NATIVE", flag)
+        streams.append(loading.load_traces(path, cache=False)[0].gpu.sort("start")["stream"].to_list())
+    assert streams == [[7, 9, None]] * 2

@@ -101,6 +101,24 @@ def test_pieces_are_whole_events_in_order(tmp_path, monkeypatch):
     assert json.loads(metadata) == {**json.loads(path.read_bytes()), "traceEvents": []}
 
 
+def test_text_that_is_not_utf8_is_replaced_and_counted_however_the_file_is_cut(tmp_path, monkeypatch):
+    """Every fifth kernel's name holds a byte that is no UTF-8 (0xff), the others a U+FFFD of
+    their own: each bad byte becomes U+FFFD and is counted once, in pieces by threads or by
+    processes as in one process."""
+    events = [step(1, 0, 20_000)] + [e for i in range(300) for e in launched(f"k{i}\ufffd", 10 + 40 * i, 20 + 40 * i, 5, i + 1)]
+    text = kineto(events).replace(b"\\ufffd", "\ufffd".encode())
+    for i in range(0, 300, 5):
+        text = text.replace(f'"k{i}\ufffd"'.encode(), f'"k{i}\xff"'.encode("latin-1"))
+    path = tmp_path / "t.json"
+    path.write_bytes(text)
+    serial, _ = loaded(path, None, monkeypatch)
+    for way in ("threads", "processes"):
+        assert_same(*loaded(path, way, monkeypatch), serial)
+    (trace,) = serial
+    assert trace.facts["replaced_text"] == 60
+    assert trace.gpu["name"].str.ends_with("\ufffd").all()
+
+
 def test_a_compact_file_is_not_split(tmp_path):
     path = tmp_path / "t.json"
     path.write_text(json.dumps(doc([step(1, 0, 100), op("aten::mm", 1, 5)])))

@@ -36,6 +36,18 @@ def test_a_field_of_another_type_never_rejects_the_file(tmp_path):
     assert kinds["lenient_fields"] == "info"
 
 
+def test_a_name_that_is_not_utf8_is_read_replaced_and_named(tmp_path):
+    """A kernel name with bytes no UTF-8 text holds (0xff, a lone continuation byte 0x80, a
+    truncated 3-byte sequence) is read with each replaced by U+FFFD, as Python's
+    `errors="replace"` does, and lint counts them: 3."""
+    path = synth.write(tmp_path, "rank0.json", synth.doc([synth.step(1, 0.0, 10.0), *synth.launched("kAB", 1.0, 2.0, 1.0, corr=1)]))
+    path.write_bytes(path.read_bytes().replace(b'"kAB"', b'"k\xff\x80A\xe2\x82B"'))
+    trace = tracekit.load(path)
+    assert trace.gpu["name"].to_list() == [b"k\xff\x80A\xe2\x82B".decode("utf-8", "replace")] == ["k\ufffd\ufffdA\ufffdB"]
+    found = trace_findings(trace).filter(pl.col("kind") == "replaced_text")
+    assert found.select("severity", "count").rows() == [("warning", 3)]
+
+
 def test_one_bad_event_among_good_ones_is_dropped_and_named(tmp_path):
     events = [synth.step(1, 0.0, 10.0), *synth.launched("k", 1.0, 2.0, 1.0, corr=1),
               {"ph": "X", "cat": "cpu_op", "name": "x", "ts": "soon", "dur": 1}, 7]

@@ -245,7 +245,7 @@ def assembled(path, doc, tables: dict, extent: tuple, origin_us: int, comm_kerne
 
 def fresh_facts(array_form: bool = False) -> dict:
     return {"events": 0, "unknown_categories": Counter(), "dropped": Counter(), "lenient_events": 0,
-            "exact_timestamps": 0, "metadata": None, "old_names": False, "array_form": array_form}
+            "exact_timestamps": 0, "replaced_text": 0, "metadata": None, "old_names": False, "array_form": array_form}
 
 
 # Bytes of text from which a local file is decoded by several processes. A guess, not measured
@@ -331,7 +331,7 @@ def _pieces_facts(path, results: list, metadata: bytes) -> tuple[list, object, d
     added up in file order."""
     facts = fresh_facts()
     for _, own in results:
-        for name in ("events", "lenient_events", "exact_timestamps"):
+        for name in ("events", "lenient_events", "exact_timestamps", "replaced_text"):
             facts[name] += own[name]
         facts["unknown_categories"].update(own["unknown_categories"])
         facts["dropped"].update(own["dropped"])
@@ -481,7 +481,13 @@ def _chunk_tables(chunk: bytes, facts: dict) -> dict[str, pl.DataFrame]:
     tables = _native_tables(chunk, facts)
     if tables is not None:
         return tables
-    events, loose = _decode(chunk, facts)
+    try:
+        events, loose = _decode(chunk, facts)
+    except msgspec.DecodeError as e:
+        if "UTF-8" not in str(e):
+            raise
+        chunk = readable(chunk, facts)
+        events, loose = _decode(chunk, facts)
     complete = [e for e in events if e.ph == "X"]
     table = _event_table(complete, loose, facts)
     if table is None:  # float timestamps too large to hold their nanoseconds: decode them as text
@@ -571,7 +577,7 @@ def columns_tables(wide: pl.DataFrame, facts: dict) -> dict[str, pl.DataFrame]:
 
     record = pl.col("name") == "record_param_comms"
     gpu = shaped("gpu", "device", "stream", "correlation", "bytes", "grid", "block", *COMM_ARGS).with_columns(
-        stream=pl.col("stream").fill_null(pl.col("tid").cast(pl.String).str.extract(r"(\d+)", 1).cast(pl.Int64)),
+        stream=pl.col("stream").fill_null(pl.col("tid").cast(pl.String).str.extract(r"(\d+)", 1).cast(pl.Int64, strict=False)),
         device=pl.col("device").fill_null(pl.col("pid"))).rename({"cat": "kind"})
     ops = shaped("ops", "input_dims", "input_types", "concrete_inputs", *COMM_ARGS).with_columns(
         pl.when(record).then(pl.col(name)).alias(name) for name in COMM_ARGS)
@@ -583,6 +589,14 @@ def columns_tables(wide: pl.DataFrame, facts: dict) -> dict[str, pl.DataFrame]:
 ROUTE = {cat: where[0] for cat, where in CATEGORIES.items() if where}
 NORMAL = {cat: where[1] for cat, where in CATEGORIES.items() if where}
 OLD_NAMES = {"Kernel", "Memcpy", "Memset", "Runtime", "Operator"}
+
+
+def readable(chunk: bytes, facts: dict) -> bytes:
+    """The chunk with each byte sequence that is not UTF-8 replaced by U+FFFD (as Python's
+    `errors="replace"` does), counted in `facts["replaced_text"]`."""
+    text = chunk.decode("utf-8", "replace")
+    facts["replaced_text"] += text.count("\ufffd") - chunk.count("\ufffd".encode())
+    return text.encode()
 
 
 def _event_table(events: list, loose: bool, facts: dict) -> pl.DataFrame | None:
@@ -668,8 +682,9 @@ def dims(values: list) -> pl.Series:
 
 
 def digits(values: list) -> pl.Series:
-    """The first number in each value (`"stream 7"` → 7; 7 → 7)."""
-    return strings(values).str.extract(r"(\d+)", 1).cast(pl.Int64)
+    """The first number in each value (`"stream 7"` → 7; 7 → 7); null where it has none or
+    none an int64 holds."""
+    return strings(values).str.extract(r"(\d+)", 1).cast(pl.Int64, strict=False)
 
 
 # The collective args Kineto writes on record_param_comms ops and NCCL kernels.
