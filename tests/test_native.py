@@ -13,6 +13,7 @@ import struct
 from pathlib import Path
 
 import msgspec
+import polars as pl
 import pytest
 from conftest import DATA
 
@@ -215,15 +216,25 @@ def test_the_loader_gives_what_the_msgspec_path_gives(path, monkeypatch):
         assert (a.meta, a.facts, a.rank, a.origin_us) == (b.meta, b.facts, b.rank, b.origin_us)
 
 
-def test_timestamps_beyond_a_doubles_nanoseconds_go_to_the_exact_decode():
-    """Epoch-microsecond floats (≥ 2^43 µs) are decoded from their text by the msgspec path."""
-    text = b'[{"ph": "X", "cat": "cpu_op", "name": "a", "ts": 1700000000000000.123, "dur": 1.5}]'
-    assert native.complete_events(text) is not None
+def test_epoch_timestamps_are_read_from_their_text_as_the_exact_decode_reads_them():
+    """Timestamps ≥ 2^43 µs (epoch microseconds), whose ns a float cannot hold: the native
+    decoder reads each from its text, as `loading.exact_ns` (msgspec's path) reads it —
+    0 to 7 decimals, negative, at int64's end — where one with an exponent leaves the chunk to
+    msgspec's path."""
+    rng = random.Random(7)
+    texts = ["1700000000000000.123", "-1700000000000000.1235", "1700000000000000.0005", "9223372036854774.9999",
+             "-9223372036854774", "1700000000000000", "-0", "0.00049"]
+    texts += [f"{rng.choice(['', '-'])}{rng.randrange(2**43, 2**53)}.{rng.randrange(10**7):0{rng.randrange(1, 8)}d}"
+              for _ in range(2000)]
+    events = ",".join(f'{{"ph": "X", "cat": "cpu_op", "name": "a", "ts": {t}, "dur": 1}}' for t in texts)
+    wide, _ = native.complete_events(f"[{events}]".encode())
+    assert wide["ts_exact"].to_list() == loading.exact_ns(pl.Series(texts)).to_list()
+    text = f"[{events}]".encode()
     facts = loading.fresh_facts()
-    assert loading._native_tables(text, facts) is None
-    tables = loading._chunk_tables(text, facts)
-    assert tables["ops"]["ts_ns"].to_list() == [1700000000000000123]
-    assert not math.isnan(tables["extent"]["first"][0])
+    assert loading._native_tables(text, facts) is not None
+    assert facts["exact_timestamps"] == sum(abs(int(float(t))) >= 2**43 for t in texts)
+    assert loading.native_columns(b'[{"ph": "X", "ts": 1.7e15, "dur": 1}]') is None
+    assert loading.native_columns(b'[{"ph": "X", "ts": 1.5e3, "dur": 1}]') is not None
 
 
 def test_a_tid_beyond_a_streams_digits_is_read_as_msgspec_reads_it(tmp_path, monkeypatch):

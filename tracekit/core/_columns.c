@@ -4,7 +4,7 @@
    gets it) and returns, for its complete ('X') events in order, the fields `kineto.Event` and
    `kineto.Args` hold, as (rows, events, columns): for each of the columns STR_NAMES (text),
    INT_NAMES (int64) and FLT_NAMES (float64: ts and dur in microseconds, the nearest double to
-   the JSON number), null where an event has no such field, an Arrow struct array of that one
+   the JSON number; ts_exact, int64, the ns of ts read from its text, `exact_ns`), null where an event has no such field, an Arrow struct array of that one
    column, as the C data interface's two capsules (schema, array), which polars reads without
    copying.
 
@@ -29,7 +29,7 @@
 enum { S_CAT, S_NAME, S_PID, S_TID, S_COLLECTIVE, S_DTYPE, S_PG_NAME, S_PG_DESC, S_PG_RANKS,
        S_SYNC_KIND, S_GRID, S_BLOCK, S_INPUT_DIMS, S_INPUT_TYPES, S_CONCRETE, N_STR };
 enum { I_PID, I_TID, I_EXT, I_EXT2021, I_CORR, I_DEVICE, I_STREAM, I_BYTES, I_IN_NELEMS,
-       I_OUT_NELEMS, I_GROUP_SIZE, I_WAIT_STREAM, I_WAIT_RECORD, I_RANK, N_INT };
+       I_OUT_NELEMS, I_GROUP_SIZE, I_WAIT_STREAM, I_WAIT_RECORD, I_RANK, I_TS_EXACT, N_INT };
 enum { F_TS, F_DUR, N_FLT };
 #define N_VALID (N_STR + N_INT + N_FLT)
 #define V_INT(i) (N_STR + (i))
@@ -41,7 +41,7 @@ static const char *STR_NAMES[N_STR] = {
     "sync_kind", "grid", "block", "input_dims", "input_types", "concrete_inputs"};
 static const char *INT_NAMES[N_INT] = {
     "pid", "tid", "external_id", "external_id_2021", "correlation", "device", "stream", "bytes",
-    "in_nelems", "out_nelems", "group_size", "wait_on_stream", "wait_on_record", "rank"};
+    "in_nelems", "out_nelems", "group_size", "wait_on_stream", "wait_on_record", "rank", "ts_exact"};
 static const char *FLT_NAMES[N_FLT] = {"ts", "dur"};
 
 typedef struct { char *p; size_t len, cap; } Buf;
@@ -309,7 +309,32 @@ static int fast_double(const char *p, const char *e, double *out) {
     return 0;
 }
 
-/* float | None into float column i: a JSON number read as the nearest double. */
+/* The ns of the µs number in [p, e) read from its decimal text, as `loading.exact_ns` reads
+   it: whole * 1000 + its first four decimals rounded half up (away from zero below 0), where
+   the number has no exponent and the ns fit an int64; else no value. */
+static void exact_ns(Reader *r, const char *p, const char *e) {
+    int negative = *p == '-';
+    int64_t whole = 0, tenths = 0;
+    p += negative;
+    for (; p < e && *p != '.'; p++) {
+        if (*p < '0' || *p > '9' || whole > INT64_MAX / 10 - 1) return;
+        whole = whole * 10 + (*p - '0');
+    }
+    if (whole > (INT64_MAX - 1000) / 1000) return; /* whole * 1000 + the decimals' 1000 fit */
+    int digits = 0;
+    for (p += p < e; p < e && digits < 4; p++, digits++) {
+        if (*p < '0' || *p > '9') return;
+        tenths = tenths * 10 + (*p - '0');
+    }
+    for (; digits < 4; digits++) tenths *= 10;
+    for (; p < e; p++) if (*p < '0' || *p > '9') return;
+    int64_t ns = whole * 1000 + (tenths + 5) / 10;
+    INT(r, I_TS_EXACT) = negative ? -ns : ns;
+    VALID(r, V_INT(I_TS_EXACT)) = 1;
+}
+
+/* float | None into float column i: a JSON number read as the nearest double (`ts` also as
+   exact ns, `exact_ns`). */
 static int float_field(Reader *r, int i) {
     ws(r);
     if (r->p < r->end && *r->p == 'n') { VALID(r, V_FLT(i)) = 0; return literal(r, "null", 4); }
@@ -327,6 +352,7 @@ static int float_field(Reader *r, int i) {
         if (!isfinite(v)) return -1;
     }
     if (integral && v == 0) v = 0; /* msgspec reads "-0" as the integer 0 */
+    if (i == F_TS) exact_ns(r, r->p, e);
     FLT(r, i) = v;
     VALID(r, V_FLT(i)) = 1;
     r->p = e;

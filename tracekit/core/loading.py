@@ -542,16 +542,21 @@ def _native_tables(chunk: bytes, facts: dict) -> dict[str, pl.DataFrame] | None:
 
 
 def native_columns(chunk: bytes) -> tuple[pl.DataFrame, int] | None:
-    """`native.complete_events` of the chunk, or None where it does not read the text, where a
-    timestamp needs the exact decode, or where a routed event's pid or tid is text (PyTorch
-    1.8–1.10's `"stream 7"`)."""
+    """`native.complete_events` of the chunk, its `ts_exact` kept only where a timestamp is too
+    large for a float to hold its ns (as msgspec's path then reads every `ts` of the chunk as
+    text); or None where it does not read the text, where such a chunk has a `ts` it could not
+    read exactly (an exponent), or where a routed event's pid or tid is text (PyTorch 1.8–1.10's
+    `"stream 7"`)."""
     got = native.complete_events(chunk)
     if got is None:
         return None
     wide = got[0]
     biggest = wide["ts"].abs().max()
-    if biggest is not None and biggest >= EXACT_LIMIT_US:
+    if biggest is None or biggest < EXACT_LIMIT_US:
+        wide = wide.with_columns(ts_exact=pl.lit(None, pl.Int64))
+    elif wide["ts_exact"].null_count() > wide["ts"].null_count():
         return None
+    got = (wide, got[1])
     if wide["pid_text"].null_count() == wide.height and wide["tid_text"].null_count() == wide.height:
         return got  # (null counts are known without a pass over the rows)
     routed = wide.filter(pl.col("cat").is_in(list(ROUTE)))
@@ -563,7 +568,9 @@ def native_columns(chunk: bytes) -> tuple[pl.DataFrame, int] | None:
 def columns_tables(wide: pl.DataFrame, facts: dict) -> dict[str, pl.DataFrame]:
     """`_chunk_tables` from `native_columns` (of one chunk, or of several in file order): each
     table made of only the columns it holds, the four at once (`pl.collect_all`)."""
-    table = _usable(wide.select(pl.exclude("ts", "dur"), ts_ns=float_ns(wide["ts"]),
+    exact = wide["ts_exact"]
+    floats = wide["ts"] if exact.null_count() == exact.len() else wide.select(pl.when(exact.is_null()).then("ts"))["ts"]
+    table = _usable(wide.select(pl.exclude("ts", "ts_exact", "dur"), ts_ns=exact.fill_null(float_ns(floats)),
                                 dur_ns=(pl.col("dur") * 1000).round().cast(pl.Int64)), facts)
     _note_categories(table, facts)
     ext_id = pl.col("external_id").fill_null(pl.col("external_id_2021")) if facts["old_names"] else pl.col("external_id")

@@ -33,7 +33,8 @@ def give_back_memory() -> None:
 def complete_events(text) -> tuple[pl.DataFrame, int] | None:
     """(the complete events' columns, how many events the text holds), or None. Columns: `cat`,
     `name` (text, "" when absent), `pid`/`tid` (int; `pid_text`/`tid_text` where given as
-    text), `ts`/`dur` (float µs), the `Args` fields under their struct names (int or text;
+    text), `ts`/`dur` (float µs), `ts_exact` (int ns read from the text of `ts`, as
+    `loading.exact_ns` reads it; null where it has an exponent), the `Args` fields under their struct names (int or text;
     `grid`/`block` as "24017x1x1"; `input_dims`, `input_types`, `concrete_inputs` as raw JSON
     text); null where absent."""
     if not available():
