@@ -119,6 +119,26 @@ def test_text_that_is_not_utf8_is_replaced_and_counted_however_the_file_is_cut(t
     assert trace.gpu["name"].str.ends_with("\ufffd").all()
 
 
+def test_the_old_spelling_of_external_id_is_read_however_the_file_is_cut(tmp_path, monkeypatch):
+    """`external id` (PyTorch 1.8–1.10) is the External id wherever it is written: also in pieces
+    and chunks that hold none of the old category names, which only the file's last event has."""
+    monkeypatch.setattr(loading, "CHUNK", 20)
+    events = [step(1, 0, 20_000)] + [e for i in range(300) for e in launched(f"k{i}", 10 + 40 * i, 20 + 40 * i, 5, i + 1)]
+    for i, e in enumerate(events[1:]):
+        del e["args"]["External id"]
+        e["args"]["external id"] = 1000 + i // 2
+    events.append({"ph": "X", "cat": "Runtime", "name": "cudaDeviceSynchronize", "pid": 1, "tid": 1, "ts": 19_000,
+                   "dur": 1, "args": {"correlation": 9999, "external id": 5}})
+    path = tmp_path / "t.json"
+    path.write_bytes(kineto(events))
+    serial, _ = loaded(path, None, monkeypatch)
+    for way in ("threads", "processes"):
+        assert_same(*loaded(path, way, monkeypatch), serial)
+    (trace,) = serial
+    assert trace.calls.sort("start")["ext_id"].to_list() == [*range(1000, 1300), 5]
+    assert trace.facts["schema"] == "kineto 2021 (PyTorch 1.8-1.10)"
+
+
 def test_a_compact_file_is_not_split(tmp_path):
     path = tmp_path / "t.json"
     path.write_text(json.dumps(doc([step(1, 0, 100), op("aten::mm", 1, 5)])))

@@ -497,24 +497,23 @@ def _chunk_tables(chunk: bytes, facts: dict) -> dict[str, pl.DataFrame]:
     facts["events"] += len(events)
     del events
     return _routed(table, facts, {
-        "gpu": lambda part, old: _gpu_table(complete, part, old),
-        "calls": lambda part, old: _with_args(complete, part, {"correlation": ints}, old),
-        "ops": lambda part, old: _ops_table(complete, part, old),
-        "marks": lambda part, old: _with_args(complete, part, MARK_ARGS, old),
+        "gpu": lambda part: _gpu_table(complete, part),
+        "calls": lambda part: _with_args(complete, part, {"correlation": ints}),
+        "ops": lambda part: _ops_table(complete, part),
+        "marks": lambda part: _with_args(complete, part, MARK_ARGS),
     })
 
 
 def _routed(table: pl.DataFrame, facts: dict, builders: dict) -> dict[str, pl.DataFrame]:
     """The complete events' `table` (idx, cat, name, ts_ns, dur_ns, and whatever else the
     builders read) split by where each category goes, each part made a table by its builder
-    (`builder(part, old)`), and the `extent`."""
+    (`builder(part)`), and the `extent`."""
     _note_categories(table, facts)
-    old = facts["old_names"]  # PyTorch 1.8–1.10 also spell the External id `external id`
     parts = table.with_columns(route=pl.col("cat").replace_strict(ROUTE, default="none"),
                                cat=pl.col("cat").replace_strict(NORMAL, default=None)
                                ).partition_by("route", as_dict=True, include_key=False)
     empty = table.clear().drop("route", strict=False)
-    tables = {name: build(parts.get((name,), empty), old) for name, build in builders.items()}
+    tables = {name: build(parts.get((name,), empty)) for name, build in builders.items()}
     tables["extent"] = table.select(first=pl.col("ts_ns").min(), last=(pl.col("ts_ns") + pl.col("dur_ns")).max(),
                                     n=pl.len())
     return tables
@@ -573,7 +572,7 @@ def columns_tables(wide: pl.DataFrame, facts: dict) -> dict[str, pl.DataFrame]:
     table = _usable(wide.select(pl.exclude("ts", "ts_exact", "dur"), ts_ns=exact.fill_null(float_ns(floats)),
                                 dur_ns=(pl.col("dur") * 1000).round().cast(pl.Int64)), facts)
     _note_categories(table, facts)
-    ext_id = pl.col("external_id").fill_null(pl.col("external_id_2021")) if facts["old_names"] else pl.col("external_id")
+    ext_id = pl.col("external_id").fill_null(pl.col("external_id_2021"))
     routed = table.lazy().with_columns(route=pl.col("cat").replace_strict(ROUTE, default="none"),
                                        cat=pl.col("cat").replace_strict(NORMAL, default=None))
 
@@ -702,16 +701,15 @@ MARK_ARGS = {"correlation": ints, "device": ints, "sync_kind": strings, "stream"
              "wait_on_stream": ints, "wait_on_record": ints}
 
 
-def _with_args(events: list, table: pl.DataFrame, columns: dict, old: bool) -> pl.DataFrame:
+def _with_args(events: list, table: pl.DataFrame, columns: dict) -> pl.DataFrame:
     """`table` (rows of `events`, by idx) with tid, ext_id and the named args, each
-    column made by its converter (`ints`: a value of another type becomes null). `old`: the
-    External id may be spelled `external id` (PyTorch 1.8–1.10)."""
+    column made by its converter (`ints`: a value of another type becomes null). ext_id: the
+    `External id`, else `external id` (PyTorch 1.8–1.10's spelling)."""
     chosen = gather(events, table["idx"])
     args = values("args", chosen)
-    made = {"tid": ints(values("tid", chosen)), "ext_id": ints(values("external_id", args)),
+    made = {"tid": ints(values("tid", chosen)),
+            "ext_id": ints(values("external_id", args)).fill_null(ints(values("external_id_2021", args))),
             "pid": ints(values("pid", chosen)), "rank_arg": ints(values("rank", args))}
-    if old:
-        made["ext_id"] = made["ext_id"].fill_null(ints(values("external_id_2021", args)))
     for name, convert in columns.items():
         made[name] = convert(values(name, args))
     return table.with_columns(**made)
@@ -726,25 +724,25 @@ def raw_text(raws: list) -> pl.Series:
     return joined.str.split("\0").explode().replace("", None)
 
 
-def _ops_table(events: list, table: pl.DataFrame, old: bool) -> pl.DataFrame:
+def _ops_table(events: list, table: pl.DataFrame) -> pl.DataFrame:
     """CPU ops with their input shapes, dtypes and scalars as JSON text (`input_dims`,
     `input_types`, `concrete_inputs`: Kineto's `Input Dims`, `Input type`, `Concrete Inputs`,
     where shapes are recorded); the collective args are read only for `record_param_comms`
     ops."""
     ops = _with_args(events, table, {"input_dims": raw_text, "input_types": raw_text,
-                                     "concrete_inputs": raw_text}, old)
+                                     "concrete_inputs": raw_text})
     records = ops.filter(pl.col("name") == "record_param_comms").select("idx")
-    comm = _with_args(events, records, COMM_ARGS, old).drop("tid", "ext_id", "pid", "rank_arg")
+    comm = _with_args(events, records, COMM_ARGS).drop("tid", "ext_id", "pid", "rank_arg")
     return ops.join(comm, on="idx", how="left", maintain_order="left")
 
 
-def _gpu_table(events: list, table: pl.DataFrame, old: bool) -> pl.DataFrame:
+def _gpu_table(events: list, table: pl.DataFrame) -> pl.DataFrame:
     """Device activities. `device` from args, else the event's pid (Kineto's device row);
     `stream` from args, else the number in the tid (`"stream 7"`, PyTorch 1.8–1.10)."""
     gpu = _with_args(events, table, {
         "device": ints, "stream": ints, "correlation": ints, "bytes": ints,
         "grid": dims, "block": dims, **COMM_ARGS,
-    }, old)
+    })
     if gpu["stream"].null_count() or gpu["device"].null_count():
         chosen = gather(events, gpu["idx"])
         gpu = gpu.with_columns(stream=pl.col("stream").fill_null(digits(values("tid", chosen))),
