@@ -751,27 +751,26 @@ static PyObject *columns(PyObject *Py_UNUSED(module), PyObject *arg) {
     r.p = view.buf;
     r.end = r.p + view.len;
     int bad;
-    Py_BEGIN_ALLOW_THREADS
+    Column *made[N_VALID] = {NULL};
+    Py_BEGIN_ALLOW_THREADS /* the columns too are made without the interpreter: only their capsules need it */
     bad = array(&r) || room(&r); /* room: the columns exist even for no rows */
     for (int k = 0; !bad && k < N_STR; k++) /* a view's offset is an int32 */
         bad = r.str[k].len > INT32_MAX || !utf8((const unsigned char *)r.str[k].p, r.str[k].len);
+    for (int k = 0; !bad && !r.failed && k < N_VALID; k++)
+        r.failed = !(made[k] = column(&r, k));
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
-    if (r.failed || bad) {
-        free_reader(&r);
-        if (r.failed) return PyErr_NoMemory();
-        Py_RETURN_NONE;
-    }
-    PyObject *all = PyTuple_New(N_VALID);
-    for (int k = 0; all && k < N_VALID; k++) {
-        Column *c = column(&r, k);
-        PyObject *pair = c ? capsules(c, r.rows) : PyErr_NoMemory();
-        if (!pair) { Py_CLEAR(all); break; }
-        PyTuple_SET_ITEM(all, k, pair);
-    }
-    PyObject *result = all ? Py_BuildValue("(nnN)", r.rows, r.events, all) : NULL;
     free_reader(&r);
-    return result;
+    PyObject *all = r.failed || bad ? NULL : PyTuple_New(N_VALID);
+    for (int k = 0; k < N_VALID; k++) {
+        PyObject *pair = all && made[k] ? capsules(made[k], r.rows) : NULL; /* capsules frees it on failure */
+        if (pair) { PyTuple_SET_ITEM(all, k, pair); continue; }
+        if (all) Py_CLEAR(all);
+        else if (made[k]) { made[k]->refs = 1; unref(made[k]); }
+    }
+    if (all) return Py_BuildValue("(nnN)", r.rows, r.events, all);
+    if (r.failed || PyErr_Occurred()) return PyErr_Occurred() ? NULL : PyErr_NoMemory();
+    Py_RETURN_NONE;
 }
 
 static PyObject *names(const char **list, int n) {
