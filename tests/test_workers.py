@@ -1,4 +1,7 @@
-"""The --workers default: processes only for traces that are not in the cache."""
+"""The --workers default: processes only for traces that are not in the cache; what a worker
+and the command set for the threads of the libraries they load."""
+
+import os
 
 from conftest import DATA
 
@@ -24,3 +27,25 @@ def test_one_worker_per_share_of_uncached_bytes_none_when_cached(tmp_path, monke
     (entry / "trace.json").write_text("{}")
     assert runs.default_workers(FILES, (), None) == 1  # one file left to decode
     assert runs.default_workers(FILES, (), False) == 2  # --no-cache: both
+
+
+def test_numpys_blas_threads_are_one_unless_a_model_runs_or_the_user_chose(monkeypatch):
+    """At numpy's import each OpenBLAS thread spins before it sleeps (2 CPU-s per process on 16
+    cores): an analysis command keeps it to one thread, a worker to its share of the cores;
+    `profile` (torch's threads) and a user's own setting are left alone."""
+    from tracekit.core.executor import share_cores
+    from tracekit.front import start
+
+    for name in ("OPENBLAS_NUM_THREADS", "POLARS_MAX_THREADS", "TRACEKIT_CORES"):
+        monkeypatch.setenv(name, "")  # each restored after the test
+    for argv, before, after in ((["tracekit", "summary", "t.json"], None, "1"), (["tracekit", "profile"], None, None),
+                                (["tracekit", "capacity"], None, None), (["tracekit", "report"], "4", "4")):
+        monkeypatch.setattr("sys.argv", argv)
+        monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+        if before:
+            monkeypatch.setenv("OPENBLAS_NUM_THREADS", before)
+        start.quiet_blas()
+        assert os.environ.get("OPENBLAS_NUM_THREADS") == after, argv
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS")
+    share_cores(3)
+    assert os.environ["OPENBLAS_NUM_THREADS"] == "3"

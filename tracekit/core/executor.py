@@ -78,8 +78,10 @@ def in_threads(fn, items: list, done=None) -> list:
 
 def share_cores(threads: int) -> None:
     """A worker's initializer, run before it imports polars: its thread pool, and the processes
-    that decode one large trace (`split.py`), get `threads` cores."""
+    that decode one large trace (`split.py`), get `threads` cores, and numpy's OpenBLAS as many
+    (its threads, one per core otherwise, spin at numpy's import: `start.quiet_blas`)."""
     os.environ.setdefault("POLARS_MAX_THREADS", str(threads))
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", str(threads))
     os.environ["TRACEKIT_CORES"] = str(threads)
 
 
