@@ -2,18 +2,22 @@
 
    `columns(text)` reads a JSON array of trace events (a chunk or piece as `loading._chunk_tables`
    gets it) and returns, for its complete ('X') events in order, the fields `kineto.Event` and
-   `kineto.Args` hold, as (rows, events, columns): for each of the columns STR_NAMES (text),
-   INT_NAMES (int64) and FLT_NAMES (float64: ts and dur in microseconds, the nearest double to
-   the JSON number; ts_exact, int64, the ns of ts read from its text, `exact_ns`), null where an event has no such field, an Arrow struct array of that one
-   column, as the C data interface's two capsules (schema, array), which polars reads without
-   copying.
+   `kineto.Args` hold, as (rows, events, lenient events, columns): for each of the columns
+   STR_NAMES (text), INT_NAMES (int64; ts_exact, the ns of ts read from its text as
+   `loading.exact_ns` reads it) and FLT_NAMES (float64: ts and dur in microseconds, the nearest
+   double to the JSON number), null where an event has no such field, an Arrow struct array of
+   that one column, as the C data interface's two capsules (schema, array), which polars reads
+   without copying.
 
    No Python object is made per event, and the interpreter is released while the text is read.
+   The values are the typed decode's, converted as the loader converts them; an integer field
+   written as a decimal integer's text (roctracer's `"bytes": "1"`), which the typed decode
+   refuses, is read as the lenient decode and `ints` read it, and its event counted lenient.
    It returns None, and the caller decodes the text with msgspec instead, wherever the text is
-   not what this reads exactly as msgspec's typed decode would: malformed JSON, a field of
-   another type than `kineto.Event` holds or of a form tracekit converts in Python (a `stream`
-   or `grid` given as text, a list of ranks), an integer beyond int64, text that is not UTF-8. So a
-   result of this is always the typed decode's values, and anything else is the slow path's. */
+   not what this reads exactly so: malformed JSON, a field of another type than `kineto.Event`
+   holds or of a form tracekit converts in Python (a `stream` as text other than a decimal
+   integer or a hex address, a `grid` as text, a list of ranks), an integer beyond int64, text
+   that is not UTF-8. */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -57,6 +61,8 @@ typedef struct {
     Py_ssize_t cap;          /* rows the numeric and flag columns have room for */
     Buf scratch;             /* the current event's ph */
     Py_ssize_t rows, events;
+    Py_ssize_t lenient;      /* events with a field of another type than the typed structs hold */
+    int odd;                 /* the current event has such a field */
     int failed;              /* out of memory */
 } Reader;
 
@@ -278,13 +284,58 @@ static int integer(Reader *r, int64_t *out) {
     return 0;
 }
 
-/* int | None into int column i. */
+/* A JSON string at r->p holding an integer as its canonical decimal text ("7", "-5"; not "07",
+   "-0", "+5", "7.0"), which the loader's `ints` reads as that int64; -1: any other text. */
+static int text_integer(Reader *r, int64_t *out) {
+    const char *p = r->p + 1, *e = p;
+    while (e < r->end && *e != '"') e++;
+    if (r->p >= r->end || *r->p != '"' || e >= r->end || e == p) return -1;
+    int negative = *p == '-';
+    const char *digits = p + negative;
+    if (digits == e || (*digits == '0' && (e - digits > 1 || negative))) return -1;
+    uint64_t v = 0;
+    for (const char *q = digits; q < e; q++) {
+        unsigned d = (unsigned)(*q - '0');
+        if (d > 9 || v > (UINT64_MAX - d) / 10) return -1;
+        v = v * 10 + d;
+    }
+    if (negative ? v > (uint64_t)INT64_MAX + 1 : v > (uint64_t)INT64_MAX) return -1;
+    *out = negative ? (int64_t)(0 - v) : (int64_t)v;
+    r->p = e + 1;
+    return 0;
+}
+
+/* int | None into int column i; an integer written as text (roctracer's `"bytes": "1"`) is
+   read as `ints` reads it, and makes the event lenient (msgspec's typed decode refuses it). */
 static int int_field(Reader *r, int i) {
     ws(r);
     if (r->p < r->end && *r->p == 'n') { VALID(r, V_INT(i)) = 0; return literal(r, "null", 4); }
-    if (integer(r, &INT(r, i))) return -1;
+    if (r->p < r->end && *r->p == '"') {
+        if (text_integer(r, &INT(r, i))) return -1;
+        r->odd = 1;
+    } else if (integer(r, &INT(r, i))) return -1;
     VALID(r, V_INT(i)) = 1;
     return 0;
+}
+
+/* int | str | None (a stream): an integer, or text as `ints` reads it: its canonical decimal
+   integer, or null for a hex address ("0x0", HIP's runtime calls); other text: -1. */
+static int stream_field(Reader *r, int i) {
+    ws(r);
+    if (r->p < r->end && *r->p == '"' && r->end - r->p > 3 && r->p[1] == '0' && r->p[2] == 'x') {
+        const char *q = r->p + 3;
+        while (q < r->end && ((*q >= '0' && *q <= '9') || (*q >= 'a' && *q <= 'f') || (*q >= 'A' && *q <= 'F'))) q++;
+        if (q == r->p + 3 || q >= r->end || *q != '"') return -1;
+        r->p = q + 1;
+        VALID(r, V_INT(i)) = 0;
+        return 0;
+    }
+    if (r->p < r->end && *r->p == '"') {
+        if (text_integer(r, &INT(r, i))) return -1;
+        VALID(r, V_INT(i)) = 1;
+        return 0;
+    }
+    return int_field(r, i);
 }
 
 static const double POW10[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12,
@@ -458,7 +509,7 @@ static int args_object(Reader *r) {
         else if (IS("external id")) bad = int_field(r, I_EXT2021);
         else if (IS("correlation")) bad = int_field(r, I_CORR);
         else if (IS("device")) bad = int_field(r, I_DEVICE);
-        else if (IS("stream")) bad = int_field(r, I_STREAM);
+        else if (IS("stream")) bad = stream_field(r, I_STREAM);
         else if (IS("bytes")) bad = int_field(r, I_BYTES);
         else if (IS("grid")) bad = dims_field(r, S_GRID);
         else if (IS("block")) bad = dims_field(r, S_BLOCK);
@@ -495,6 +546,7 @@ static int event(Reader *r) {
     VALID(r, S_CAT) = VALID(r, S_NAME) = VALID(r, V_INT(I_PID)) = VALID(r, V_INT(I_TID)) = 1; /* "", "", 0, 0 */
     for (int s = 0; s < N_STR; s++) r->str_start[s] = r->str[s].len;
     int complete = 0;
+    r->odd = 0;
     if (expect(r, '{')) return -1;
     ws(r);
     if (r->p < r->end && *r->p == '}') r->p++;
@@ -525,6 +577,7 @@ static int event(Reader *r) {
         return -1;
     }
     r->events++;
+    r->lenient += r->odd;
     for (int s = 0; s < N_STR; s++) {
         Buf *b = &r->str[s];
         if (complete) r->offsets[s][r->rows + 1] = (int64_t)b->len;
@@ -768,7 +821,7 @@ static PyObject *columns(PyObject *Py_UNUSED(module), PyObject *arg) {
         if (all) Py_CLEAR(all);
         else if (made[k]) { made[k]->refs = 1; unref(made[k]); }
     }
-    if (all) return Py_BuildValue("(nnN)", r.rows, r.events, all);
+    if (all) return Py_BuildValue("(nnnN)", r.rows, r.events, r.lenient, all);
     if (r.failed || PyErr_Occurred()) return PyErr_Occurred() ? NULL : PyErr_NoMemory();
     Py_RETURN_NONE;
 }
@@ -795,7 +848,7 @@ static PyObject *trim(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(arg)) {
 }
 
 static PyMethodDef METHODS[] = {
-    {"columns", columns, METH_O, "columns(text) -> (rows, events, ((schema, array) capsules per column)) | None"},
+    {"columns", columns, METH_O, "columns(text) -> (rows, events, lenient events, ((schema, array) capsules per column)) | None"},
     {"trim", trim, METH_NOARGS, "trim() -> None: the C library's free memory given back to the system"},
     {NULL, NULL, 0, NULL}};
 

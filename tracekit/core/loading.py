@@ -288,7 +288,7 @@ def in_threads_here(path, threads: int) -> tuple[list, object, dict]:
 
 
 def piece_columns(text, target: None = None) -> tuple:
-    """The piece's `native_columns` (columns, events), or where there are none its
+    """The piece's `native_columns` (columns, counts), or where there are none its
     `piece_tables` (tables, facts)."""
     return native_columns(text) or piece_tables(text)
 
@@ -306,9 +306,10 @@ def _joined(results: list):
             continue
         wides, facts = [], fresh_facts()
         while results and isinstance(results[0][0], pl.DataFrame):
-            wide, events = results.pop(0)
+            wide, counts = results.pop(0)
             wides.append(wide)
-            facts["events"] += events
+            for name, n in counts.items():
+                facts[name] += n
         tables = columns_tables(pl.concat(wides, how="vertical"), facts)
         del wides, wide
         native.give_back_memory()
@@ -537,26 +538,28 @@ def _native_tables(chunk: bytes, facts: dict) -> dict[str, pl.DataFrame] | None:
     got = native_columns(chunk)
     if got is None:
         return None
-    facts["events"] += got[1]
+    for name, n in got[1].items():
+        facts[name] += n
     return columns_tables(got[0], facts)
 
 
-def native_columns(chunk: bytes) -> tuple[pl.DataFrame, int] | None:
-    """`native.complete_events` of the chunk, its `ts_exact` kept only where a timestamp is too
-    large for a float to hold its ns (as msgspec's path then reads every `ts` of the chunk as
-    text); or None where it does not read the text, where such a chunk has a `ts` it could not
-    read exactly (an exponent), or where a routed event's pid or tid is text (PyTorch 1.8–1.10's
-    `"stream 7"`)."""
+def native_columns(chunk: bytes) -> tuple[pl.DataFrame, dict] | None:
+    """(`native.complete_events`' columns of the chunk, its counts of events and lenient events
+    under their names in the facts), `ts_exact` kept only where msgspec's path reads every `ts`
+    of the chunk from its text: where a timestamp is too large for a float to hold its ns, or
+    where an event is lenient; or None where it does not read the text, where such a chunk has
+    a `ts` it could not read exactly (an exponent), or where a routed event's pid or tid is text
+    (PyTorch 1.8–1.10's `"stream 7"`)."""
     got = native.complete_events(chunk)
     if got is None:
         return None
-    wide = got[0]
+    wide, events, lenient = got
     biggest = wide["ts"].abs().max()
-    if biggest is None or biggest < EXACT_LIMIT_US:
+    if not lenient and (biggest is None or biggest < EXACT_LIMIT_US):
         wide = wide.with_columns(ts_exact=pl.lit(None, pl.Int64))
     elif wide["ts_exact"].null_count() > wide["ts"].null_count():
         return None
-    got = (wide, got[1])
+    got = (wide, {"events": events, "lenient_events": lenient})
     if wide["pid_text"].null_count() == wide.height and wide["tid_text"].null_count() == wide.height:
         return got  # (null counts are known without a pass over the rows)
     routed = wide.filter(pl.col("cat").is_in(list(ROUTE)))

@@ -30,8 +30,10 @@ def give_back_memory() -> None:
         _columns.trim()
 
 
-def complete_events(text) -> tuple[pl.DataFrame, int] | None:
-    """(the complete events' columns, how many events the text holds), or None. Columns: `cat`,
+def complete_events(text) -> tuple[pl.DataFrame, int, int] | None:
+    """(the complete events' columns, how many events the text holds, how many of them are
+    lenient: a field written in another type than the typed structs hold, read as the loader's
+    lenient decode reads it), or None. Columns: `cat`,
     `name` (text, "" when absent), `pid`/`tid` (int; `pid_text`/`tid_text` where given as
     text), `ts`/`dur` (float µs), `ts_exact` (int ns read from the text of `ts`, as
     `loading.exact_ns` reads it; null where it has an exponent), the `Args` fields under their struct names (int or text;
@@ -42,8 +44,8 @@ def complete_events(text) -> tuple[pl.DataFrame, int] | None:
     got = _columns.columns(text)
     if got is None:
         return None
-    rows, events, columns = got
-    return pl.concat([pl.DataFrame(_Exported(*pair)) for pair in columns], how="horizontal"), events
+    rows, events, lenient, columns = got
+    return pl.concat([pl.DataFrame(_Exported(*pair)) for pair in columns], how="horizontal"), events, lenient
 
 
 class _Exported:
