@@ -265,3 +265,26 @@ def test_a_tid_beyond_a_streams_digits_is_read_as_msgspec_reads_it(tmp_path, mon
         monkeypatch.setenv("TRACEKIT_NATIVE", flag)
         streams.append(loading.load_traces(path, cache=False)[0].gpu.sort("start")["stream"].to_list())
     assert streams == [[7, 9, None]] * 2
+
+
+REPEATED = {  # msgspec keeps a repeated key's last value: a repeated ts or args is the last one's
+    "a lenient event's ts twice": '{"ph":"X","cat":"cpu_op","name":"a","ts":5,"ts":1.5e0,"dur":1,"args":{"bytes":"1"}}',
+    "an epoch ts twice": '{"ph":"X","cat":"cpu_op","name":"a","ts":1700000000000000.5,"ts":1700000000000001e0,"dur":1}',
+    "a ts then null": '{"ph":"X","cat":"cpu_op","name":"b","ts":2,"dur":1},'
+                      '{"ph":"X","cat":"cpu_op","name":"a","ts":1.5,"ts":null,"dur":1,"args":{"bytes":"1"}}',
+    "args twice": '{"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,"ts":1,"dur":1,"args":{"bytes":1,"stream":3},"args":{}}',
+}
+
+
+@pytest.mark.parametrize("events", REPEATED.values(), ids=REPEATED.keys())
+def test_a_repeated_key_is_read_as_msgspec_reads_it(events, tmp_path, monkeypatch):
+    """Found by a review: the native decoder kept the first ts's exact ns, and the first args'
+    fields, where msgspec keeps the last."""
+    path = tmp_path / "trace.json"
+    path.write_text('{"traceEvents": [' + events + "]}")
+    loaded = []
+    for flag in ("1", "0"):
+        monkeypatch.setenv("TRACEKIT_NATIVE", flag)
+        trace = loading.load_traces(path, cache=False)[0]
+        loaded.append((trace.ops.rows(), trace.gpu.rows(), trace.origin_us, trace.facts))
+    assert loaded[0] == loaded[1]

@@ -81,7 +81,7 @@ static int reserve(Reader *r, Buf *b, size_t extra) {
 
 static int put(Reader *r, Buf *b, const char *s, size_t n) {
     if (reserve(r, b, n)) return -1;
-    memcpy(b->p + b->len, s, n);
+    if (n) memcpy(b->p + b->len, s, n);
     b->len += n;
     return 0;
 }
@@ -388,6 +388,7 @@ static void exact_ns(Reader *r, const char *p, const char *e) {
    exact ns, `exact_ns`). */
 static int float_field(Reader *r, int i) {
     ws(r);
+    if (i == F_TS) VALID(r, V_INT(I_TS_EXACT)) = 0; /* a repeated "ts": the last one's, as msgspec */
     if (r->p < r->end && *r->p == 'n') { VALID(r, V_FLT(i)) = 0; return literal(r, "null", 4); }
     int integral;
     const char *e = number_end(r, &integral);
@@ -497,6 +498,8 @@ static int key(Reader *r, const char **k, size_t *n) {
 #define IS(word) (n == sizeof(word) - 1 && !memcmp(k, word, n))
 
 static int args_object(Reader *r) {
+    for (int i = I_EXT; i <= I_RANK; i++) VALID(r, V_INT(i)) = 0; /* a repeated "args": the last one's */
+    for (int s = S_COLLECTIVE; s <= S_CONCRETE; s++) { r->str[s].len = r->str_start[s]; VALID(r, s) = 0; }
     if (expect(r, '{')) return -1;
     ws(r);
     if (r->p < r->end && *r->p == '}') { r->p++; return 0; }
