@@ -16,7 +16,7 @@
    It returns None, and the caller decodes the text with msgspec instead, wherever the text is
    not what this reads exactly so: malformed JSON, a field of another type than `kineto.Event`
    holds or of a form tracekit converts in Python (a `stream` as text other than a decimal
-   integer or a hex address, a `grid` as text, a list of ranks), an integer beyond int64, text
+   integer or a hex address, a list of ranks), an integer beyond int64, text
    that is not UTF-8. */
 
 #define PY_SSIZE_T_CLEAN
@@ -59,7 +59,7 @@ typedef struct {
     int64_t *ints[N_INT];
     double *floats[N_FLT];
     Py_ssize_t cap;          /* rows the numeric and flag columns have room for */
-    Buf scratch;             /* the current event's ph */
+    Buf scratch;             /* the current event's ph, or a grid's text */
     Py_ssize_t rows, events;
     Py_ssize_t lenient;      /* events with a field of another type than the typed structs hold */
     int odd;                 /* the current event has such a field */
@@ -458,12 +458,33 @@ static int raw_field(Reader *r, int s) {
     return 0;
 }
 
-/* list[int] | None as its "x"-joined text (grid, block: [24017, 1, 1] -> "24017x1x1"). */
+/* Text as `loading.dims` converts it into string column s: the characters [, ] and ' stripped
+   from both ends, each ", " made "x", "None" null (Inductor's `"grid": "grid(100,)"`). */
+static int dims_text(Reader *r, int s) {
+    Buf *b = &r->str[s];
+    r->scratch.len = 0;
+    if (string_into(r, &r->scratch)) return -1;
+    const char *p = r->scratch.p, *e = p + r->scratch.len;
+    while (p < e && (*p == '[' || *p == ']' || *p == '\'')) p++;
+    while (e > p && (e[-1] == '[' || e[-1] == ']' || e[-1] == '\'')) e--;
+    if (e - p == 4 && !memcmp(p, "None", 4)) { VALID(r, s) = 0; return 0; }
+    for (const char *q = p; q < e; q++) {
+        int pair = q + 1 < e && q[0] == ',' && q[1] == ' ';
+        if (put(r, b, pair ? "x" : q, 1)) return -1;
+        q += pair;
+    }
+    VALID(r, s) = 1;
+    return 0;
+}
+
+/* list[int] | str | None as its "x"-joined text (grid, block: [24017, 1, 1] -> "24017x1x1";
+   text: `dims_text`). */
 static int dims_field(Reader *r, int s) {
     ws(r);
     Buf *b = &r->str[s];
     b->len = r->str_start[s];
     if (r->p < r->end && *r->p == 'n') { VALID(r, s) = 0; return literal(r, "null", 4); }
+    if (r->p < r->end && *r->p == '"') return dims_text(r, s);
     if (expect(r, '[')) return -1;
     ws(r);
     if (r->p < r->end && *r->p == ']') { r->p++; VALID(r, s) = 1; return 0; }
