@@ -128,7 +128,7 @@ def test_every_field_is_what_msgspec_reads():
             lenient += 1
         got = native.complete_events(text)
         assert got is not None
-        table, count, odd_read = got
+        table, count, odd_read, *_ = got
         assert (count, odd_read) == (len(events), odd)
         complete = [e for e in events if e.ph == "X"]
         assert table.height == len(complete)
@@ -246,6 +246,9 @@ def test_epoch_timestamps_are_read_from_their_text_as_the_exact_decode_reads_the
     assert loading._native_tables(text, facts) is not None
     assert facts["exact_timestamps"] == sum(abs(int(float(t))) >= 2**43 for t in texts)
     assert loading.native_columns(b'[{"ph": "X", "ts": 1.7e15, "dur": 1}]') is None
+    for ts, kept in ((int(loading.EXACT_LIMIT_US) - 1, False), (int(loading.EXACT_LIMIT_US), True)):  # the C's limit is the loader's
+        wide, *_ = native.complete_events(f'[{{"ph": "X", "ts": {ts}, "dur": 1}}]'.encode())
+        assert wide["ts_exact"].to_list() == [ts * 1000 if kept else None]
     assert loading.native_columns(b'[{"ph": "X", "ts": 1.5e3, "dur": 1}]') is not None
     assert loading.native_columns(b'[{"ph": "X", "ts": 1.5e3, "dur": 1, "args": {"bytes": "1"}}]') is None  # lenient: ts as text
 

@@ -2,12 +2,13 @@
 
    `columns(text)` reads a JSON array of trace events (a chunk or piece as `loading._chunk_tables`
    gets it) and returns, for its complete ('X') events in order, the fields `kineto.Event` and
-   `kineto.Args` hold, as (rows, events, lenient events, columns): for each of the columns
-   STR_NAMES (text), INT_NAMES (int64; ts_exact, the ns of ts read from its text as
-   `loading.exact_ns` reads it) and FLT_NAMES (float64: ts and dur in microseconds, the nearest
-   double to the JSON number), null where an event has no such field, an Arrow struct array of
-   that one column, as the C data interface's two capsules (schema, array), which polars reads
-   without copying.
+   `kineto.Args` hold, as (rows, events, lenient events, inexact ts, text ids, columns): the
+   columns STR_NAMES (text), INT_NAMES (int64; ts_exact, the ns of ts read from its text as
+   `loading.exact_ns` reads it, where `keep_exact` keeps it) and FLT_NAMES (float64: ts and dur
+   in microseconds, the nearest double to the JSON number), null where an event has no such
+   field, as one Arrow struct array in the C data interface's two capsules (schema, array),
+   which polars reads without copying; inexact ts: the rows whose kept ts_exact could not be
+   read (an exponent); text ids: the rows with a pid or tid given as text.
 
    No Python object is made per event, and the interpreter is released while the text is read.
    The values are the typed decode's, converted as the loader converts them; an integer field
@@ -647,19 +648,28 @@ struct ArrowArray {
 };
 #define ARROW_FLAG_NULLABLE 2
 
-/* One exported column: a struct array of one child, so that polars frees each column when it
-   is done with it (it holds a child's memory through its root). Its memory and structs are
-   freed when the root and the child are released. */
+/* One exported column: a child of the chunk's struct array (`Root`), released on its own
+   when polars moves it out, so that polars frees each column when it is done with it. Its
+   memory and structs are freed when its array and its schema are released. */
 typedef struct {
     void *data;                /* the values (text: the bytes of its texts longer than 12) */
     uint8_t *views;            /* text: 16 bytes per row, Arrow's string view */
     int64_t data_size;         /* text: the one data buffer's size (the view's variadic size) */
     uint8_t *bitmap;           /* bit i of byte i / 8: row i has a value; NULL: every row has */
-    const void *buffers[4], *root_buffers[1];
-    struct ArrowArray child, *child_list[1];
-    struct ArrowSchema child_schema, *child_schema_list[1];
-    int refs;                  /* releases to come: root and child, of the array and the schema */
+    const void *buffers[4];
+    struct ArrowArray child;
+    struct ArrowSchema child_schema;
+    int refs;                  /* releases to come: of the array and of the schema */
 } Column;
+
+/* The chunk's struct array: every column a child, imported by polars in one call (one per
+   column held the interpreter once per column, and the decoding threads queued for it). */
+typedef struct {
+    const void *buffers[1];
+    struct ArrowArray *children[N_VALID];
+    struct ArrowSchema *schema_children[N_VALID];
+    int refs;                  /* releases to come: of the array and of the schema */
+} Root;
 
 static void unref(Column *c) {
     if (--c->refs) return;
@@ -667,6 +677,10 @@ static void unref(Column *c) {
     free(c->views);
     free(c->bitmap);
     free(c);
+}
+
+static void unref_root(Root *root) {
+    if (!--root->refs) free(root);
 }
 
 /* Arrow's string views of a string column's rows (each row's text ends at offsets[row + 1]),
@@ -696,19 +710,29 @@ static int64_t string_views(uint8_t **out, char *data, const int64_t *offsets, P
     return kept;
 }
 
-/* The release callbacks: a root releases its child unless polars moved the child out. */
+/* The release callbacks: the root releases the children that polars did not move out. */
+static void release_column(struct ArrowArray *a) {
+    a->release = NULL;
+    unref(a->private_data);
+}
+
+static void release_column_schema(struct ArrowSchema *s) {
+    s->release = NULL;
+    unref(s->private_data);
+}
+
 static void release_array(struct ArrowArray *a) {
     a->release = NULL;
     for (int64_t k = 0; k < a->n_children; k++)
         if (a->children[k]->release) a->children[k]->release(a->children[k]);
-    unref(a->private_data);
+    unref_root(a->private_data);
 }
 
 static void release_schema(struct ArrowSchema *s) {
     s->release = NULL;
     for (int64_t k = 0; k < s->n_children; k++)
         if (s->children[k]->release) s->children[k]->release(s->children[k]);
-    unref(s->private_data);
+    unref_root(s->private_data);
 }
 
 static void drop_schema(PyObject *capsule) {
@@ -792,32 +816,54 @@ static Column *column(Reader *r, int k) {
     c->buffers[1] = k < N_STR ? (const void *)c->views : c->data;
     c->buffers[2] = c->data;
     c->buffers[3] = &c->data_size;
-    c->child = (struct ArrowArray){rows, rows - count, 0, k < N_STR ? 4 : 2, 0, c->buffers, NULL, NULL, release_array, c};
-    c->child_list[0] = &c->child;
-    c->child_schema = (struct ArrowSchema){format, name_of(k), NULL, ARROW_FLAG_NULLABLE, 0, NULL, NULL, release_schema, c};
-    c->child_schema_list[0] = &c->child_schema;
-    c->refs = 4;
+    c->child = (struct ArrowArray){rows, rows - count, 0, k < N_STR ? 4 : 2, 0, c->buffers, NULL, NULL, release_column, c};
+    c->child_schema = (struct ArrowSchema){format, name_of(k), NULL, ARROW_FLAG_NULLABLE, 0, NULL, NULL,
+                                           release_column_schema, c};
+    c->refs = 2;
     return c;
 }
 
-/* Column k as (schema capsule, array capsule); NULL with an exception set. */
-static PyObject *capsules(Column *c, Py_ssize_t rows) {
+/* The columns as one struct array's (schema capsule, array capsule), the columns then owned by
+   it; NULL with an exception set (the columns freed). */
+static PyObject *capsules(Column **made, Py_ssize_t rows) {
+    Root *root = calloc(1, sizeof *root);
     struct ArrowSchema *schema = malloc(sizeof *schema);
     struct ArrowArray *array = malloc(sizeof *array);
-    if (!schema || !array) {
+    if (!root || !schema || !array) {
+        free(root);
         free(schema);
         free(array);
-        c->refs = 1;
-        unref(c);
+        for (int k = 0; k < N_VALID; k++) { made[k]->refs = 1; unref(made[k]); }
         return PyErr_NoMemory();
     }
-    *schema = (struct ArrowSchema){"+s", "", NULL, 0, 1, c->child_schema_list, NULL, release_schema, c};
-    *array = (struct ArrowArray){rows, 0, 0, 1, 1, c->root_buffers, c->child_list, NULL, release_array, c};
+    for (int k = 0; k < N_VALID; k++) {
+        root->children[k] = &made[k]->child;
+        root->schema_children[k] = &made[k]->child_schema;
+    }
+    root->refs = 2;
+    *schema = (struct ArrowSchema){"+s", "", NULL, 0, N_VALID, root->schema_children, NULL, release_schema, root};
+    *array = (struct ArrowArray){rows, 0, 0, 1, N_VALID, root->buffers, root->children, NULL, release_array, root};
     PyObject *s = PyCapsule_New(schema, "arrow_schema", drop_schema);
     if (!s) { schema->release(schema); free(schema); array->release(array); free(array); return NULL; }
     PyObject *a = PyCapsule_New(array, "arrow_array", drop_array);
     if (!a) { Py_DECREF(s); array->release(array); free(array); return NULL; }
     return Py_BuildValue("(NN)", s, a);
+}
+
+/* Where msgspec's path reads every ts of the chunk from its text (`loading.native_columns`):
+   a lenient event, or a ts of at least 2^43 µs (`loading.EXACT_LIMIT_US`), whose ns a double
+   cannot hold. Elsewhere ts_exact is left null. */
+static void keep_exact(Reader *r, Py_ssize_t *inexact) {
+    double biggest = 0;
+    for (Py_ssize_t row = 0; row < r->rows; row++)
+        if (r->valid[V_FLT(F_TS)][row] && fabs(r->floats[F_TS][row]) > biggest) biggest = fabs(r->floats[F_TS][row]);
+    *inexact = 0;
+    if (!r->lenient && biggest < 8796093022208.0) {
+        memset(r->valid[V_INT(I_TS_EXACT)], 0, (size_t)r->rows);
+        return;
+    }
+    for (Py_ssize_t row = 0; row < r->rows; row++)
+        *inexact += r->valid[V_FLT(F_TS)][row] && !r->valid[V_INT(I_TS_EXACT)][row];
 }
 
 static PyObject *columns(PyObject *Py_UNUSED(module), PyObject *arg) {
@@ -828,26 +874,29 @@ static PyObject *columns(PyObject *Py_UNUSED(module), PyObject *arg) {
     r.p = view.buf;
     r.end = r.p + view.len;
     int bad;
+    Py_ssize_t inexact = 0, text_ids = 0;
     Column *made[N_VALID] = {NULL};
     Py_BEGIN_ALLOW_THREADS /* the columns too are made without the interpreter: only their capsules need it */
     bad = array(&r) || room(&r); /* room: the columns exist even for no rows */
     for (int k = 0; !bad && k < N_STR; k++) /* a view's offset is an int32 */
         bad = r.str[k].len > INT32_MAX || !utf8((const unsigned char *)r.str[k].p, r.str[k].len);
+    if (!bad && !r.failed) {
+        keep_exact(&r, &inexact);
+        for (Py_ssize_t row = 0; row < r.rows; row++) text_ids += r.valid[S_PID][row] || r.valid[S_TID][row];
+    }
     for (int k = 0; !bad && !r.failed && k < N_VALID; k++)
         r.failed = !(made[k] = column(&r, k));
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
     free_reader(&r);
-    PyObject *all = r.failed || bad ? NULL : PyTuple_New(N_VALID);
-    for (int k = 0; k < N_VALID; k++) {
-        PyObject *pair = all && made[k] ? capsules(made[k], r.rows) : NULL; /* capsules frees it on failure */
-        if (pair) { PyTuple_SET_ITEM(all, k, pair); continue; }
-        if (all) Py_CLEAR(all);
-        else if (made[k]) { made[k]->refs = 1; unref(made[k]); }
+    if (r.failed || bad) {
+        for (int k = 0; k < N_VALID; k++)
+            if (made[k]) { made[k]->refs = 1; unref(made[k]); }
+        if (r.failed) return PyErr_NoMemory();
+        Py_RETURN_NONE;
     }
-    if (all) return Py_BuildValue("(nnnN)", r.rows, r.events, r.lenient, all);
-    if (r.failed || PyErr_Occurred()) return PyErr_Occurred() ? NULL : PyErr_NoMemory();
-    Py_RETURN_NONE;
+    PyObject *pair = capsules(made, r.rows);
+    return pair ? Py_BuildValue("(nnnnnN)", r.rows, r.events, r.lenient, inexact, text_ids, pair) : NULL;
 }
 
 static PyObject *names(const char **list, int n) {
@@ -872,7 +921,7 @@ static PyObject *trim(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(arg)) {
 }
 
 static PyMethodDef METHODS[] = {
-    {"columns", columns, METH_O, "columns(text) -> (rows, events, lenient events, ((schema, array) capsules per column)) | None"},
+    {"columns", columns, METH_O, "columns(text) -> (rows, events, lenient events, inexact ts, text ids, (schema, array) capsules) | None"},
     {"trim", trim, METH_NOARGS, "trim() -> None: the C library's free memory given back to the system"},
     {NULL, NULL, 0, NULL}};
 

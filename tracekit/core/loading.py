@@ -551,17 +551,12 @@ def native_columns(chunk: bytes) -> tuple[pl.DataFrame, dict] | None:
     a `ts` it could not read exactly (an exponent), or where a routed event's pid or tid is text
     (PyTorch 1.8–1.10's `"stream 7"`)."""
     got = native.complete_events(chunk)
-    if got is None:
+    if got is None or got[3]:
         return None
-    wide, events, lenient = got
-    biggest = wide["ts"].abs().max()
-    if not lenient and (biggest is None or biggest < EXACT_LIMIT_US):
-        wide = wide.with_columns(ts_exact=pl.lit(None, pl.Int64))
-    elif wide["ts_exact"].null_count() > wide["ts"].null_count():
-        return None
+    wide, events, lenient, _, text_ids = got
     got = (wide, {"events": events, "lenient_events": lenient})
-    if wide["pid_text"].null_count() == wide.height and wide["tid_text"].null_count() == wide.height:
-        return got  # (null counts are known without a pass over the rows)
+    if not text_ids:
+        return got
     routed = wide.filter(pl.col("cat").is_in(list(ROUTE)))
     if routed["pid_text"].null_count() < routed.height or routed["tid_text"].null_count() < routed.height:
         return None

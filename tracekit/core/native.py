@@ -30,13 +30,16 @@ def give_back_memory() -> None:
         _columns.trim()
 
 
-def complete_events(text) -> tuple[pl.DataFrame, int, int] | None:
+def complete_events(text) -> tuple[pl.DataFrame, int, int, int, int] | None:
     """(the complete events' columns, how many events the text holds, how many of them are
     lenient: a field written in another type than the typed structs hold, read as the loader's
-    lenient decode reads it), or None. Columns: `cat`,
+    lenient decode reads it, how many rows have a kept `ts_exact` it could not read, how many a
+    `pid` or `tid` given as text), or None. One polars call per text: the threads that decode
+    pieces take the interpreter once each to hand theirs over. Columns: `cat`,
     `name` (text, "" when absent), `pid`/`tid` (int; `pid_text`/`tid_text` where given as
     text), `ts`/`dur` (float µs), `ts_exact` (int ns read from the text of `ts`, as
-    `loading.exact_ns` reads it; null where it has an exponent), the `Args` fields under their struct names (int or text;
+    `loading.exact_ns` reads it, kept only where msgspec's path reads every `ts` of the text
+    that way: a lenient event, or a `ts` of at least `loading.EXACT_LIMIT_US`), the `Args` fields under their struct names (int or text;
     `grid`/`block` as "24017x1x1"; `input_dims`, `input_types`, `concrete_inputs` as raw JSON
     text); null where absent."""
     if not available():
@@ -44,8 +47,8 @@ def complete_events(text) -> tuple[pl.DataFrame, int, int] | None:
     got = _columns.columns(text)
     if got is None:
         return None
-    rows, events, lenient, columns = got
-    return pl.concat([pl.DataFrame(_Exported(*pair)) for pair in columns], how="horizontal"), events, lenient
+    rows, events, lenient, inexact, text_ids, pair = got
+    return pl.DataFrame(_Exported(*pair)), events, lenient, inexact, text_ids
 
 
 class _Exported:
