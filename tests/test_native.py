@@ -206,8 +206,8 @@ def test_the_loader_gives_what_the_msgspec_path_gives(path, monkeypatch):
     """Every table, the metadata and the facts (or the same error), the native decoder on and
     off; and it read some chunk of every trace that loads."""
     used = []
-    real = native.complete_events
-    monkeypatch.setattr(native, "complete_events", lambda text: used.append(r := real(text)) or r)
+    real = native.raw_columns
+    monkeypatch.setattr(native, "raw_columns", lambda text: used.append(r := real(text)) or r)
 
     def traces(flag):
         monkeypatch.setenv("TRACEKIT_NATIVE", flag)

@@ -6,7 +6,8 @@
    columns STR_NAMES (text), INT_NAMES (int64; ts_exact, the ns of ts read from its text as
    `loading.exact_ns` reads it, where `keep_exact` keeps it) and FLT_NAMES (float64: ts and dur
    in microseconds, the nearest double to the JSON number), null where an event has no such
-   field, as one Arrow struct array in the C data interface's two capsules (schema, array),
+   field, each column an Arrow struct array of that one column (so that polars frees each
+   column when it is done with it) in the C data interface's two capsules (schema, array),
    which polars reads without copying; inexact ts: the rows whose kept ts_exact could not be
    read (an exponent); text ids: the rows with a pid or tid given as text.
 
@@ -648,28 +649,19 @@ struct ArrowArray {
 };
 #define ARROW_FLAG_NULLABLE 2
 
-/* One exported column: a child of the chunk's struct array (`Root`), released on its own
-   when polars moves it out, so that polars frees each column when it is done with it. Its
-   memory and structs are freed when its array and its schema are released. */
+/* One exported column: a struct array of one child, so that polars frees each column when it
+   is done with it (it holds a child's memory through its root). Its memory and structs are
+   freed when the root and the child are released. */
 typedef struct {
     void *data;                /* the values (text: the bytes of its texts longer than 12) */
     uint8_t *views;            /* text: 16 bytes per row, Arrow's string view */
     int64_t data_size;         /* text: the one data buffer's size (the view's variadic size) */
     uint8_t *bitmap;           /* bit i of byte i / 8: row i has a value; NULL: every row has */
-    const void *buffers[4];
-    struct ArrowArray child;
-    struct ArrowSchema child_schema;
-    int refs;                  /* releases to come: of the array and of the schema */
+    const void *buffers[4], *root_buffers[1];
+    struct ArrowArray child, *child_list[1];
+    struct ArrowSchema child_schema, *child_schema_list[1];
+    int refs;                  /* releases to come: root and child, of the array and the schema */
 } Column;
-
-/* The chunk's struct array: every column a child, imported by polars in one call (one per
-   column held the interpreter once per column, and the decoding threads queued for it). */
-typedef struct {
-    const void *buffers[1];
-    struct ArrowArray *children[N_VALID];
-    struct ArrowSchema *schema_children[N_VALID];
-    int refs;                  /* releases to come: of the array and of the schema */
-} Root;
 
 static void unref(Column *c) {
     if (--c->refs) return;
@@ -677,10 +669,6 @@ static void unref(Column *c) {
     free(c->views);
     free(c->bitmap);
     free(c);
-}
-
-static void unref_root(Root *root) {
-    if (!--root->refs) free(root);
 }
 
 /* Arrow's string views of a string column's rows (each row's text ends at offsets[row + 1]),
@@ -710,29 +698,19 @@ static int64_t string_views(uint8_t **out, char *data, const int64_t *offsets, P
     return kept;
 }
 
-/* The release callbacks: the root releases the children that polars did not move out. */
-static void release_column(struct ArrowArray *a) {
-    a->release = NULL;
-    unref(a->private_data);
-}
-
-static void release_column_schema(struct ArrowSchema *s) {
-    s->release = NULL;
-    unref(s->private_data);
-}
-
+/* The release callbacks: a root releases its child unless polars moved the child out. */
 static void release_array(struct ArrowArray *a) {
     a->release = NULL;
     for (int64_t k = 0; k < a->n_children; k++)
         if (a->children[k]->release) a->children[k]->release(a->children[k]);
-    unref_root(a->private_data);
+    unref(a->private_data);
 }
 
 static void release_schema(struct ArrowSchema *s) {
     s->release = NULL;
     for (int64_t k = 0; k < s->n_children; k++)
         if (s->children[k]->release) s->children[k]->release(s->children[k]);
-    unref_root(s->private_data);
+    unref(s->private_data);
 }
 
 static void drop_schema(PyObject *capsule) {
@@ -816,33 +794,27 @@ static Column *column(Reader *r, int k) {
     c->buffers[1] = k < N_STR ? (const void *)c->views : c->data;
     c->buffers[2] = c->data;
     c->buffers[3] = &c->data_size;
-    c->child = (struct ArrowArray){rows, rows - count, 0, k < N_STR ? 4 : 2, 0, c->buffers, NULL, NULL, release_column, c};
-    c->child_schema = (struct ArrowSchema){format, name_of(k), NULL, ARROW_FLAG_NULLABLE, 0, NULL, NULL,
-                                           release_column_schema, c};
-    c->refs = 2;
+    c->child = (struct ArrowArray){rows, rows - count, 0, k < N_STR ? 4 : 2, 0, c->buffers, NULL, NULL, release_array, c};
+    c->child_list[0] = &c->child;
+    c->child_schema = (struct ArrowSchema){format, name_of(k), NULL, ARROW_FLAG_NULLABLE, 0, NULL, NULL, release_schema, c};
+    c->child_schema_list[0] = &c->child_schema;
+    c->refs = 4;
     return c;
 }
 
-/* The columns as one struct array's (schema capsule, array capsule), the columns then owned by
-   it; NULL with an exception set (the columns freed). */
-static PyObject *capsules(Column **made, Py_ssize_t rows) {
-    Root *root = calloc(1, sizeof *root);
+/* Column k as (schema capsule, array capsule); NULL with an exception set. */
+static PyObject *capsules(Column *c, Py_ssize_t rows) {
     struct ArrowSchema *schema = malloc(sizeof *schema);
     struct ArrowArray *array = malloc(sizeof *array);
-    if (!root || !schema || !array) {
-        free(root);
+    if (!schema || !array) {
         free(schema);
         free(array);
-        for (int k = 0; k < N_VALID; k++) { made[k]->refs = 1; unref(made[k]); }
+        c->refs = 1;
+        unref(c);
         return PyErr_NoMemory();
     }
-    for (int k = 0; k < N_VALID; k++) {
-        root->children[k] = &made[k]->child;
-        root->schema_children[k] = &made[k]->child_schema;
-    }
-    root->refs = 2;
-    *schema = (struct ArrowSchema){"+s", "", NULL, 0, N_VALID, root->schema_children, NULL, release_schema, root};
-    *array = (struct ArrowArray){rows, 0, 0, 1, N_VALID, root->buffers, root->children, NULL, release_array, root};
+    *schema = (struct ArrowSchema){"+s", "", NULL, 0, 1, c->child_schema_list, NULL, release_schema, c};
+    *array = (struct ArrowArray){rows, 0, 0, 1, 1, c->root_buffers, c->child_list, NULL, release_array, c};
     PyObject *s = PyCapsule_New(schema, "arrow_schema", drop_schema);
     if (!s) { schema->release(schema); free(schema); array->release(array); free(array); return NULL; }
     PyObject *a = PyCapsule_New(array, "arrow_array", drop_array);
@@ -895,8 +867,14 @@ static PyObject *columns(PyObject *Py_UNUSED(module), PyObject *arg) {
         if (r.failed) return PyErr_NoMemory();
         Py_RETURN_NONE;
     }
-    PyObject *pair = capsules(made, r.rows);
-    return pair ? Py_BuildValue("(nnnnnN)", r.rows, r.events, r.lenient, inexact, text_ids, pair) : NULL;
+    PyObject *all = PyTuple_New(N_VALID);
+    for (int k = 0; k < N_VALID; k++) {
+        PyObject *pair = all ? capsules(made[k], r.rows) : NULL; /* capsules frees it on failure */
+        if (pair) { PyTuple_SET_ITEM(all, k, pair); continue; }
+        if (all) Py_CLEAR(all);
+        else { made[k]->refs = 1; unref(made[k]); }
+    }
+    return all ? Py_BuildValue("(nnnnnN)", r.rows, r.events, r.lenient, inexact, text_ids, all) : NULL;
 }
 
 static PyObject *names(const char **list, int n) {
@@ -921,7 +899,7 @@ static PyObject *trim(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(arg)) {
 }
 
 static PyMethodDef METHODS[] = {
-    {"columns", columns, METH_O, "columns(text) -> (rows, events, lenient events, inexact ts, text ids, (schema, array) capsules) | None"},
+    {"columns", columns, METH_O, "columns(text) -> (rows, events, lenient events, inexact ts, text ids, ((schema, array) capsules per column)) | None"},
     {"trim", trim, METH_NOARGS, "trim() -> None: the C library's free memory given back to the system"},
     {NULL, NULL, 0, NULL}};
 

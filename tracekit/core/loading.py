@@ -282,15 +282,24 @@ def in_threads_here(path, threads: int) -> tuple[list, object, dict]:
     its piece's columns over (on the 16-core host the decode took 0.3 s longer)."""
     from . import split
 
-    results, metadata = split.threaded(str(path), piece_columns, threads)
+    results, metadata = split.threaded(str(path), piece_columns, threads, then=imported)
     threading.Thread(target=importlib.import_module, args=("numpy",)).start()
     return _pieces_facts(path, list(_joined(results)), metadata)
 
 
 def piece_columns(text, target: None = None) -> tuple:
-    """The piece's `native_columns` (columns, counts), or where there are none its
-    `piece_tables` (tables, facts)."""
-    return native_columns(text) or piece_tables(text)
+    """The piece's `native.raw_columns` (made polars columns by `imported`, in the thread that
+    waits for the pieces) where it needs no check in polars, else its `native_columns`
+    (columns, counts), or where there are none its `piece_tables` (tables, facts)."""
+    raw = native.raw_columns(text)
+    if raw is not None and not raw.inexact and not raw.text_ids:
+        return raw
+    return checked_columns(raw) or piece_tables(text)
+
+
+def imported(result: tuple) -> tuple:
+    """`piece_columns`' result, raw columns made `native_columns`' (columns, counts)."""
+    return checked_columns(result) if isinstance(result, native.Raw) else result
 
 
 def _joined(results: list):
@@ -550,10 +559,14 @@ def native_columns(chunk: bytes) -> tuple[pl.DataFrame, dict] | None:
     where an event is lenient; or None where it does not read the text, where such a chunk has
     a `ts` it could not read exactly (an exponent), or where a routed event's pid or tid is text
     (PyTorch 1.8–1.10's `"stream 7"`)."""
-    got = native.complete_events(chunk)
-    if got is None or got[3]:
+    return checked_columns(native.raw_columns(chunk))
+
+
+def checked_columns(raw: native.Raw | None) -> tuple[pl.DataFrame, dict] | None:
+    """`native_columns` from `native.raw_columns`' result."""
+    if raw is None or raw.inexact:
         return None
-    wide, events, lenient, _, text_ids = got
+    wide, events, lenient, _, text_ids = native.frame(raw)
     got = (wide, {"events": events, "lenient_events": lenient})
     if not text_ids:
         return got

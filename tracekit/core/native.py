@@ -10,6 +10,7 @@ loader then decodes it with msgspec. `TRACEKIT_NATIVE=0` turns it off.
 from __future__ import annotations
 
 import os
+from typing import NamedTuple
 
 import polars as pl
 
@@ -31,24 +32,46 @@ def give_back_memory() -> None:
 
 
 def complete_events(text) -> tuple[pl.DataFrame, int, int, int, int] | None:
-    """(the complete events' columns, how many events the text holds, how many of them are
-    lenient: a field written in another type than the typed structs hold, read as the loader's
-    lenient decode reads it, how many rows have a kept `ts_exact` it could not read, how many a
-    `pid` or `tid` given as text), or None. One polars call per text: the threads that decode
-    pieces take the interpreter once each to hand theirs over. Columns: `cat`,
-    `name` (text, "" when absent), `pid`/`tid` (int; `pid_text`/`tid_text` where given as
-    text), `ts`/`dur` (float µs), `ts_exact` (int ns read from the text of `ts`, as
-    `loading.exact_ns` reads it, kept only where msgspec's path reads every `ts` of the text
-    that way: a lenient event, or a `ts` of at least `loading.EXACT_LIMIT_US`), the `Args` fields under their struct names (int or text;
-    `grid`/`block` as "24017x1x1"; `input_dims`, `input_types`, `concrete_inputs` as raw JSON
-    text); null where absent."""
+    """`frame(raw_columns(text))`, or None."""
+    raw = raw_columns(text)
+    return None if raw is None else frame(raw)
+
+
+class Raw(NamedTuple):
+    """The C decoder's result for a text (`frame` says what each holds)."""
+
+    rows: int
+    events: int
+    lenient: int
+    inexact: int
+    text_ids: int
+    columns: tuple
+
+
+def raw_columns(text) -> Raw | None:
+    """The C decoder's result for the text, or None (see the module's docstring): no polars
+    call, so that the threads that decode pieces hold the interpreter little (a thread that
+    imported its 34 columns took it 35 times, and 16 threads queued for it)."""
     if not available():
         return None
     got = _columns.columns(text)
-    if got is None:
-        return None
-    rows, events, lenient, inexact, text_ids, pair = got
-    return pl.DataFrame(_Exported(*pair)), events, lenient, inexact, text_ids
+    return None if got is None else Raw(*got)
+
+
+def frame(raw: Raw) -> tuple[pl.DataFrame, int, int, int, int]:
+    """(the complete events' columns, how many events the text holds, how many of them are
+    lenient: a field written in another type than the typed structs hold, read as the loader's
+    lenient decode reads it, how many rows have a kept `ts_exact` it could not read, how many a
+    `pid` or `tid` given as text) from `raw_columns`' result. Columns: `cat`, `name` (text, ""
+    when absent), `pid`/`tid` (int; `pid_text`/`tid_text` where given as text), `ts`/`dur`
+    (float µs), `ts_exact` (int ns read from the text of `ts`, as `loading.exact_ns` reads it,
+    kept only where msgspec's path reads every `ts` of the text that way: a lenient event, or
+    a `ts` of at least `loading.EXACT_LIMIT_US`), the `Args` fields under their struct names
+    (int or text; `grid`/`block` as "24017x1x1"; `input_dims`, `input_types`,
+    `concrete_inputs` as raw JSON text); null where absent."""
+    rows, events, lenient, inexact, text_ids, columns = raw
+    wide = pl.concat([pl.DataFrame(_Exported(*pair)) for pair in columns], how="horizontal")
+    return wide, events, lenient, inexact, text_ids
 
 
 class _Exported:

@@ -303,18 +303,19 @@ def _decoded(location: str, fn, workers: int, unpack, ctx) -> tuple[list, bytes]
     return [out[i] for i in range(total + 1)], metadata
 
 
-def threaded(location: str, fn, threads: int) -> tuple[list, bytes]:
-    """([fn(piece text, None) for each piece, in file order], the top level without the events)
-    of a local trace file, the pieces decoded by `threads` threads of this process: for an `fn`
-    that releases the interpreter while it works (the native decoder), threads share the cores
-    without a process's start, memory or files."""
+def threaded(location: str, fn, threads: int, then=lambda result: result) -> tuple[list, bytes]:
+    """([then(fn(piece text, None)) for each piece, in file order], the top level without the
+    events) of a local trace file, the pieces decoded by `threads` threads of this process and
+    `then` done by this thread as each piece is done: for an `fn` that releases the interpreter
+    while it works (the native decoder), threads share the cores without a process's start,
+    memory or files."""
     with tempfile.TemporaryDirectory(prefix="tracekit-", ignore_cleanup_errors=True) as folder:
         text = plain_text(location, folder)
         ranges, last, metadata = pieces(text, threads)
         try:
             with ThreadPoolExecutor(threads) as pool:
-                out = list(pool.map(lambda where: fn(piece_text(text, where), None), ranges))
-                out.append(fn(last, None))
+                out = [then(result) for result in pool.map(lambda where: fn(piece_text(text, where), None), ranges)]
+                out.append(then(fn(last, None)))
         except Exception as e:  # as a worker's failed piece: the caller decodes the file in one process
             raise Failed(f"{type(e).__name__}: {e}") from None
     return out, metadata
