@@ -542,7 +542,7 @@ def _note_categories(table: pl.DataFrame, facts: dict) -> None:
 
 
 def _native_tables(chunk: bytes, facts: dict) -> dict[str, pl.DataFrame] | None:
-    """`_chunk_tables` from the native decoder's columns (`native.complete_events`), or None
+    """`_chunk_tables` from the native decoder's columns (`native_columns`), or None
     where `native_columns` gives none: msgspec's path then decodes the chunk."""
     got = native_columns(chunk)
     if got is None:
@@ -553,10 +553,10 @@ def _native_tables(chunk: bytes, facts: dict) -> dict[str, pl.DataFrame] | None:
 
 
 def native_columns(chunk: bytes) -> tuple[pl.DataFrame, dict] | None:
-    """(`native.complete_events`' columns of the chunk, its counts of events and lenient events
-    under their names in the facts), `ts_exact` kept only where msgspec's path reads every `ts`
-    of the chunk from its text: where a timestamp is too large for a float to hold its ns, or
-    where an event is lenient; or None where it does not read the text, where such a chunk has
+    """(the native decoder's columns of the chunk (`native.frame`), its counts of events and
+    lenient events under their names in the facts), `ts_exact` kept (by the C) only where
+    msgspec's path reads every `ts` of the chunk from its text: where a timestamp is too large
+    for a float to hold its ns, or where an event is lenient; or None where it does not read the text, where such a chunk has
     a `ts` it could not read exactly (an exponent), or where a routed event's pid or tid is text
     (PyTorch 1.8–1.10's `"stream 7"`)."""
     return checked_columns(native.raw_columns(chunk))
