@@ -232,7 +232,7 @@ def test_epoch_timestamps_are_read_from_their_text_as_the_exact_decode_reads_the
     """Timestamps ≥ 2^43 µs (epoch microseconds), whose ns a float cannot hold: the native
     decoder reads each from its text, as `loading.exact_ns` (msgspec's path) reads it —
     0 to 7 decimals, negative, at int64's end — where one with an exponent leaves the chunk to
-    msgspec's path."""
+    msgspec's path; a smaller one beside them is read from its double, as everywhere."""
     rng = random.Random(7)
     texts = ["1700000000000000.123", "-1700000000000000.1235", "1700000000000000.0005", "9223372036854774.9999",
              "-9223372036854774", "1700000000000000", "-0", "0.00049"]
@@ -240,7 +240,8 @@ def test_epoch_timestamps_are_read_from_their_text_as_the_exact_decode_reads_the
               for _ in range(2000)]
     events = ",".join(f'{{"ph": "X", "cat": "cpu_op", "name": "a", "ts": {t}, "dur": 1}}' for t in texts)
     wide, *_ = native.complete_events(f"[{events}]".encode())
-    assert wide["ts_exact"].to_list() == loading.exact_ns(pl.Series(texts)).to_list()
+    exact = loading.exact_ns(pl.Series(texts)).to_list()
+    assert wide["ts_exact"].to_list() == [ns if abs(float(t)) >= 2 ** 43 else None for t, ns in zip(texts, exact)]
     text = f"[{events}]".encode()
     facts = loading.fresh_facts()
     assert loading._native_tables(text, facts) is not None
@@ -250,7 +251,7 @@ def test_epoch_timestamps_are_read_from_their_text_as_the_exact_decode_reads_the
         wide, *_ = native.complete_events(f'[{{"ph": "X", "ts": {ts}, "dur": 1}}]'.encode())
         assert wide["ts_exact"].to_list() == [ts * 1000 if kept else None]
     assert loading.native_columns(b'[{"ph": "X", "ts": 1.5e3, "dur": 1}]') is not None
-    assert loading.native_columns(b'[{"ph": "X", "ts": 1.5e3, "dur": 1, "args": {"bytes": "1"}}]') is None  # lenient: ts as text
+    assert loading.native_columns(b'[{"ph": "X", "ts": 1.5e3, "dur": 1, "args": {"bytes": "1"}}]') is not None  # a lenient chunk too
 
 
 def test_a_tid_beyond_a_streams_digits_is_read_as_msgspec_reads_it(tmp_path, monkeypatch):
@@ -291,3 +292,18 @@ def test_a_repeated_key_is_read_as_msgspec_reads_it(events, tmp_path, monkeypatc
         trace = loading.load_traces(path, cache=False)[0]
         loaded.append((trace.ops.rows(), trace.gpu.rows(), trace.origin_us, trace.facts))
     assert loaded[0] == loaded[1]
+
+
+def test_an_infinite_timestamp_is_dropped_and_counted_not_a_traceback(tmp_path, monkeypatch):
+    """`1e999` is a JSON number no double holds: it was a polars error (a traceback, exit 1) on
+    every path; now the event is dropped as one without a numeric ts (or dur), decoder on and off."""
+    events = [{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": "INF", "dur": 1},
+              {"ph": "X", "cat": "cpu_op", "name": "b", "pid": 1, "tid": 1, "ts": 5, "dur": "INF"},
+              {"ph": "X", "cat": "cpu_op", "name": "c", "pid": 1, "tid": 1, "ts": 7, "dur": 1}]
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps({"traceEvents": events}).replace('"INF"', "1e999"))
+    for flag in ("1", "0"):
+        monkeypatch.setenv("TRACEKIT_NATIVE", flag)
+        trace = loading.load_traces(path, cache=False)[0]
+        assert trace.ops["name"].to_list() == ["c"]
+        assert dict(trace.facts["dropped"]) == {"events without a numeric ts": 1, "events without a numeric dur": 1}

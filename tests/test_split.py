@@ -7,8 +7,10 @@ worker process."""
 import gzip
 import json
 import threading
+from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
+import polars as pl
 import pytest
 from conftest import DATA
 from synth import doc, launched, op, step
@@ -137,6 +139,30 @@ def test_the_old_spelling_of_external_id_is_read_however_the_file_is_cut(tmp_pat
     (trace,) = serial
     assert trace.calls.sort("start")["ext_id"].to_list() == [*range(1000, 1300), 5]
     assert trace.facts["schema"] == "kineto 2021 (PyTorch 1.8-1.10)"
+
+
+def test_a_timestamps_ns_do_not_depend_on_how_the_file_was_cut(tmp_path, monkeypatch):
+    """Found by a review: a lenient event (roctracer's `"bytes": "1"`) made its chunk's every
+    ts read from the text, and one large negative ts moved the rounding base of the rows
+    decoded with it, so that threads, processes and one process, cutting the file apart
+    differently, gave ns 1 apart. Each ts is now read alone: from its double below 2^43 µs
+    (the double's value × 1000, rounded: Python's Decimal is the oracle), from its text above."""
+    texts = ["100.0005", "-4398046511104", "2.0005", "7.1235", "1712195495519689.047", "3"] * 60
+    events = [{"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 1, "ts": f"T{i}", "dur": 1,
+               "args": {"bytes": "1"} if i % 97 == 0 else {}} for i in range(len(texts))]
+    text = kineto(events).decode()
+    for i, ts in sorted(enumerate(texts), reverse=True):  # op10 before op1
+        text = text.replace(f'"T{i}"', ts)
+    path = tmp_path / "t.json"
+    path.write_text(text)
+    serial, _ = loaded(path, None, monkeypatch)
+    for way in ("threads", "processes"):
+        assert_same(*loaded(path, way, monkeypatch), serial)
+    (trace,) = serial
+    ns = dict(trace.ops.select("name", pl.col("start") + trace.origin_us * 1000).iter_rows())
+    for i, ts in enumerate(texts):
+        value = Decimal(ts) if abs(float(ts)) >= 2 ** 43 else Decimal(float(ts))
+        assert ns[f"op{i}"] == int((value * 1000).to_integral_value(ROUND_HALF_UP)), ts
 
 
 def test_a_compact_file_is_not_split(tmp_path):

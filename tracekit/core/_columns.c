@@ -822,20 +822,18 @@ static PyObject *capsules(Column *c, Py_ssize_t rows) {
     return Py_BuildValue("(NN)", s, a);
 }
 
-/* Where msgspec's path reads every ts of the chunk from its text (`loading.native_columns`):
-   a lenient event, or a ts of at least 2^43 µs (`loading.EXACT_LIMIT_US`), whose ns a double
-   cannot hold. Elsewhere ts_exact is left null. */
+/* ts_exact kept only where a ts is at least 2^43 µs (`loading.EXACT_LIMIT_US`), whose ns a
+   double cannot hold (below it the loader takes the ns from the double, `loading.float_ns`),
+   row by row as the loader reads a ts (`loading.text_ns`); inexact: the rows there whose ts
+   it could not read from the text (an exponent). */
 static void keep_exact(Reader *r, Py_ssize_t *inexact) {
-    double biggest = 0;
-    for (Py_ssize_t row = 0; row < r->rows; row++)
-        if (r->valid[V_FLT(F_TS)][row] && fabs(r->floats[F_TS][row]) > biggest) biggest = fabs(r->floats[F_TS][row]);
     *inexact = 0;
-    if (!r->lenient && biggest < 8796093022208.0) {
-        memset(r->valid[V_INT(I_TS_EXACT)], 0, (size_t)r->rows);
-        return;
+    for (Py_ssize_t row = 0; row < r->rows; row++) {
+        if (!r->valid[V_FLT(F_TS)][row] || fabs(r->floats[F_TS][row]) < 8796093022208.0)
+            r->valid[V_INT(I_TS_EXACT)][row] = 0;
+        else
+            *inexact += !r->valid[V_INT(I_TS_EXACT)][row];
     }
-    for (Py_ssize_t row = 0; row < r->rows; row++)
-        *inexact += r->valid[V_FLT(F_TS)][row] && !r->valid[V_INT(I_TS_EXACT)][row];
 }
 
 static PyObject *columns(PyObject *Py_UNUSED(module), PyObject *arg) {

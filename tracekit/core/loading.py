@@ -9,7 +9,6 @@ read leniently), never dropped silently: `tracekit lint` reports it.
 from __future__ import annotations
 
 import importlib
-import math
 import os
 import re
 import threading
@@ -554,11 +553,10 @@ def _native_tables(chunk: bytes, facts: dict) -> dict[str, pl.DataFrame] | None:
 
 def native_columns(chunk: bytes) -> tuple[pl.DataFrame, dict] | None:
     """(the native decoder's columns of the chunk (`native.frame`), its counts of events and
-    lenient events under their names in the facts), `ts_exact` kept (by the C) only where
-    msgspec's path reads every `ts` of the chunk from its text: where a timestamp is too large
-    for a float to hold its ns, or where an event is lenient; or None where it does not read the text, where such a chunk has
-    a `ts` it could not read exactly (an exponent), or where a routed event's pid or tid is text
-    (PyTorch 1.8–1.10's `"stream 7"`)."""
+    lenient events under their names in the facts), `ts_exact` kept (by the C) only where a
+    timestamp is too large for a float to hold its ns (`text_ns`); or None where it does not
+    read the text, where such a timestamp has a form it could not read exactly (an exponent),
+    or where a routed event's pid or tid is text (PyTorch 1.8–1.10's `"stream 7"`)."""
     return checked_columns(native.raw_columns(chunk))
 
 
@@ -582,7 +580,7 @@ def columns_tables(wide: pl.DataFrame, facts: dict) -> dict[str, pl.DataFrame]:
     exact = wide["ts_exact"]
     floats = wide["ts"] if exact.null_count() == exact.len() else wide.select(pl.when(exact.is_null()).then("ts"))["ts"]
     table = _usable(wide.select(pl.exclude("ts", "ts_exact", "dur"), ts_ns=exact.fill_null(float_ns(floats)),
-                                dur_ns=(pl.col("dur") * 1000).round().cast(pl.Int64)), facts)
+                                dur_ns=(pl.col("dur") * 1000).round().cast(pl.Int64, strict=False)), facts)
     _note_categories(table, facts)
     ext_id = pl.col("external_id").fill_null(pl.col("external_id_2021"))
     routed = table.lazy().with_columns(route=pl.col("cat").replace_strict(ROUTE, default="none"),
@@ -624,14 +622,14 @@ def _event_table(events: list, loose: bool, facts: dict) -> pl.DataFrame | None:
     microseconds): the chunk is then decoded with timestamps as text.""" 
     ts, dur = values("ts", events), values("dur", events)
     if loose:
-        ts_ns = exact_ns(strings(ts))
-        dur_ns = (strings(dur).cast(pl.Float64, strict=False) * 1000).round().cast(pl.Int64)
+        ts_ns = text_ns(strings(ts))
+        dur_ns = (strings(dur).cast(pl.Float64, strict=False) * 1000).round().cast(pl.Int64, strict=False)
     else:
         ts_us = pl.Series(ts, dtype=pl.Float64)
         if (ts_us.abs() >= EXACT_LIMIT_US).any():
             return None
         ts_ns = float_ns(ts_us)
-        dur_ns = (pl.Series(dur, dtype=pl.Float64) * 1000).round().cast(pl.Int64)
+        dur_ns = (pl.Series(dur, dtype=pl.Float64) * 1000).round().cast(pl.Int64, strict=False)
     return _usable(pl.DataFrame({
         "idx": pl.int_range(len(events), dtype=pl.Int64, eager=True),
         "cat": strings(values("cat", events)),
@@ -657,12 +655,20 @@ def _usable(table: pl.DataFrame, facts: dict) -> pl.DataFrame:
 
 
 def float_ns(ts_us: pl.Series) -> pl.Series:
-    """Absolute integer ns from float µs, exact below `EXACT_LIMIT_US`: subtracting a whole
-    µs near the values first keeps the product small enough to round exactly."""
-    if ts_us.len() == 0 or ts_us.null_count() == ts_us.len():
-        return ts_us.cast(pl.Int64)
-    base = float(math.floor(ts_us.min()))
-    return ((ts_us - base) * 1000).round().cast(pl.Int64) + int(base) * 1000
+    """Absolute integer ns from float µs, exact below `EXACT_LIMIT_US`: each value's whole µs
+    apart from its fraction (both exact in a double), the fraction's product with 1000 rounded.
+    Row by row, so that a row's ns do not depend on the rows decoded with it (how the file was
+    cut)."""
+    whole = ts_us.floor()
+    return ((ts_us - whole) * 1000).round().cast(pl.Int64, strict=False) + whole.cast(pl.Int64, strict=False) * 1000
+
+
+def text_ns(text: pl.Series) -> pl.Series:
+    """Absolute integer ns from the text of µs timestamps, row by row as the typed decode's
+    floats give them: `float_ns` below `EXACT_LIMIT_US`, `exact_ns` (from the text) at or past
+    it, where a double cannot hold the ns."""
+    us = text.cast(pl.Float64, strict=False)
+    return pl.select(pl.when(us.abs() >= EXACT_LIMIT_US).then(exact_ns(text)).otherwise(float_ns(us))).to_series()
 
 
 def exact_ns(text: pl.Series) -> pl.Series:
@@ -674,7 +680,7 @@ def exact_ns(text: pl.Series) -> pl.Series:
     tenths = frac.fill_null("").str.pad_end(4, "0").str.slice(0, 4).cast(pl.Int64)
     ns = whole.cast(pl.Int64) * 1000 + (tenths + 5) // 10
     ns = pl.select(pl.when(sign == "-").then(-ns).otherwise(ns)).to_series()
-    fallback = (text.cast(pl.Float64, strict=False) * 1000).round().cast(pl.Int64)
+    fallback = (text.cast(pl.Float64, strict=False) * 1000).round().cast(pl.Int64, strict=False)
     return ns.fill_null(fallback).rename("ts_ns")
 
 

@@ -65,8 +65,7 @@ def frame(raw: Raw) -> tuple[pl.DataFrame, int, int, int, int]:
     `pid` or `tid` given as text) from `raw_columns`' result. Columns: `cat`, `name` (text, ""
     when absent), `pid`/`tid` (int; `pid_text`/`tid_text` where given as text), `ts`/`dur`
     (float µs), `ts_exact` (int ns read from the text of `ts`, as `loading.exact_ns` reads it,
-    kept only where msgspec's path reads every `ts` of the text that way: a lenient event, or
-    a `ts` of at least `loading.EXACT_LIMIT_US`), the `Args` fields under their struct names
+    kept only where `ts` is at least `loading.EXACT_LIMIT_US`), the `Args` fields under their struct names
     (int or text; `grid`/`block` as "24017x1x1"; `input_dims`, `input_types`,
     `concrete_inputs` as raw JSON text); null where absent."""
     rows, events, lenient, inexact, text_ids, columns = raw
