@@ -289,21 +289,14 @@ static int integer(Reader *r, int64_t *out) {
 /* A JSON string at r->p holding an integer as its canonical decimal text ("7", "-5"; not "07",
    "-0", "+5", "7.0"), which the loader's `ints` reads as that int64; -1: any other text. */
 static int text_integer(Reader *r, int64_t *out) {
-    const char *p = r->p + 1, *e = p;
-    while (e < r->end && *e != '"') e++;
-    if (r->p >= r->end || *r->p != '"' || e >= r->end || e == p) return -1;
-    int negative = *p == '-';
-    const char *digits = p + negative;
-    if (digits == e || (*digits == '0' && (e - digits > 1 || negative))) return -1;
-    uint64_t v = 0;
-    for (const char *q = digits; q < e; q++) {
-        unsigned d = (unsigned)(*q - '0');
-        if (d > 9 || v > (UINT64_MAX - d) / 10) return -1;
-        v = v * 10 + d;
+    const char *start = r->p;
+    if (r->p >= r->end || *r->p != '"') return -1;
+    r->p++; /* a JSON integer (`integer`: no leading zero, sign or point) closed by the quote */
+    if (integer(r, out) || r->p >= r->end || *r->p != '"' || (*out == 0 && start[1] == '-')) {
+        r->p = start;
+        return -1;
     }
-    if (negative ? v > (uint64_t)INT64_MAX + 1 : v > (uint64_t)INT64_MAX) return -1;
-    *out = negative ? (int64_t)(0 - v) : (int64_t)v;
-    r->p = e + 1;
+    r->p++;
     return 0;
 }
 
