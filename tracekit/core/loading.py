@@ -564,9 +564,9 @@ def checked_columns(raw: native.Raw | None) -> tuple[pl.DataFrame, dict] | None:
     """`native_columns` from `native.raw_columns`' result."""
     if raw is None or raw.inexact:
         return None
-    wide, events, lenient, _, text_ids = native.frame(raw)
-    got = (wide, {"events": events, "lenient_events": lenient})
-    if not text_ids:
+    wide = native.frame(raw)
+    got = (wide, {"events": raw.events, "lenient_events": raw.lenient})
+    if not raw.text_ids:
         return got
     routed = wide.filter(pl.col("cat").is_in(list(ROUTE)))
     if routed["pid_text"].null_count() < routed.height or routed["tid_text"].null_count() < routed.height:
@@ -577,9 +577,7 @@ def checked_columns(raw: native.Raw | None) -> tuple[pl.DataFrame, dict] | None:
 def columns_tables(wide: pl.DataFrame, facts: dict) -> dict[str, pl.DataFrame]:
     """`_chunk_tables` from `native_columns` (of one chunk, or of several in file order): each
     table made of only the columns it holds, the four at once (`pl.collect_all`)."""
-    exact = wide["ts_exact"]
-    floats = wide["ts"] if exact.null_count() == exact.len() else wide.select(pl.when(exact.is_null()).then("ts"))["ts"]
-    table = _usable(wide.select(pl.exclude("ts", "ts_exact", "dur"), ts_ns=exact.fill_null(float_ns(floats)),
+    table = _usable(wide.select(pl.exclude("ts", "ts_exact", "dur"), ts_ns=wide["ts_exact"].fill_null(float_ns(wide["ts"])),
                                 dur_ns=(pl.col("dur") * 1000).round().cast(pl.Int64, strict=False)), facts)
     _note_categories(table, facts)
     ext_id = pl.col("external_id").fill_null(pl.col("external_id_2021"))

@@ -32,13 +32,16 @@ def give_back_memory() -> None:
 
 
 def complete_events(text) -> tuple[pl.DataFrame, int, int, int, int] | None:
-    """`frame(raw_columns(text))`, or None."""
+    """(`frame`, events, lenient, inexact, text_ids: `Raw`'s counts) of the text, or None."""
     raw = raw_columns(text)
-    return None if raw is None else frame(raw)
+    return None if raw is None else (frame(raw), raw.events, raw.lenient, raw.inexact, raw.text_ids)
 
 
 class Raw(NamedTuple):
-    """The C decoder's result for a text (`frame` says what each holds)."""
+    """The C decoder's result for a text: how many complete events (rows) and events it holds,
+    how many of them are lenient (a field written in another type than the typed structs hold,
+    read as the loader's lenient decode reads it), how many rows have a kept `ts_exact` it
+    could not read, how many a `pid` or `tid` given as text; the columns' capsules (`frame`)."""
 
     rows: int
     events: int
@@ -58,19 +61,14 @@ def raw_columns(text) -> Raw | None:
     return None if got is None else Raw(*got)
 
 
-def frame(raw: Raw) -> tuple[pl.DataFrame, int, int, int, int]:
-    """(the complete events' columns, how many events the text holds, how many of them are
-    lenient: a field written in another type than the typed structs hold, read as the loader's
-    lenient decode reads it, how many rows have a kept `ts_exact` it could not read, how many a
-    `pid` or `tid` given as text) from `raw_columns`' result. Columns: `cat`, `name` (text, ""
+def frame(raw: Raw) -> pl.DataFrame:
+    """The complete events' columns of `raw_columns`' result. Columns: `cat`, `name` (text, ""
     when absent), `pid`/`tid` (int; `pid_text`/`tid_text` where given as text), `ts`/`dur`
     (float µs), `ts_exact` (int ns read from the text of `ts`, as `loading.exact_ns` reads it,
     kept only where `ts` is at least `loading.EXACT_LIMIT_US`), the `Args` fields under their struct names
     (int or text; `grid`/`block` as "24017x1x1"; `input_dims`, `input_types`,
     `concrete_inputs` as raw JSON text); null where absent."""
-    rows, events, lenient, inexact, text_ids, columns = raw
-    wide = pl.concat([pl.DataFrame(_Exported(*pair)) for pair in columns], how="horizontal")
-    return wide, events, lenient, inexact, text_ids
+    return pl.concat([pl.DataFrame(_Exported(*pair)) for pair in raw.columns], how="horizontal")
 
 
 class _Exported:

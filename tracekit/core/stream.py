@@ -111,12 +111,7 @@ class EventStream:
             if eof and buf.rfind(separator) == -1:
                 break
         piece, self.metadata = last_events(head, bytes(buf[1:]))
-        if held is None:
-            yield piece
-        elif piece[1:-1].strip(WHITESPACE):
-            yield held[:-1] + b"," + piece[1:]
-        else:
-            yield held
+        yield piece if held is None else held[:-1] + b"," + piece[1:]  # the last events: never none
 
 
 def nonspace(text: bytes, start: int) -> int:
