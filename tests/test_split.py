@@ -65,9 +65,16 @@ def test_the_traces_here_are_many_and_one_event_per_line():
 
 @pytest.mark.parametrize("path", TRACES, ids=where)
 def test_parallel_equals_one_process(path, monkeypatch):
+    cut_three_ways(path, monkeypatch)
+
+
+def cut_three_ways(path, monkeypatch):
+    """`path` decoded in one process (its traces, or the error's text), after checking that
+    threads and processes give the same."""
     serial, _ = loaded(path, None, monkeypatch)
     for way in ("threads", "processes"):
         assert_same(*loaded(path, way, monkeypatch), serial)
+    return serial
 
 
 def assert_same(parallel, forced: bool, serial) -> None:
@@ -113,9 +120,7 @@ def test_text_that_is_not_utf8_is_replaced_and_counted_however_the_file_is_cut(t
         text = text.replace(f'"k{i}\ufffd"'.encode(), f'"k{i}\xff"'.encode("latin-1"))
     path = tmp_path / "t.json"
     path.write_bytes(text)
-    serial, _ = loaded(path, None, monkeypatch)
-    for way in ("threads", "processes"):
-        assert_same(*loaded(path, way, monkeypatch), serial)
+    serial = cut_three_ways(path, monkeypatch)
     (trace,) = serial
     assert trace.facts["replaced_text"] == 60
     assert trace.gpu["name"].str.ends_with("\ufffd").all()
@@ -133,9 +138,7 @@ def test_the_old_spelling_of_external_id_is_read_however_the_file_is_cut(tmp_pat
                    "dur": 1, "args": {"correlation": 9999, "external id": 5}})
     path = tmp_path / "t.json"
     path.write_bytes(kineto(events))
-    serial, _ = loaded(path, None, monkeypatch)
-    for way in ("threads", "processes"):
-        assert_same(*loaded(path, way, monkeypatch), serial)
+    serial = cut_three_ways(path, monkeypatch)
     (trace,) = serial
     assert trace.calls.sort("start")["ext_id"].to_list() == [*range(1000, 1300), 5]
     assert trace.facts["schema"] == "kineto 2021 (PyTorch 1.8-1.10)"
@@ -155,9 +158,7 @@ def test_a_timestamps_ns_do_not_depend_on_how_the_file_was_cut(tmp_path, monkeyp
         text = text.replace(f'"T{i}"', ts)
     path = tmp_path / "t.json"
     path.write_text(text)
-    serial, _ = loaded(path, None, monkeypatch)
-    for way in ("threads", "processes"):
-        assert_same(*loaded(path, way, monkeypatch), serial)
+    serial = cut_three_ways(path, monkeypatch)
     (trace,) = serial
     ns = dict(trace.ops.select("name", pl.col("start") + trace.origin_us * 1000).iter_rows())
     for i, ts in enumerate(texts):
