@@ -26,22 +26,6 @@ from tracekit.core.errors import UsageError
 AGGS = ("median", "mean", "p90", "min", "max")
 
 
-def parse_steps(text: str) -> str | list[int]:
-    """`all`, or step numbers: `3`, `3,5`, `3-7` (inclusive) and mixes of them."""
-    if text == "all":
-        return "all"
-    steps = []
-    try:
-        for part in text.split(","):
-            lo, _, hi = part.strip().partition("-")
-            if int(hi or lo) < int(lo):
-                raise UsageError(f"--steps {text!r}: a range N-M needs N ≤ M")
-            steps += list(range(int(lo), int(hi or lo) + 1))
-    except ValueError:
-        raise UsageError(f"--steps {text!r}: use all, N, N,M or N-M") from None
-    return steps
-
-
 def selected(frame: pl.DataFrame, steps, source: str = "the trace") -> pl.DataFrame:
     """The rows of `steps` (rows of step null — whole-trace scope — always stay); a step that
     `source` does not have is a UsageError naming the steps it has."""

@@ -1,32 +1,36 @@
-"""The --workers default: processes only for traces that are not in the cache; what a worker
-and the command set for the threads of the libraries they load."""
+"""The --workers default: processes only for traces that are not in the cache; a verb's workers
+begun before it imports polars; what a worker and the command set for the threads of the
+libraries they load."""
 
+import json
 import os
+import subprocess
+import sys
 
 from conftest import DATA
 
-from tracekit.core import cache, files, runs
+from tracekit.core import cache, executor, files, jobs
 
 FILES = [str(DATA / "h200x2-blocks4" / "fsdp2" / f"rank{r}.pt.trace.json.gz") for r in (0, 1)]
 
 
 def test_one_worker_per_share_of_uncached_bytes_none_when_cached(tmp_path, monkeypatch):
     monkeypatch.setattr(cache, "folder", lambda: tmp_path)
-    monkeypatch.setattr(runs, "cores", lambda: 8)
+    monkeypatch.setattr(jobs, "cores", lambda: 8)
     size = files.identity(FILES[0])["size"]
-    monkeypatch.setattr(runs, "PARALLEL_BYTES", size)
-    assert runs.default_workers(FILES, (), None) == 2  # two files, two shares: one each
-    monkeypatch.setattr(runs, "PARALLEL_BYTES", 10 * size)
-    assert runs.default_workers(FILES, (), None) == 1  # too little to pay for a process
-    monkeypatch.setattr(runs, "PARALLEL_BYTES", 1)
-    monkeypatch.setattr(runs, "cores", lambda: 1)
-    assert runs.default_workers(FILES, (), None) == 1  # at most one per core
-    monkeypatch.setattr(runs, "cores", lambda: 8)
+    monkeypatch.setattr(jobs, "PARALLEL_BYTES", size)
+    assert jobs.default_workers(FILES, (), None) == 2  # two files, two shares: one each
+    monkeypatch.setattr(jobs, "PARALLEL_BYTES", 10 * size)
+    assert jobs.default_workers(FILES, (), None) == 1  # too little to pay for a process
+    monkeypatch.setattr(jobs, "PARALLEL_BYTES", 1)
+    monkeypatch.setattr(jobs, "cores", lambda: 1)
+    assert jobs.default_workers(FILES, (), None) == 1  # at most one per core
+    monkeypatch.setattr(jobs, "cores", lambda: 8)
     entry = tmp_path / cache.key(files.identity(FILES[0]), ())
     entry.mkdir()
     (entry / "trace.json").write_text("{}")
-    assert runs.default_workers(FILES, (), None) == 1  # one file left to decode
-    assert runs.default_workers(FILES, (), False) == 2  # --no-cache: both
+    assert jobs.default_workers(FILES, (), None) == 1  # one file left to decode
+    assert jobs.default_workers(FILES, (), False) == 2  # --no-cache: both
 
 
 def test_numpys_blas_threads_are_one_unless_a_model_runs_or_the_user_chose(monkeypatch):
@@ -49,3 +53,67 @@ def test_numpys_blas_threads_are_one_unless_a_model_runs_or_the_user_chose(monke
     monkeypatch.delenv("OPENBLAS_NUM_THREADS")
     share_cores(3)
     assert os.environ["OPENBLAS_NUM_THREADS"] == "3"
+
+
+def test_a_bad_TRACEKIT_WORKERS_is_one_line(monkeypatch):
+    import pytest
+
+    from tracekit.core.errors import UsageError
+
+    monkeypatch.setenv("TRACEKIT_WORKERS", "many")
+    with pytest.raises(UsageError, match="TRACEKIT_WORKERS=many: a number of processes"):
+        jobs.processes(FILES, None, (), None)
+    monkeypatch.setenv("TRACEKIT_WORKERS", "3")
+    assert jobs.processes(FILES, None, (), None) == 2  # at most one per file
+    assert jobs.processes(FILES, 1, (), None) == 1  # --workers wins
+
+
+WATCHED = """
+import json, sys
+from tracekit.core import executor
+seen = {"begun": [], "pools": 0}
+begin, new_pool = executor.begin, executor.new_pool
+def watched_begin(n, modules):
+    seen["begun"].append([n, "polars" in sys.modules])
+    begin(n, modules)
+def counted_pool(n):
+    seen["pools"] += 1
+    return new_pool(n)
+if __name__ == "__main__":  # the workers are spawned: they import this script again
+    executor.begin, executor.new_pool = watched_begin, counted_pool
+    from tracekit.front.cli import main
+    try:
+        main(sys.argv[1:])
+    except SystemExit:
+        print(json.dumps(seen), file=sys.stderr)
+        raise
+"""
+
+
+def test_a_verb_begins_its_workers_before_it_imports_polars_and_gives_them_the_work(tmp_path):
+    """`summary --workers 2` over two ranks: the two worker processes are started (one pool)
+    while polars is not yet imported in the command, and the pool started then is the one
+    that reads the traces (no second pool); the answer is the one the command gives in one
+    process."""
+    run = DATA / "h200x2-blocks4" / "fsdp2"
+    env = {**os.environ, "TRACEKIT_NO_CACHE": "1"}
+    script = tmp_path / "watched.py"
+    script.write_text(WATCHED)
+    two = subprocess.run([sys.executable, str(script), "summary", "--format", "json", "--workers", "2", str(run)],
+                         capture_output=True, text=True, env=env, timeout=120, cwd=tmp_path)
+    assert two.returncode == 0, two.stderr
+    seen = json.loads(two.stderr.strip().splitlines()[-1])
+    assert seen == {"begun": [[2, False]], "pools": 1}
+    one = subprocess.run([sys.executable, str(script), "summary", "--format", "json", "--workers", "1", str(run)],
+                         capture_output=True, text=True, env=env, timeout=120, cwd=tmp_path)
+    assert json.loads(one.stderr.strip().splitlines()[-1]) == {"begun": [], "pools": 0}
+    assert json.loads(two.stdout) == json.loads(one.stdout)
+
+
+def test_workers_begun_for_no_work_are_stopped():
+    executor.begin(2)
+    pool = executor._begun[2]
+    workers = list(pool._processes.values())
+    assert len(workers) == 2
+    executor.end_unused()
+    assert executor._begun == {} and not any(w.is_alive() for w in workers)

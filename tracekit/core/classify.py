@@ -10,12 +10,10 @@ docs/trace-model.md shows the table.
 
 from __future__ import annotations
 
-import re
 from typing import NamedTuple
 
 import polars as pl
 
-from .errors import UsageError
 from .names import collective_kind
 
 
@@ -43,16 +41,6 @@ RULES = (
 )
 
 ACTIVITY_KINDS = {"gpu_memcpy": "memcpy", "gpu_memset": "memset"}
-
-
-def check_patterns(patterns) -> tuple[str, ...]:
-    """User comm-kernel patterns, each a valid regex (else one line naming it)."""
-    for pattern in patterns:
-        try:
-            re.compile(pattern)
-        except re.error as e:
-            raise UsageError(f"--comm-kernel {pattern!r} is not a regular expression: {e}") from None
-    return tuple(patterns)
 
 
 def classified(gpu: pl.DataFrame, comm_kernels: tuple[str, ...] = ()) -> pl.DataFrame:

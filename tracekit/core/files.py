@@ -6,6 +6,7 @@ faster than zlib."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from .errors import TraceError
@@ -83,6 +84,46 @@ def subdirectories(location) -> list[str]:
         return sorted(f"{protocol}://{e['name'].split('://', 1)[-1]}" for e in fs.ls(path, detail=True)
                       if e["type"] == "directory")
     return sorted(str(p) for p in Path(location).iterdir() if p.is_dir())
+
+
+# `<worker>.<ms>.pt.trace.json`: one of a worker's profiling cycles, the time stamp its own
+CYCLE_NAME = re.compile(r"^(?P<worker>.+)\.(?P<stamp>\d{10,})\.pt\.trace\.json(\.gz)?$")
+
+
+def cycle_index(paths: list[str], cycle: str, where) -> int:
+    """The index into `paths` (a rank's cycles' files, in time order) that `cycle` names; a
+    number out of range is an error listing the cycles there are."""
+    if cycle == "last":
+        return len(paths) - 1
+    if cycle == "first":
+        return 0
+    n = int(cycle)
+    if not 1 <= n <= len(paths):
+        there = "is 1 profiling cycle" if len(paths) == 1 else f"are {len(paths)} profiling cycles"
+        listed = ", ".join(f"{i} {name(p)}" for i, p in enumerate(paths, 1))
+        raise TraceError(where, f"--cycle {n}: there {there} ({listed})")
+    return n - 1
+
+
+def cycles_by_name(found: list[str], cycle: str) -> tuple[list[str], dict[str, list[str]]]:
+    """The files to load, one cycle per worker where names carry the cycle's time stamp, and
+    each chosen file of a worker with several → all of them, in time order."""
+    by_worker: dict[str, list[tuple[int, str]]] = {}
+    plain = []
+    for f in found:
+        m = CYCLE_NAME.match(name(f))
+        if m:
+            by_worker.setdefault(m["worker"], []).append((int(m["stamp"]), f))
+        else:
+            plain.append(f)
+    chosen, others = list(plain), {}
+    for worker, cycles in by_worker.items():
+        cycles.sort()
+        i = cycle_index([f for _, f in cycles], cycle, cycles[0][1].rsplit("/", 1)[0])
+        chosen.append(cycles[i][1])
+        if len(cycles) > 1:
+            others[cycles[i][1]] = [f for _, f in cycles]
+    return sorted(chosen), others
 
 
 VERSION_FIELDS = ("ETag", "Last-Modified", "LastModified", "Content-MD5", "Digest", "mtime", "created",

@@ -35,7 +35,6 @@ from .words import listed
 
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 # tensorboard_trace_handler names each profiling cycle `<worker>.<epoch ms>.pt.trace.json[.gz]`.
-_CYCLE_NAME = re.compile(r"^(?P<worker>.+)\.(?P<stamp>\d{10,})\.pt\.trace\.json(\.gz)?$")
 EXACT_LIMIT_US = 2.0 ** 43  # below this a float64 µs timestamp still rounds to the exact ns
 
 
@@ -65,7 +64,7 @@ def load_run(path, *, comm_kernels: tuple[str, ...] = (), cycle: str = "last", c
     several files of one rank) gives the one `cycle` names — `last`, `first`, or the N-th in
     time order (1-based, as TensorBoard numbers them); `facts["cycles"]`: each such used file →
     every cycle of its rank, in time order."""
-    chosen, others = cycles_by_name(files.trace_files(path), cycle)
+    chosen, others = files.cycles_by_name(files.trace_files(path), cycle)
     traces, skipped = [], []
     for file in chosen:
         try:
@@ -80,42 +79,6 @@ def load_run(path, *, comm_kernels: tuple[str, ...] = (), cycle: str = "last", c
                facts={"directory": True, "skipped": skipped, "cycles": others})
 
 
-def _pick(paths: list[str], cycle: str, where) -> int:
-    """The index into `paths` (a rank's cycles' files, in time order) that `cycle` names; a
-    number out of range is an error listing the cycles there are."""
-    if cycle == "last":
-        return len(paths) - 1
-    if cycle == "first":
-        return 0
-    n = int(cycle)
-    if not 1 <= n <= len(paths):
-        there = "is 1 profiling cycle" if len(paths) == 1 else f"are {len(paths)} profiling cycles"
-        listed = ", ".join(f"{i} {files.name(p)}" for i, p in enumerate(paths, 1))
-        raise TraceError(where, f"--cycle {n}: there {there} ({listed})")
-    return n - 1
-
-
-def cycles_by_name(found: list[str], cycle: str) -> tuple[list[str], dict[str, list[str]]]:
-    """The files to load, one cycle per worker where names carry the cycle's time stamp, and
-    each chosen file of a worker with several → all of them, in time order."""
-    by_worker: dict[str, list[tuple[int, str]]] = {}
-    plain = []
-    for f in found:
-        m = _CYCLE_NAME.match(files.name(f))
-        if m:
-            by_worker.setdefault(m["worker"], []).append((int(m["stamp"]), f))
-        else:
-            plain.append(f)
-    chosen, others = list(plain), {}
-    for worker, cycles in by_worker.items():
-        cycles.sort()
-        i = _pick([f for _, f in cycles], cycle, cycles[0][1].rsplit("/", 1)[0])
-        chosen.append(cycles[i][1])
-        if len(cycles) > 1:
-            others[cycles[i][1]] = [f for _, f in cycles]
-    return sorted(chosen), others
-
-
 def cycles_by_rank(traces: list, cycle: str) -> tuple[list, dict[str, list[str]]]:
     """One trace per rank (anything with path, rank, meta, origin_us, step_numbers): several of
     one rank are profiling cycles of one process, in order of their first event, when each
@@ -128,13 +91,13 @@ def cycles_by_rank(traces: list, cycle: str) -> tuple[list, dict[str, list[str]]
     kept, others = [], {}
     for rank, group in by_rank.items():
         group.sort(key=lambda t: (t.meta["base_time_ns"] or 0, t.origin_us, t.path))
-        if len(group) == 1 and _CYCLE_NAME.match(files.name(group[0].path)):
-            kept.append(group[0])  # its cycle was chosen by its name already (`cycles_by_name`)
+        if len(group) == 1 and files.CYCLE_NAME.match(files.name(group[0].path)):
+            kept.append(group[0])  # its cycle was chosen by its name already (`files.cycles_by_name`)
             continue
         if not successive(group):
             kept.extend(group)
             continue
-        i = _pick([t.path for t in group], cycle, group[0].path.rsplit("/", 1)[0])
+        i = files.cycle_index([t.path for t in group], cycle, group[0].path.rsplit("/", 1)[0])
         kept.append(group[i])
         if len(group) > 1:
             others[group[i].path] = [t.path for t in group]

@@ -6,16 +6,14 @@ several ranks (collective matching, diffs, lint across ranks) is done here on th
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from functools import partial
 
-import os
-
-from . import cache as trace_cache
-from . import files
 from .errors import TraceError
-from .executor import cores, executor
-from .loading import NotATrace, cycles_by_name, cycles_by_rank, load_traces
+from .executor import executor
+from .jobs import planned, processes
+from .loading import NotATrace, cycles_by_rank, load_traces
 from .model import Trace
 
 
@@ -63,46 +61,16 @@ def analysed(file: str, task, comm_kernels: tuple[str, ...], cache: bool | None)
     return [Analysed(TraceInfo.of(trace), task(trace)) for trace in traces]
 
 
-# Bytes of traces not yet in the cache that pay for starting one more worker process: on 2 cores,
-# 2 ranks of 7.7 MB take 0.46 s in one process and 0.70 s in two, 4 of 39 MB 1.46 s and 1.18 s;
-# cached traces, 0.38 s and 0.66 s (benchmarks/README.md, "Start-up").
-PARALLEL_BYTES = 64 * 2**20
-
-
-def default_workers(jobs: list[str], comm_kernels: tuple[str, ...], cache: bool | None) -> int:
-    """Processes for `jobs` when the user chose none: one per PARALLEL_BYTES of trace files
-    not in the cache, at most one per such file and per core (a cached trace loads in less
-    time than a worker takes to start)."""
-    use = trace_cache.enabled() if cache is None else cache
-    sizes = []
-    for job in jobs:
-        identity = files.identity(job)
-        if not (use and (trace_cache.folder() / trace_cache.key(identity, comm_kernels) / "trace.json").exists()):
-            sizes.append(identity.get("size") or 0)
-    return max(1, min(cores(), len(sizes), sum(sizes) // PARALLEL_BYTES))
-
-
 def analyse(paths, task, *, comm_kernels: tuple[str, ...] = (), cycle: str = "last", cache: bool | None = None,
             workers: int | None = None, scheduler: str | None = None) -> list[RunResult]:
     """`task(trace)` for every trace under `paths` (files, directories or URLs), one run per
     directory that holds traces (`files.runs_in`: a profile output's variants, folders of traces
     at mixed depths; a folder of JSON that is not a trace, beside them, is passed over),
     profiling cycles chosen as `loading.load_run` does."""
-    plans, found_in = [], {}
-    for location in paths:
-        for path in files.runs_in(location):
-            found_in[str(path)] = str(location)
-            if files.is_dir(path):
-                chosen, others = cycles_by_name(files.trace_files(path), cycle)
-                plans.append((str(path), chosen, {"directory": True, "cycles": others}))
-            else:
-                if cycle.isdigit() and cycle != "1":
-                    raise TraceError(path, f"--cycle {cycle}: a trace file holds one profiling cycle "
-                                           "(a directory of a rank's cycles offers several)")
-                plans.append((str(path), [str(path)], {}))
+    plans, found_in = planned(paths, cycle)
     jobs = [f for _, chosen, _ in plans for f in chosen]
-    if workers is None and not (scheduler or os.environ.get("TRACEKIT_SCHEDULER") or os.environ.get("TRACEKIT_WORKERS")):
-        workers = default_workers(jobs, comm_kernels, cache)
+    if not (scheduler or os.environ.get("TRACEKIT_SCHEDULER")):
+        workers = processes(jobs, workers, comm_kernels, cache)
     work = partial(analysed, task=task, comm_kernels=comm_kernels, cache=cache)
     done = dict(zip(jobs, executor(workers, scheduler, len(jobs)).map(work, jobs)))
     runs = []

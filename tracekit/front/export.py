@@ -245,10 +245,10 @@ def write_atomically(path, write) -> None:
 def export_traces(paths: list, out, options: dict, rank: int | None = None) -> tuple[int, dict[str, list[str]]]:
     """Every trace file under `paths` (or `rank`'s only), one process per rank, loaded one at a
     time, of a worker with several profiling cycles the one `options["cycle"]` names (as
-    `loading.cycles_by_name` chooses); nothing is written when no trace is of `rank`. (The
+    `files.cycles_by_name` chooses); nothing is written when no trace is of `rank`. (The
     traces written, each written cycle's file → every cycle of its worker.)"""
-    from tracekit.core.files import runs_in, trace_files
-    from tracekit.core.loading import NotATrace, cycles_by_name, load_traces
+    from tracekit.core.files import cycles_by_name, runs_in, trace_files
+    from tracekit.core.loading import NotATrace, load_traces
 
     written, others, chosen = 0, {}, []
     for run in (run for p in paths for run in runs_in(p)):

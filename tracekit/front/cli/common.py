@@ -4,6 +4,7 @@ and the helpers that load, analyse and print."""
 from __future__ import annotations
 
 import functools
+import os
 import re
 import sys
 from pathlib import Path
@@ -242,10 +243,20 @@ def table_layout(function):
                              "json/csv/md always have every column (md: times in ms, long text elided).")(with_layout)
 
 
-def steps_choice(ctx, param, value: str):
-    from tracekit.analyses.aggregate import parse_steps
-
-    return parse_steps(value)
+def steps_choice(ctx, param, value: str) -> str | list[int]:
+    """`all`, or step numbers: `3`, `3,5`, `3-7` (inclusive) and mixes of them."""
+    if value == "all":
+        return "all"
+    steps = []
+    try:
+        for part in value.split(","):
+            lo, _, hi = part.strip().partition("-")
+            if int(hi or lo) < int(lo):
+                raise UsageError(f"--steps {value!r}: a range N-M needs N ≤ M")
+            steps += list(range(int(lo), int(hi or lo) + 1))
+    except ValueError:
+        raise UsageError(f"--steps {value!r}: use all, N, N,M or N-M") from None
+    return steps
 
 
 steps_option = click.option("--steps", default="all", show_default=True, callback=steps_choice,
@@ -267,9 +278,13 @@ def cycle_choice(ctx, param, value: str) -> str:
 
 
 def comm_patterns(ctx, param, value) -> tuple[str, ...]:
-    from tracekit.core.classify import check_patterns
-
-    return check_patterns(value)
+    """User comm-kernel patterns, each a valid regex (else one line naming it)."""
+    for pattern in value:
+        try:
+            re.compile(pattern)
+        except re.error as e:
+            raise UsageError(f"--comm-kernel {pattern!r} is not a regular expression: {e}") from None
+    return tuple(value)
 
 
 def load_options(function):
@@ -301,9 +316,38 @@ def load_options(function):
 
 def verb(function):
     """A per-rank, per-step report command: PATHS, --steps, --agg, --rank, --format, load options."""
-    for decorate in (load_options, table_layout, format_option, rank_option, agg_option, steps_option, paths_argument):
+    for decorate in (load_options, table_layout, format_option, rank_option, agg_option, steps_option, paths_argument,
+                     workers_begun):
         function = decorate(function)
     return main.command()(function)
+
+
+# What a worker imports before its first trace: the loader, lint and the verbs' tasks (`analysed_runs`).
+WORKER_MODULES = ("tracekit.core.runs", "tracekit.analyses.lint", "tracekit.front.cli.common")
+
+
+def workers_begun(function):
+    """The verb, run with the worker processes its traces need (`jobs.processes`, as
+    `runs.analyse` decides) begun first: on click's parsed options, before the verb imports
+    polars and its analyses, so that the workers' imports overlap the command's own."""
+    @functools.wraps(function)
+    def begun(*args, **kwargs):
+        from tracekit.core import executor, jobs
+        from tracekit.core.files import is_url
+
+        paths = once(kwargs["paths"])  # none: the bundled sample, one small trace; a URL: listed once, later
+        if paths and not any(is_url(p) for p in paths) and not (kwargs["scheduler"] or os.environ.get("TRACEKIT_SCHEDULER")):
+            plans, _ = jobs.planned(paths, kwargs["cycle"])
+            n = jobs.processes([f for _, chosen, _ in plans for f in chosen], kwargs["workers"],
+                               kwargs["comm_kernels"], False if kwargs["no_cache"] else None)
+            if n > 1:
+                executor.begin(n, WORKER_MODULES)
+        try:
+            return function(*args, **kwargs)
+        finally:
+            executor.end_unused()
+
+    return begun
 
 
 def per_step(paths, rank, options, analysis, steps, agg):
