@@ -55,17 +55,17 @@ def test_numpys_blas_threads_are_one_unless_a_model_runs_or_the_user_chose(monke
     assert os.environ["OPENBLAS_NUM_THREADS"] == "3"
 
 
-def test_a_bad_TRACEKIT_WORKERS_is_one_line(monkeypatch):
-    import pytest
-
-    from tracekit.core.errors import UsageError
-
-    monkeypatch.setenv("TRACEKIT_WORKERS", "many")
-    with pytest.raises(UsageError, match="TRACEKIT_WORKERS=many: a number of processes"):
-        jobs.processes(FILES, None, (), None)
+def test_a_bad_TRACEKIT_WORKERS_is_one_line_and_exit_2(tmp_path, monkeypatch):
+    """Not a whole number of 1 or more (`²` is a digit to Python but no number): one line on
+    stderr, exit 2; a number is at most one process per file, and --workers wins."""
+    for bad in ("many", "0", "-1", "²"):
+        out = subprocess.run([sys.executable, "-m", "tracekit", "summary", FILES[0]], capture_output=True, text=True,
+                             env={**os.environ, "TRACEKIT_WORKERS": bad, "TRACEKIT_NO_CACHE": "1"}, cwd=tmp_path)
+        assert (out.returncode, out.stdout) == (2, ""), bad
+        assert out.stderr == f"tracekit: TRACEKIT_WORKERS={bad}: a number of processes, 1 or more\n"
     monkeypatch.setenv("TRACEKIT_WORKERS", "3")
-    assert jobs.processes(FILES, None, (), None) == 2  # at most one per file
-    assert jobs.processes(FILES, 1, (), None) == 1  # --workers wins
+    assert jobs.processes(FILES, None, (), None) == 2
+    assert jobs.processes(FILES, 1, (), None) == 1
 
 
 WATCHED = """

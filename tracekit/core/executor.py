@@ -2,10 +2,12 @@
 
 `executor(workers, scheduler)` gives an object whose `map(fn, items)` returns `[fn(item)]` in
 order (once: a cluster's connection is closed after it); when one item fails, the work not
-yet done is cancelled (worker processes ended, cluster futures cancelled) and the error raised. A scheduler address (`--scheduler tcp://HOST:PORT`, or `TRACEKIT_SCHEDULER`) sends the
-work to that Dask cluster (`distributed.Client`, its futures; the optional extra `dask`);
-else `workers` processes on this machine (`--workers`, `TRACEKIT_WORKERS`; `jobs.processes`
-chooses otherwise; a verb begins them early, `begin`), or, when one would do, this process (`Here`: a thread per core). Only
+yet done is cancelled (worker processes ended, cluster futures cancelled) and the error
+raised. A scheduler address (`--scheduler tcp://HOST:PORT`, or `TRACEKIT_SCHEDULER`) sends
+the work to that Dask cluster (`distributed.Client`, its futures; the optional extra `dask`);
+else `workers` processes on this machine (as `jobs.processes` chooses them from `--workers`,
+`TRACEKIT_WORKERS` or the traces' sizes; a verb begins them early, `begin`), or, where one
+would do, this process (`Here`: a thread per core). Only
 `fn`'s results travel back from processes, so `fn` should return small results, not traces. A
 progress bar is shown on a terminal.
 """
@@ -138,6 +140,7 @@ def begin(n: int, modules: tuple[str, ...] = ()) -> None:
 
 
 def imported(modules: tuple[str, ...]) -> None:
+    """A begun worker's first task: `modules` imported."""
     import importlib
 
     for module in modules:
@@ -153,11 +156,14 @@ def end_unused() -> None:
 def stop(pool) -> None:
     """Cancel the pool's queued work and end the workers running the rest."""
     processes = list((pool._processes or {}).values())  # the executor has no public way to end them
+    manager = pool._executor_manager_thread  # it joins the workers too: ended, each is reaped
     pool.shutdown(wait=False, cancel_futures=True)
     for process in processes:
         process.terminate()
     for process in processes:
         process.join()
+    if manager is not None:
+        manager.join(timeout=10)
 
 
 class Cluster:
@@ -199,5 +205,4 @@ def executor(workers: int | None = None, scheduler: str | None = None, items: in
     scheduler = scheduler or os.environ.get("TRACEKIT_SCHEDULER")
     if scheduler:
         return Cluster(scheduler)
-    workers = workers or int(os.environ.get("TRACEKIT_WORKERS") or cores())
-    return Processes(workers) if workers > 1 and items > 1 else Here()
+    return Processes(workers) if workers and workers > 1 and items > 1 else Here()

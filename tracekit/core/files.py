@@ -1,7 +1,8 @@
 """Where traces are read from: local paths, or fsspec URLs (`s3://…` with s3fs installed,
 `gs://…`, `http(s)://…`, `memory://…`) for every verb. Locations stay strings, so that a URL
 is never mangled by `pathlib`. `.gz` files are gunzipped with ISA-L (`isal`), about 1.6×
-faster than zlib."""
+faster than zlib. Which files of a folder are read: its traces, of a worker's several
+profiling cycles the one `--cycle` names by the time stamp in its file name (`cycles_by_name`)."""
 
 from __future__ import annotations
 
@@ -86,7 +87,7 @@ def subdirectories(location) -> list[str]:
     return sorted(str(p) for p in Path(location).iterdir() if p.is_dir())
 
 
-# `<worker>.<ms>.pt.trace.json`: one of a worker's profiling cycles, the time stamp its own
+# tensorboard_trace_handler names each profiling cycle `<worker>.<epoch ms>.pt.trace.json[.gz]`.
 CYCLE_NAME = re.compile(r"^(?P<worker>.+)\.(?P<stamp>\d{10,})\.pt\.trace\.json(\.gz)?$")
 
 

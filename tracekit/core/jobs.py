@@ -55,7 +55,12 @@ def processes(jobs: list[str], workers: int | None, comm_kernels: tuple[str, ...
     """The worker processes that read `jobs`: `workers` (--workers), else TRACEKIT_WORKERS, else
     `default_workers`; at most one per job; 1: this process."""
     chosen = workers or os.environ.get("TRACEKIT_WORKERS")
-    if isinstance(chosen, str) and not (chosen.isdigit() and int(chosen) > 0):
-        raise UsageError(f"TRACEKIT_WORKERS={chosen}: a number of processes, 1 or more")
-    chosen = int(chosen) if chosen else default_workers(jobs, comm_kernels, cache)
+    if isinstance(chosen, str):
+        try:
+            chosen = int(chosen)
+        except ValueError:
+            chosen = 0
+        if chosen < 1:
+            raise UsageError(f"TRACEKIT_WORKERS={os.environ['TRACEKIT_WORKERS']}: a number of processes, 1 or more")
+    chosen = chosen or default_workers(jobs, comm_kernels, cache)
     return min(chosen, len(jobs)) if len(jobs) > 1 else 1

@@ -34,7 +34,6 @@ from .steps import assign_steps, steps_table, whole_trace_step
 from .words import listed
 
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
-# tensorboard_trace_handler names each profiling cycle `<worker>.<epoch ms>.pt.trace.json[.gz]`.
 EXACT_LIMIT_US = 2.0 ** 43  # below this a float64 µs timestamp still rounds to the exact ns
 
 
