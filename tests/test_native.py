@@ -126,10 +126,10 @@ def test_every_field_is_what_msgspec_reads():
         except msgspec.ValidationError:
             events, odd = LOOSE_EVENTS.decode(text), loading._lenient(RAWS.decode(text))
             lenient += 1
-        got = native.complete_events(text)
-        assert got is not None
-        table, count, odd_read, *_ = got
-        assert (count, odd_read) == (len(events), odd)
+        raw = native.raw_columns(text)
+        assert raw is not None
+        table = native.frame(raw)
+        assert (raw.events, raw.lenient) == (len(events), odd)
         complete = [e for e in events if e.ph == "X"]
         assert table.height == len(complete)
         for row, e in zip(table.iter_rows(named=True), complete):
@@ -188,17 +188,17 @@ def test_texts_of_every_length_about_a_views_inline_size():
     events = [{"ph": "X", "cat": "cpu_op", "ts": i, "dur": 1} | ({} if name is None else {"name": name})
               for i, name in enumerate(names)]
     text = json.dumps(events, ensure_ascii=False).encode()
-    table, *_ = native.complete_events(text)
+    table = native.frame(native.raw_columns(text))
     assert table["name"].to_list() == [e.name for e in EVENTS.decode(text)]
 
 
 @pytest.mark.parametrize("text", LEFT.values(), ids=LEFT.keys())
 def test_what_it_leaves_to_msgspec(text):
-    assert native.complete_events(text.encode()) is None
+    assert native.raw_columns(text.encode()) is None
 
 
 def test_text_that_is_not_utf8_is_left_to_msgspec():
-    assert native.complete_events(b'[{"ph": "X", "ts": 1, "dur": 1, "name": "\xff"}]') is None
+    assert native.raw_columns(b'[{"ph": "X", "ts": 1, "dur": 1, "name": "\xff"}]') is None
 
 
 @pytest.mark.parametrize("path", TRACES, ids=lambda p: str(p.relative_to(p.parents[2])))
@@ -239,7 +239,7 @@ def test_epoch_timestamps_are_read_from_their_text_as_the_exact_decode_reads_the
     texts += [f"{rng.choice(['', '-'])}{rng.randrange(2**43, 2**53)}.{rng.randrange(10**7):0{rng.randrange(1, 8)}d}"
               for _ in range(2000)]
     events = ",".join(f'{{"ph": "X", "cat": "cpu_op", "name": "a", "ts": {t}, "dur": 1}}' for t in texts)
-    wide, *_ = native.complete_events(f"[{events}]".encode())
+    wide = native.frame(native.raw_columns(f"[{events}]".encode()))
     exact = loading.exact_ns(pl.Series(texts)).to_list()
     assert wide["ts_exact"].to_list() == [ns if abs(float(t)) >= 2 ** 43 else None for t, ns in zip(texts, exact)]
     text = f"[{events}]".encode()
@@ -248,7 +248,7 @@ def test_epoch_timestamps_are_read_from_their_text_as_the_exact_decode_reads_the
     assert facts["exact_timestamps"] == sum(abs(int(float(t))) >= 2**43 for t in texts)
     assert loading.native_columns(b'[{"ph": "X", "ts": 1.7e15, "dur": 1}]') is None
     for ts, kept in ((int(loading.EXACT_LIMIT_US) - 1, False), (int(loading.EXACT_LIMIT_US), True)):  # the C's limit is the loader's
-        wide, *_ = native.complete_events(f'[{{"ph": "X", "ts": {ts}, "dur": 1}}]'.encode())
+        wide = native.frame(native.raw_columns(f'[{{"ph": "X", "ts": {ts}, "dur": 1}}]'.encode()))
         assert wide["ts_exact"].to_list() == [ts * 1000 if kept else None]
     assert loading.native_columns(b'[{"ph": "X", "ts": 1.5e3, "dur": 1}]') is not None
     assert loading.native_columns(b'[{"ph": "X", "ts": 1.5e3, "dur": 1, "args": {"bytes": "1"}}]') is not None  # a lenient chunk too

@@ -1,8 +1,8 @@
 """The native decoder (`_columns.c`): a chunk of Kineto events read straight into columns.
 
-`complete_events(text)` gives one row per complete ('X') event of a JSON array's text, with
+`frame(raw_columns(text))` gives one row per complete ('X') event of a JSON array's text, with
 the fields `kineto.Event` and `kineto.Args` hold: what msgspec's typed decode gives, without
-a Python object per event. None where the extension is not built (an install without a C
+a Python object per event. `raw_columns` is None where the extension is not built (an install without a C
 compiler) or where the text needs the typed or lenient decode (`_columns.c` says when): the
 loader then decodes it with msgspec. `TRACEKIT_NATIVE=0` turns it off.
 """
@@ -29,12 +29,6 @@ def give_back_memory() -> None:
     glibc, which keeps it otherwise)."""
     if _columns is not None:
         _columns.trim()
-
-
-def complete_events(text) -> tuple[pl.DataFrame, int, int, int, int] | None:
-    """(`frame`, events, lenient, inexact, text_ids: `Raw`'s counts) of the text, or None."""
-    raw = raw_columns(text)
-    return None if raw is None else (frame(raw), raw.events, raw.lenient, raw.inexact, raw.text_ids)
 
 
 class Raw(NamedTuple):
