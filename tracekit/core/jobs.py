@@ -54,13 +54,13 @@ def default_workers(jobs: list[str], comm_kernels: tuple[str, ...], cache: bool 
 def processes(jobs: list[str], workers: int | None, comm_kernels: tuple[str, ...], cache: bool | None) -> int:
     """The worker processes that read `jobs`: `workers` (--workers), else TRACEKIT_WORKERS, else
     `default_workers`; at most one per job; 1: this process."""
-    chosen = workers or os.environ.get("TRACEKIT_WORKERS")
-    if isinstance(chosen, str):
+    given = os.environ.get("TRACEKIT_WORKERS", "")
+    if not workers and given:
         try:
-            chosen = int(chosen)
+            workers = int(given)
         except ValueError:
-            chosen = 0
-        if chosen < 1:
-            raise UsageError(f"TRACEKIT_WORKERS={os.environ['TRACEKIT_WORKERS']}: a number of processes, 1 or more")
-    chosen = chosen or default_workers(jobs, comm_kernels, cache)
+            workers = 0
+        if workers < 1:
+            raise UsageError(f"TRACEKIT_WORKERS={given}: a number of processes, 1 or more")
+    chosen = workers or default_workers(jobs, comm_kernels, cache)
     return min(chosen, len(jobs)) if len(jobs) > 1 else 1
