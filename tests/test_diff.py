@@ -315,3 +315,34 @@ def test_lead_counts_a_single_host_sync_in_the_singular(tmp_path):
     assert sync_sentence(diff_runs([b], [a]), "B", "A") == (
         "B's 2 cudaStreamSynchronize per rank (blocking the host 0.030 ms) are gone in A; "
         "A adds 1 cudaDeviceSynchronize per rank (blocking the host 0.040 ms).")
+
+
+def test_both_sides_read_together_are_each_their_own_run(tmp_path):
+    """`diff A B` reads both sides' ranks in one pool: each side is still its own traces — the
+    CLI's per-rank steps equal `diff_runs` of each side loaded alone — and where B lies inside
+    A (A's folder holds B's), A is what A alone gives and B what B alone gives."""
+    import shutil
+
+    blocks = DATA / "h200x2-blocks4"
+    ddp, fsdp1 = blocks / "ddp", blocks / "fsdp1"
+
+    def cli(a, b):
+        result = CliRunner().invoke(main, ["diff", "--format", "json", str(a), str(b)])
+        assert result.exit_code == 0, result.output
+        return json.loads(result.stdout)
+
+    def alone(a, b):
+        return diff_runs(tracekit.load(a).traces, tracekit.load(b).traces, 1)
+
+    def steps(found):
+        return [(r["rank"], r["a_step_ns"], r["b_step_ns"]) for r in found["ranks"]]
+
+    together, expected = cli(ddp, fsdp1), alone(ddp, fsdp1)
+    assert steps(together) == [(d.rank, d.a_step_ns, d.b_step_ns) for d in expected.per_rank]
+    assert len({s for _, a, b in steps(together) for s in (a, b)}) == 4  # four traces, four steps
+    outer = tmp_path / "outer"
+    shutil.copytree(ddp, outer)
+    shutil.copytree(fsdp1, outer / "inner")
+    nested = cli(outer / "inner", outer)  # B holds A: A is fsdp1's ranks, B both folders'
+    assert [(r["rank"], r["a_step_ns"]) for r in nested["ranks"]] == [
+        (d.rank, d.a_step_ns) for d in alone(fsdp1, ddp).per_rank]

@@ -43,12 +43,14 @@ class Analysed:
 
 @dataclass
 class RunResult:
-    """A run (a directory, or one file): its traces' results in rank order, and its facts
-    (directory, skipped files, other profiling cycles: as `model.Run`)."""
+    """A run (a directory, or one file): its traces' results in rank order, its facts
+    (directory, skipped files, other profiling cycles: as `model.Run`) and the PATH given that
+    it was found under (`found_in`: the run itself, or a folder above it)."""
 
     path: str
     results: list[Analysed]
     facts: dict = field(default_factory=dict)
+    found_in: str = ""
 
 
 def analysed(file: str, task, comm_kernels: tuple[str, ...], cache: bool | None) -> list[Analysed] | NotATrace:
@@ -89,5 +91,5 @@ def analyse(paths, task, *, comm_kernels: tuple[str, ...] = (), cycle: str = "la
             facts = {**facts, "skipped": [f for f in chosen if isinstance(done[f], NotATrace)],
                      "cycles": {**facts["cycles"], **more}}
             results = [r for r in results if any(r.info is k for k in kept)]
-        runs.append(RunResult(path, sorted(results, key=lambda r: r.info.rank), facts))
+        runs.append(RunResult(path, sorted(results, key=lambda r: r.info.rank), facts, found_in[path]))
     return runs

@@ -66,15 +66,20 @@ def inputs(paths) -> list:
 def once(paths) -> list:
     """`paths` with each location once (a file given twice is read once), with a note where one
     was given again."""
-    from tracekit.core.files import is_url
-
     given: dict[str, list] = {}
     for p in paths:
-        given.setdefault(str(p) if is_url(p) else str(Path(p).resolve()), []).append(p)
+        given.setdefault(location(p), []).append(p)
     for same in given.values():
         if len(same) > 1:
             say(f"warning: {same[0]} is given {len(same)} times: read once")
     return [same[0] for same in given.values()]
+
+
+def location(path) -> str:
+    """Where `path` is: its resolved path, or the URL itself (two spellings of one file agree)."""
+    from tracekit.core.files import is_url
+
+    return str(path) if is_url(path) else str(Path(path).resolve())
 
 
 def analysed_runs(paths, options: dict, analysis=None, here: bool = False, rank: int | None = None,

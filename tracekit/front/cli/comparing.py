@@ -10,7 +10,7 @@ import click
 
 from tracekit.core.errors import UsageError
 
-from .common import (analysed_runs, counted, emit, existing, format_option, load_options, load_traces, main,
+from .common import (analysed_runs, counted, emit, existing, format_option, load_options, load_traces, location, main,
                      named_beside, new_picture, of_ranks, rank_option, render_frame, say, shout, steps_choice,
                      table_layout, wrote)
 
@@ -51,26 +51,33 @@ def diffed(a, b, steps, rank, top: int, by: str, options: dict, whole: bool = Fa
     step = steps if steps == "all" else steps[0]
     names = {"comm_kernels": options["comm_kernels"], "cache": options["cache"]}
 
-    def side(path, named: bool = True) -> tuple[list | None, list]:
-        """(its traces where `whole`, else None; its materials) of one side."""
+    def sides(paths: list, named: bool = True) -> list[tuple[list | None, list]]:
+        """(its traces where `whole`, else None; its materials) of each of `paths`, all read in
+        one pool (both sides' ranks at once)."""
         if whole:
             analysis = partial(whole_material, by=by, named=named, **names)
-            found = [m for _, m in of_ranks(analysed_runs([path], options, analysis, True, rank, named=False),
-                                            rank, [path])]
-            return [t for t, _ in found], [m for _, m in found]
-        analysis = partial(named_material, by=by, **names) if named else partial(material, by=by)
-        return None, [m for _, m in of_ranks(analysed_runs([path], options, analysis, rank=rank, named=named),
-                                             rank, [path])]
+        else:
+            analysis = partial(named_material, by=by, **names) if named else partial(material, by=by)
+        runs = analysed_runs(paths, options, analysis, whole, rank, named=named and not whole)
+        found = [of_ranks([r for r in runs if r.found_in == str(path)], rank, [path]) for path in paths]
+        return [([t for _, (t, _) in f], [m for _, (_, m) in f]) if whole else (None, [m for _, m in f])
+                for f in found]
 
-    (a_traces, a_side), (b_traces, b_side) = side(a), side(b)
+    here, there = location(a), location(b)
+    if here == there:  # a self-diff: its traces read once
+        (a_traces, a_side), (b_traces, b_side) = sides([a]) * 2
+    elif here.startswith(there + "/") or there.startswith(here + "/"):  # one side inside the other
+        (a_traces, a_side), (b_traces, b_side) = sides([a]) + sides([b])
+    else:
+        (a_traces, a_side), (b_traces, b_side) = sides([a, b])
     if (named := named_on_one_side(a_side, b_side)) is not None:  # compare on what both sides have: no names
         say(f"warning: {named}'s traces are named from the full step in names/ beside them, "
             f"{'B' if named == 'A' else 'A'}'s have none: both are compared without those names (launching ops, "
             "phases and collective dtypes as the recordings themselves have them)")
         if named == "A":
-            a_traces, a_side = side(a, named=False)
+            (a_traces, a_side), = sides([a], named=False)
         else:
-            b_traces, b_side = side(b, named=False)
+            (b_traces, b_side), = sides([b], named=False)
     result = combine(a_side, b_side, step, top, by)
     if whole:
         result = with_activities(result, a_traces, b_traces)
