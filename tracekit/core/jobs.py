@@ -6,6 +6,7 @@ when it gives them their work."""
 from __future__ import annotations
 
 import os
+from typing import NamedTuple
 
 from . import cache as trace_cache
 from . import files
@@ -18,24 +19,38 @@ from .executor import cores
 PARALLEL_BYTES = 64 * 2**20
 
 
-def planned(paths, cycle: str) -> tuple[list[tuple[str, list[str], dict]], dict[str, str]]:
-    """(plans, found_in): one plan per run under `paths` (files, directories or URLs; a
-    directory that holds traces, `files.runs_in`) — its path, the files to load (profiling
-    cycles chosen by name, `files.cycles_by_name`) and its facts ({} for a file given alone) —
-    and each run's path → the PATH it was found under."""
-    plans, found_in = [], {}
+class Plan(NamedTuple):
+    """One run to read: its path, the files to load (profiling cycles chosen by name,
+    `files.cycles_by_name`), its facts ({} for a file given alone) and the PATH given that it
+    was found under (the run itself, or a folder above it)."""
+
+    path: str
+    chosen: list[str]
+    facts: dict
+    found_in: str
+
+
+def planned(paths, cycle: str) -> list[Plan]:
+    """One plan per run under each of `paths` (files, directories or URLs; a directory that
+    holds traces, `files.runs_in`): a run under two of them (a folder and one inside it) is
+    planned under each."""
+    plans = []
     for location in paths:
         for path in files.runs_in(location):
-            found_in[str(path)] = str(location)
             if files.is_dir(path):
                 chosen, others = files.cycles_by_name(files.trace_files(path), cycle)
-                plans.append((str(path), chosen, {"directory": True, "cycles": others}))
+                plans.append(Plan(str(path), chosen, {"directory": True, "cycles": others}, str(location)))
             else:
                 if cycle.isdigit() and cycle != "1":
                     raise TraceError(path, f"--cycle {cycle}: a trace file holds one profiling cycle "
                                            "(a directory of a rank's cycles offers several)")
-                plans.append((str(path), [str(path)], {}))
-    return plans, found_in
+                plans.append(Plan(str(path), [str(path)], {}, str(location)))
+    return plans
+
+
+def files_of(plans: list[Plan]) -> list[str]:
+    """The files the plans load, each once (a run planned under two PATHs is read once)."""
+    return list(dict.fromkeys(f for plan in plans for f in plan.chosen))
 
 
 def default_workers(jobs: list[str], comm_kernels: tuple[str, ...], cache: bool | None) -> int:

@@ -12,7 +12,7 @@ from functools import partial
 
 from .errors import TraceError
 from .executor import executor
-from .jobs import planned, processes
+from .jobs import files_of, planned, processes
 from .loading import NotATrace, cycles_by_rank, load_traces
 from .model import Trace
 
@@ -69,27 +69,27 @@ def analyse(paths, task, *, comm_kernels: tuple[str, ...] = (), cycle: str = "la
     directory that holds traces (`files.runs_in`: a profile output's variants, folders of traces
     at mixed depths; a folder of JSON that is not a trace, beside them, is passed over),
     profiling cycles chosen as `loading.load_run` does."""
-    plans, found_in = planned(paths, cycle)
-    jobs = [f for _, chosen, _ in plans for f in chosen]
+    plans = planned(paths, cycle)
+    jobs = files_of(plans)
     if not (scheduler or os.environ.get("TRACEKIT_SCHEDULER")):
         workers = processes(jobs, workers, comm_kernels, cache)
     work = partial(analysed, task=task, comm_kernels=comm_kernels, cache=cache)
     done = dict(zip(jobs, executor(workers, scheduler, len(jobs)).map(work, jobs)))
     runs = []
-    traced = {found_in[path] for path, chosen, _ in plans if any(not isinstance(done[f], NotATrace) for f in chosen)}
-    for path, chosen, facts in plans:
+    traced = {p.found_in for p in plans if any(not isinstance(done[f], NotATrace) for f in p.chosen)}
+    for path, chosen, facts, found_in in plans:
         results = [a for f in chosen if not isinstance(done[f], NotATrace) for a in done[f]]
         if not facts and not results:
             raise done[chosen[0]]
-        if not results and found_in[path] in traced:
+        if not results and found_in in traced:
             continue  # a folder of other JSON (`published.json`) beside or above the traces
         if not results:
-            raise TraceError(found_in[path], "no trace files in this directory" + (
-                "" if path == found_in[path] else " or the folders below it"))
+            raise TraceError(found_in, "no trace files in this directory" + (
+                "" if path == found_in else " or the folders below it"))
         if facts:
             kept, more = cycles_by_rank([r.info for r in results], cycle)
             facts = {**facts, "skipped": [f for f in chosen if isinstance(done[f], NotATrace)],
                      "cycles": {**facts["cycles"], **more}}
             results = [r for r in results if any(r.info is k for k in kept)]
-        runs.append(RunResult(path, sorted(results, key=lambda r: r.info.rank), facts, found_in[path]))
+        runs.append(RunResult(path, sorted(results, key=lambda r: r.info.rank), facts, found_in))
     return runs

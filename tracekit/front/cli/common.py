@@ -343,8 +343,7 @@ def workers_begun(function):
         paths = once(kwargs["paths"])  # none: the bundled sample, one small trace; a URL: listed once, later
         if paths and kwargs["workers"] != 1 and not any(is_url(p) for p in paths) \
                 and not (kwargs["scheduler"] or os.environ.get("TRACEKIT_SCHEDULER")):
-            plans, _ = jobs.planned(paths, kwargs["cycle"])
-            n = jobs.processes([f for _, chosen, _ in plans for f in chosen], kwargs["workers"],
+            n = jobs.processes(jobs.files_of(jobs.planned(paths, kwargs["cycle"])), kwargs["workers"],
                                kwargs["comm_kernels"], False if kwargs["no_cache"] else None)
             if n > 1:
                 executor.begin(n, WORKER_MODULES)

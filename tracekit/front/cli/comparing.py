@@ -63,13 +63,8 @@ def diffed(a, b, steps, rank, top: int, by: str, options: dict, whole: bool = Fa
         return [([t for _, (t, _) in f], [m for _, (_, m) in f]) if whole else (None, [m for _, m in f])
                 for f in found]
 
-    here, there = location(a), location(b)
-    if here == there:  # a self-diff: its traces read once
-        (a_traces, a_side), (b_traces, b_side) = sides([a]) * 2
-    elif here.startswith(there + "/") or there.startswith(here + "/"):  # one side inside the other
-        (a_traces, a_side), (b_traces, b_side) = sides([a]) + sides([b])
-    else:
-        (a_traces, a_side), (b_traces, b_side) = sides([a, b])
+    # a self-diff: its traces read once (`once` would read the second PATH as the first)
+    (a_traces, a_side), (b_traces, b_side) = sides([a]) * 2 if location(a) == location(b) else sides([a, b])
     if (named := named_on_one_side(a_side, b_side)) is not None:  # compare on what both sides have: no names
         say(f"warning: {named}'s traces are named from the full step in names/ beside them, "
             f"{'B' if named == 'A' else 'A'}'s have none: both are compared without those names (launching ops, "
