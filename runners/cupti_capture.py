@@ -34,7 +34,7 @@ import json
 import os
 import threading
 
-from tracekit.core.names import demangled
+from tracekit.core.demangle import demangled
 
 BUFFER_BYTES = 256 * 1024 * 1024  # ~250 bytes a record: ~1 M records, ~200 large/16 steps
 MARK_VALUE = 0xA5  # the byte the runner's marker memsets write (1 byte each)

@@ -407,3 +407,27 @@ def test_the_manifest_names_the_source_revision_that_ran(out, tmp_path):
     outside = tmp_path / "plain"
     outside.mkdir()
     assert source_revision(outside) is None
+
+
+SERVER_THREADS = """
+import multiprocessing, os, sys
+from tracekit.runners import launch
+launch.start_worker_server()
+worker = multiprocessing.get_context(launch.START_METHOD).Process(target=os.getpid)
+worker.start(); worker.join()  # served only once the server has imported what it preloads
+from multiprocessing import forkserver
+server = forkserver._forkserver._forkserver_pid
+print(sorted(open(f"/proc/{server}/task/{t}/comm").read().strip() for t in os.listdir(f"/proc/{server}/task")))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the server's threads in /proc")
+def test_the_server_the_workers_are_forked_from_runs_no_threads_of_polars():
+    """A process forked while other threads run inherits their locks as they were, held ones
+    held: the server the profile workers are forked from must not have imported polars, whose
+    allocator (jemalloc) and pool start threads at import. Its threads, as the kernel lists
+    them, are the interpreter's and numpy's OpenBLAS pool (which stops itself around a fork)."""
+    result = subprocess.run([sys.executable, "-c", SERVER_THREADS], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    threads = eval(result.stdout.strip().splitlines()[-1])
+    assert threads and not [t for t in threads if "jemalloc" in t or "polars" in t], threads

@@ -24,7 +24,7 @@ from itertools import combinations
 import polars as pl
 
 from tracekit.core.errors import UsageError
-from tracekit.core.names import demangled
+from tracekit.core.demangle import demangled
 
 
 @dataclass(frozen=True)
