@@ -283,11 +283,37 @@ def hard_failure(error, state: Path) -> tuple[int, dict]:
     dump = ""
     with contextlib.suppress(OSError):
         dump = (state / f"rank{rank}.faults").read_text()
-    where = fault_frame(dump)
-    entry = {"status": "error", "message": f"rank {rank}: the worker {cause}" + (f", in {where}" if where else ""),
-             "failed_ranks": sorted(error.failures),
+    where, tails = fault_frame(dump), stderr_tails(state)
+    said = last_words(tails.get(str(rank), ""))
+    entry = {"status": "error", "message": f"rank {rank}: the worker {cause}" + (f" ({said})" if said else "")
+             + (f", in {where}" if where else ""), "failed_ranks": sorted(error.failures),
              "messages": {str(r): f"exit code {f.exitcode}" for r, f in error.failures.items()}}
-    return rank, {**entry, "fault": dump} if dump else entry
+    return rank, {**entry, **({"fault": dump} if dump else {}), **({"stderr": tails} if tails else {})}
+
+
+def stderr_tails(state: Path, size: int = 8192) -> dict[str, str]:
+    """rank → the last `size` bytes (whole lines) each worker of the run wrote to stderr
+    (`worker.copy_stderr_to`), for the ranks that wrote any."""
+    tails = {}
+    for path in sorted(state.glob("rank*.stderr")):
+        with contextlib.suppress(OSError), open(path, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - size))
+            text = f.read().decode(errors="replace")
+            text = text.split("\n", 1)[1] if f.tell() > size and "\n" in text else text
+            if text.strip():
+                tails[path.name.removeprefix("rank").removesuffix(".stderr")] = text
+    return tails
+
+
+def last_words(tail: str) -> str | None:
+    """What C++ said as it ended the process: the last `what():` of an uncaught exception
+    ("terminate called after throwing an instance of 'T'" / "  what():  …"), as "T: …"."""
+    lines = tail.splitlines()
+    for i in reversed(range(len(lines))):
+        if lines[i].lstrip().startswith("what():"):
+            thrown = re.search(r"an instance of '(.*)'", lines[i - 1]) if i else None
+            return (f"{thrown[1]}: " if thrown else "") + lines[i].split("what():", 1)[1].strip()
+    return None
 
 
 def fault_frame(dump: str) -> str | None:

@@ -18,9 +18,10 @@ collective the ranks also agree, through the store, that each has built it (`Bui
 whose factory fails ends the variant on every rank at once, on any backend.
 
 Started by the launcher, each rank also keeps, in the launcher's state folder, where it is in
-the plan (`rank<r>.json`: the runs agreed so far with their results, and the run it is in)
-and Python's fault dump (`rank<r>.faults`): a worker that dies hard is charged to the run it
-was in, not to one that finished or never began (`launch.py`). A group whose teardown does
+the plan (`rank<r>.json`: the runs agreed so far with their results, and the run it is in),
+Python's fault dump (`rank<r>.faults`) and a copy of its stderr (`rank<r>.stderr`): a worker
+that dies hard is charged to the run it was in, not to one that finished or never began
+(`launch.py`), with the last words of every rank. A group whose teardown does
 not end within `teardown_s` ends the worker (`STUCK_EXIT`): fresh workers go on.
 """
 
@@ -33,7 +34,9 @@ import functools
 import gc
 import json
 import os
+import shutil
 import statistics
+import subprocess
 import sys
 import time
 import traceback
@@ -608,15 +611,34 @@ def worker_main(cfg: dict, start: int = 0, results: dict | None = None, state: s
     return results
 
 
+def copy_stderr_to(path: Path) -> None:
+    """From now on, what this process writes to stderr (fd 2: Python's lines and C++'s, such as
+    the "terminate called after throwing …  what(): …" that precedes an abort no Python handler
+    sees) also goes to `path`, through `tee`: a process of its own, so the last lines before a
+    hard death are kept whole. `tee -i`: a Ctrl-C does not end it before the worker. Without a
+    `tee` on PATH, stderr stays as it is."""
+    tee = shutil.which("tee")
+    if tee is None:
+        return
+    read, write = os.pipe()
+    subprocess.Popen([tee, "-i", str(path)], stdin=read, stdout=sys.stderr.fileno(), stderr=subprocess.DEVNULL)
+    os.close(read)
+    sys.stderr.flush()
+    os.dup2(write, sys.stderr.fileno())
+    os.close(write)
+
+
 class Place:
     """Where one rank is in the run's plan, kept in the launcher's state folder: `rank<r>.json`
     {"done": runs agreed, "doing": the run it is in or None, "results": what the agreed runs
-    measured}, and Python's fault dump of a hard death, `rank<r>.faults` (every thread's stack)."""
+    measured}, Python's fault dump of a hard death, `rank<r>.faults` (every thread's stack), and
+    a copy of what the worker wrote to stderr, `rank<r>.stderr` (`copy_stderr_to`)."""
 
     def __init__(self, folder: Path, rank: int):
         self.path = folder / f"rank{rank}.json"
         self.faults = open(folder / f"rank{rank}.faults", "w")  # kept open: faulthandler writes into it on a crash
         faulthandler.enable(self.faults, all_threads=True)
+        copy_stderr_to(folder / f"rank{rank}.stderr")
         self.state = {"done": None, "doing": None, "results": None}
         write_json_atomically(self.path, self.state)  # not the place of the worker before it
 

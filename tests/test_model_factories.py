@@ -47,7 +47,8 @@ def misbehaving():
     this factory on rank 1 in the whole run, counted in `TK_MARKS` across fresh workers) says:
     `raise` (the factory fails on this rank only), `abort-after-teardown` (SIGABRT right after
     this variant's process group is destroyed), `abort-at-exit` (SIGABRT as the worker process
-    exits: in multiprocessing's exit finalizers, as a forked worker runs no atexit handlers), `stuck-teardown` (destroying the group never returns), `abort` (SIGABRT now), `ok`."""
+    exits: in multiprocessing's exit finalizers, as a forked worker runs no atexit handlers), `stuck-teardown` (destroying the group never returns), `abort` (SIGABRT now), `mismatch`
+    (an all-reduce of its own before each forward), `ok`."""
     import multiprocessing.util
     import threading
 
@@ -63,6 +64,10 @@ def misbehaving():
         raise RuntimeError("the factory broke on rank 1")
     if what == "abort":
         os.abort()
+    if what == "mismatch":  # an all-reduce rank 0 does not make, larger than its first gradient bucket
+        workload = example_workload()
+        workload.model.register_forward_pre_hook(lambda *_: dist.all_reduce(torch.ones(4_000_000)))
+        return workload
     if what == "abort-at-exit":
         multiprocessing.util.Finalize(None, os.abort, exitpriority=0)
     destroy = dist.destroy_process_group
@@ -97,6 +102,10 @@ def example_run(tmp_path_factory):
     result = tracekit_cli("profile", "--device", "cpu", "--nproc", 2, "--model", f"{EXAMPLE}:mlp_stack", "--variants",
                           ",".join(CPU_VARIANTS), "--warmup", 2, "--steps", 2, "--no-report", "--out", out)
     assert result.returncode == 0, result.stderr[-3000:]
+    variants = json.loads((out / "manifest.json").read_text())["variants"]
+    failed = {variant: {key: entry.get(key) for key in ("message", "fault", "stderr")}
+              for variant, entry in variants.items() if entry["status"] != "ok"}
+    assert not failed, failed  # every test of this run shows why: the message, the fault dump, the last lines
     return out
 
 
@@ -108,7 +117,6 @@ def test_the_example_model_trains_in_every_variant(example_run):
     assert manifest["progress"] == {"done": len(CPU_VARIANTS), "of": len(CPU_VARIANTS)}
     for variant in CPU_VARIANTS:
         entry = manifest["variants"][variant]
-        assert entry["status"] == "ok", (variant, entry.get("message"), entry.get("fault", "")[-3000:])
         assert entry["tokens_per_s"] is None  # the batches do not count tokens
         for rank in (0, 1):
             trace = tracekit.load(example_run / variant / f"rank{rank}.pt.trace.json.gz")
@@ -210,12 +218,12 @@ def test_a_worker_that_dies_hard_loses_only_its_variant(tmp_path):
         assert all((out / variant / f"rank{rank}.pt.trace.json.gz").exists() for rank in (0, 1))
 
 
-def misbehaving_run(tmp_path, what: str, *args):
+def misbehaving_run(tmp_path, what: str, *args, variants=VARIANTS):
     marks = tmp_path / "marks"
     marks.mkdir()
     out = tmp_path / "run"
     result = subprocess.run([sys.executable, "-m", "tracekit", "profile", "--device", "cpu", "--nproc", "2",
-                             "--model", f"{Path(__file__)}:misbehaving", "--variants", ",".join(VARIANTS),
+                             "--model", f"{Path(__file__)}:misbehaving", "--variants", ",".join(variants),
                              "--warmup", "1", "--steps", "2", "--no-report", "--out", str(out), *args],
                             capture_output=True, text=True, timeout=300,  # not 600 s of a collective's timeout
                             env={**os.environ, "TK_MARKS": str(marks), "TK_MISBEHAVE": what})
@@ -260,6 +268,22 @@ def test_a_stuck_teardown_and_an_abort_are_named(tmp_path):
     assert failed["message"].startswith("rank 1: the worker killed by SIGABRT, in misbehaving (")
     assert f"{Path(__file__).name}:" in failed["message"] and "Fatal Python error: Aborted" in failed["fault"]
     assert all((out / "ddp" / f"rank{rank}.pt.trace.json.gz").exists() for rank in (0, 1))
+
+
+def test_a_collective_mismatch_is_named_by_what_gloo_said(tmp_path):
+    """Rank 1 makes an all-reduce of its own before its first forward: rank 0's first gradient
+    all-reduce receives rank 1's larger message, and gloo's network thread ends rank 0 with an
+    uncaught C++ exception (SIGABRT; no Python frame of that thread in the fault dump). The
+    variant's message says what gloo said (from the worker's stderr, kept), and each rank's last
+    lines are in `stderr` (rank 1 printed none)."""
+    result, manifest, _ = misbehaving_run(tmp_path, "mismatch", variants=["ddp"])
+    assert result.returncode == 1, result.stderr[-3000:]  # no variant succeeded
+    failed = manifest["variants"]["ddp"]
+    assert failed["message"].startswith("rank 0: the worker killed by SIGABRT (gloo::EnforceNotMet: [enforce fail at "), \
+        failed
+    assert "op.preamble.length <= op.nbytes" in failed["message"] and "collective mismatch" in failed["message"]
+    assert "terminate called after throwing an instance of 'gloo::EnforceNotMet'" in failed["stderr"]["0"]
+    assert "ddp: building" in failed["stderr"]["0"]  # rank 0's progress lines before it
 
 
 @pytest.mark.parametrize("model, problem", [
