@@ -207,7 +207,7 @@ def test_the_loader_gives_what_the_msgspec_path_gives(path, monkeypatch):
     off; and it read some chunk of every trace that loads."""
     used = []
     real = native.raw_columns
-    monkeypatch.setattr(native, "raw_columns", lambda text: used.append(r := real(text)) or r)
+    monkeypatch.setattr(native, "raw_columns", lambda *args: used.append(r := real(*args)) or r)
 
     def traces(flag):
         monkeypatch.setenv("TRACEKIT_NATIVE", flag)
@@ -307,3 +307,45 @@ def test_an_infinite_timestamp_is_dropped_and_counted_not_a_traceback(tmp_path, 
         trace = loading.load_traces(path, cache=False)[0]
         assert trace.ops["name"].to_list() == ["c"]
         assert dict(trace.facts["dropped"]) == {"events without a numeric ts": 1, "events without a numeric dur": 1}
+
+
+def test_groups_are_the_wide_tables_rows_by_cat_with_their_columns():
+    """`raw_columns(text, groups)`: each group's frame is the one-group (`WIDE`) frame's rows
+    whose cat is one of the group's (the rest group: every other row), in file order, with the
+    group's columns in its order — on generated events, their cats drawn from the groups'
+    and others; without a rest group the other rows are in none. Text ids are counted only in
+    the groups that hold pid or tid."""
+    rng = random.Random(11)
+    cats = ["kernel", "cpu_op", "cuda_runtime", "Trace", "", "é名"]
+    text = ("[\n  " + ",\n  ".join(random_event(rng) for _ in range(600)) + "\n]").encode()
+    # the generated cats are random text: give a third of the events one of `cats`
+    decoded = json.loads(text)
+    for i, e in enumerate(decoded):
+        if i % 3 and "cat" in e:
+            e["cat"] = rng.choice(cats)
+    text = ("[\n  " + ",\n  ".join(json.dumps(e, ensure_ascii=False) for e in decoded) + "\n]").encode()
+    wide = native.frame(native.raw_columns(text))
+    spec = ((("kernel", "Trace"), ("name", "ts", "grid", "cat")), (("cpu_op",), ("pid_text", "input_dims")),
+            (None, ("dur", "tid", "correlation", "cat")), (("cuda_runtime", ""), ("ts_exact",)))
+    raw = native.raw_columns(text, spec)
+    taken = [c for group, _ in spec if group for c in group]
+    got = native.frames(raw)
+    for (group, names), frame in zip(spec, got):
+        rows = wide.filter(pl.col("cat").is_in(list(group)) if group else ~pl.col("cat").is_in(taken))
+        assert frame.equals(rows.select(names)), (group, names)
+    assert sum(f.height for f in got) == wide.height == raw.rows
+    held = wide.filter(pl.col("cat").is_in(["cpu_op"]) | ~pl.col("cat").is_in(taken))  # groups 2 and 3 hold pid_text or tid
+    assert raw.text_ids == held.filter(pl.col("pid_text").is_not_null() | pl.col("tid_text").is_not_null()).height
+    assert raw.text_ids > 0
+    alone = native.frames(native.raw_columns(text, ((("cpu_op",), ("name",)),)))
+    assert alone[0].equals(wide.filter(pl.col("cat") == "cpu_op").select("name"))
+
+
+@pytest.mark.parametrize("groups", [(), ((None, ("name",)), (None, ("ts",))), ((("a",), ()),), ((("a",), ("nope",)),),
+                                    ((("a",), ("ts", "ts")),), (("a", ("ts",)),), ((("a",), ("ts",), 1),),
+                                    tuple(((f"c{i}",), ("ts",)) for i in range(9))],
+                         ids=["none", "two rests", "no columns", "an unknown column", "a column twice",
+                              "cats not a tuple", "not a pair", "nine groups"])
+def test_groups_that_are_not_groups_are_refused(groups):
+    with pytest.raises(ValueError, match="groups"):
+        native.raw_columns(b'[{"ph": "X", "ts": 1, "dur": 1}]', groups)

@@ -52,6 +52,18 @@ static const char *FLT_NAMES[N_FLT] = {"ts", "dur"};
 
 typedef struct { char *p; size_t len, cap; } Buf;
 
+/* Which rows go into which group of columns (`columns`' second argument): a row whose cat is
+   one of routes[i] goes to routes[i].group, any other to `rest` (-1: to none); group g holds
+   columns cols[g][0 .. width[g]). ids[g]: the group holds pid or tid (its text ids count). */
+#define MAX_GROUPS 8
+#define MAX_ROUTES 64
+typedef struct { const char *cat; Py_ssize_t len; int group; } Route;
+typedef struct {
+    int groups, rest, routes;
+    Route route[MAX_ROUTES];
+    int width[MAX_GROUPS], cols[MAX_GROUPS][N_STR + N_INT + N_FLT], ids[MAX_GROUPS];
+} Spec;
+
 typedef struct {
     const char *p, *end;
     Buf str[N_STR];
@@ -60,6 +72,8 @@ typedef struct {
     char *valid[N_VALID];    /* per column, one byte per row: 1 where the field has a value */
     int64_t *ints[N_INT];
     double *floats[N_FLT];
+    int8_t *group;           /* per row, its group (`Spec`), -1: none */
+    const Spec *spec;
     Py_ssize_t cap;          /* rows the numeric and flag columns have room for */
     Buf scratch;             /* the current event's ph, or a grid's text */
     Py_ssize_t rows, events;
@@ -262,6 +276,9 @@ static int room(Reader *r) {
         if (!p) { r->failed = 1; return -1; }
         r->floats[i] = p;
     }
+    int8_t *g = realloc(r->group, (size_t)cap);
+    if (!g) { r->failed = 1; return -1; }
+    r->group = g;
     r->cap = cap;
     return 0;
 }
@@ -557,6 +574,13 @@ static int args_object(Reader *r) {
     }
 }
 
+/* The group of a row whose cat is the n bytes at `cat`. */
+static int group_of(const Spec *spec, const char *cat, size_t n) {
+    for (int i = 0; i < spec->routes; i++)
+        if ((size_t)spec->route[i].len == n && !memcmp(spec->route[i].cat, cat, n)) return spec->route[i].group;
+    return spec->rest;
+}
+
 /* One event object into the next row, kept (rows + 1) only if its ph is "X". */
 static int event(Reader *r) {
     if (room(r)) return -1;
@@ -603,7 +627,8 @@ static int event(Reader *r) {
         else b->len = r->str_start[s];
     }
     if (complete) {
-        r->rows++;
+        const Buf *cat = &r->str[S_CAT];
+        r->group[r->rows++] = (int8_t)group_of(r->spec, cat->p + r->str_start[S_CAT], cat->len - r->str_start[S_CAT]);
     }
     return 0;
 }
@@ -664,31 +689,41 @@ static void unref(Column *c) {
     free(c);
 }
 
-/* Arrow's string views of a string column's rows (each row's text ends at offsets[row + 1]),
-   the texts longer than 12 bytes moved to the front of `data` (the others are in their view),
-   and the bytes kept; -1: out of memory. A view: the length (int32), then the text itself
-   when it fits in 12 bytes, else its first 4 bytes, buffer 0 and its offset there (int32). */
-static int64_t string_views(uint8_t **out, char *data, const int64_t *offsets, Py_ssize_t rows) {
-    uint8_t *views = calloc(rows > 0 ? (size_t)rows : 1, 16);
-    if (!views) return -1;
-    int64_t kept = 0;
-    for (Py_ssize_t row = 0; row < rows; row++) {
-        int64_t at = offsets[row];
-        int32_t n = (int32_t)(offsets[row + 1] - at), buffer = 0, offset = (int32_t)kept;
-        uint8_t *v = views + 16 * (size_t)row;
-        memcpy(v, &n, 4);
-        if (n <= 12) {
-            if (n) memcpy(v + 4, data + at, (size_t)n);
+/* Arrow's string views of the rows at[0 .. n) of a string column (row i's text ends at
+   offsets[i + 1] in `data`) and, in *kept, their texts longer than 12 bytes one after another
+   (the others are in their view); the bytes kept, or -1: out of memory. A view: the length
+   (int32), then the text itself when it fits in 12 bytes (zero-padded), else its first 4
+   bytes, buffer 0 and its offset there (int32). */
+static int64_t string_views(uint8_t **out, char **kept, const char *data, const int64_t *offsets,
+                            const int64_t *at, Py_ssize_t n) {
+    int64_t size = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t len = offsets[at[i] + 1] - offsets[at[i]];
+        if (len > 12) size += len;
+    }
+    uint8_t *views = malloc(n > 0 ? (size_t)n * 16 : 1);
+    char *texts = malloc(size ? (size_t)size : 1);
+    if (!views || !texts) { free(views); free(texts); return -1; }
+    int64_t k = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t start = offsets[at[i]];
+        int32_t len = (int32_t)(offsets[at[i] + 1] - start), buffer = 0, offset = (int32_t)k;
+        uint8_t *v = views + 16 * (size_t)i;
+        memset(v, 0, 16);
+        memcpy(v, &len, 4);
+        if (len <= 12) {
+            if (len) memcpy(v + 4, data + start, (size_t)len);
             continue;
         }
-        memmove(data + kept, data + at, (size_t)n);
-        memcpy(v + 4, data + kept, 4);
+        memcpy(texts + k, data + start, (size_t)len);
+        memcpy(v + 4, data + start, 4);
         memcpy(v + 8, &buffer, 4);
         memcpy(v + 12, &offset, 4);
-        kept += n;
+        k += len;
     }
     *out = views;
-    return kept;
+    *kept = texts;
+    return k;
 }
 
 /* The release callbacks: a root releases its child unless polars moved the child out. */
@@ -724,6 +759,7 @@ static void free_reader(Reader *r) {
     for (int i = 0; i < N_INT; i++) free(r->ints[i]);
     for (int i = 0; i < N_FLT; i++) free(r->floats[i]);
     free(r->scratch.p);
+    free(r->group);
 }
 
 static const char *name_of(int k) {
@@ -754,45 +790,104 @@ static int utf8(const unsigned char *p, size_t n) {
     return 1;
 }
 
-/* Column k of the reader, its memory moved out of the reader (shrunk to its size), with its
-   validity bitmap; NULL: out of memory. */
-static Column *column(Reader *r, int k) {
-    Py_ssize_t rows = r->rows;
+/* Column k of the reader's rows at[0 .. n), with its validity bitmap; NULL: out of memory. */
+static Column *column(Reader *r, int k, const int64_t *at, Py_ssize_t n) {
     Column *c = calloc(1, sizeof *c);
     if (!c) return NULL;
     int64_t count = 0;
-    for (Py_ssize_t row = 0; row < rows; row++) count += r->valid[k][row];
-    if (count < rows) {
-        if (!(c->bitmap = calloc((size_t)rows / 8 + 1, 1))) { free(c); return NULL; }
-        for (Py_ssize_t row = 0; row < rows; row++)
-            if (r->valid[k][row]) c->bitmap[row >> 3] |= (uint8_t)(1u << (row & 7));
+    for (Py_ssize_t i = 0; i < n; i++) count += r->valid[k][at[i]];
+    if (count < n) {
+        if (!(c->bitmap = calloc((size_t)n / 8 + 1, 1))) { free(c); return NULL; }
+        for (Py_ssize_t i = 0; i < n; i++)
+            if (r->valid[k][at[i]]) c->bitmap[i >> 3] |= (uint8_t)(1u << (i & 7));
     }
-    void **from;
-    size_t size;
     const char *format;
     if (k < N_STR) {
-        int64_t kept = string_views(&c->views, r->str[k].p, r->offsets[k], rows);
+        int64_t kept = string_views(&c->views, (char **)&c->data, r->str[k].p, r->offsets[k], at, n);
         if (kept < 0) { c->refs = 1; unref(c); return NULL; }
-        from = (void **)&r->str[k].p; size = (size_t)kept; format = "vu";
+        format = "vu";
         c->data_size = kept;
-    } else if (k < N_STR + N_INT) {
-        from = (void **)&r->ints[k - N_STR]; size = (size_t)rows * sizeof(int64_t); format = "l";
     } else {
-        from = (void **)&r->floats[k - N_STR - N_INT]; size = (size_t)rows * sizeof(double); format = "g";
+        int integer = k < N_STR + N_INT;
+        const char *from = integer ? (const char *)r->ints[k - N_STR] : (const char *)r->floats[k - N_STR - N_INT];
+        format = integer ? "l" : "g";
+        if (!(c->data = malloc(n ? (size_t)n * 8 : 1))) { c->refs = 1; unref(c); return NULL; }
+        for (Py_ssize_t i = 0; i < n; i++) memcpy((char *)c->data + 8 * (size_t)i, from + 8 * (size_t)at[i], 8);
     }
-    c->data = *from ? realloc(*from, size ? size : 1) : malloc(1);
-    if (c->data) *from = NULL;
-    if (!c->data) { c->refs = 1; unref(c); return NULL; }
     c->buffers[0] = c->bitmap;
     c->buffers[1] = k < N_STR ? (const void *)c->views : c->data;
     c->buffers[2] = c->data;
     c->buffers[3] = &c->data_size;
-    c->child = (struct ArrowArray){rows, rows - count, 0, k < N_STR ? 4 : 2, 0, c->buffers, NULL, NULL, release_array, c};
+    c->child = (struct ArrowArray){n, n - count, 0, k < N_STR ? 4 : 2, 0, c->buffers, NULL, NULL, release_array, c};
     c->child_list[0] = &c->child;
     c->child_schema = (struct ArrowSchema){format, name_of(k), NULL, ARROW_FLAG_NULLABLE, 0, NULL, NULL, release_schema, c};
     c->child_schema_list[0] = &c->child_schema;
     c->refs = 4;
     return c;
+}
+
+/* The reader's memory of column k, freed once its groups' columns are made. */
+static void drop_column(Reader *r, int k) {
+    if (k < N_STR) {
+        free(r->str[k].p);
+        free(r->offsets[k]);
+        r->str[k].p = NULL;
+        r->offsets[k] = NULL;
+    } else if (k < N_STR + N_INT) {
+        free(r->ints[k - N_STR]);
+        r->ints[k - N_STR] = NULL;
+    } else {
+        free(r->floats[k - N_STR - N_INT]);
+        r->floats[k - N_STR - N_INT] = NULL;
+    }
+    free(r->valid[k]);
+    r->valid[k] = NULL;
+}
+
+/* `columns`' groups read into `spec`: -1 with an exception set where they are not a tuple of
+   1 to MAX_GROUPS (cats, names) pairs, cats a tuple of str or None (the rest: at most one
+   group), names a tuple of the columns' names. */
+static int read_spec(PyObject *groups, Spec *spec) {
+    memset(spec, 0, sizeof *spec);
+    spec->rest = -1;
+    if (!PyTuple_Check(groups) || PyTuple_GET_SIZE(groups) < 1 || PyTuple_GET_SIZE(groups) > MAX_GROUPS)
+        goto bad;
+    spec->groups = (int)PyTuple_GET_SIZE(groups);
+    for (int g = 0; g < spec->groups; g++) {
+        PyObject *pair = PyTuple_GET_ITEM(groups, g);
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) goto bad;
+        PyObject *cats = PyTuple_GET_ITEM(pair, 0), *names = PyTuple_GET_ITEM(pair, 1);
+        if (cats == Py_None) {
+            if (spec->rest != -1) goto bad;
+            spec->rest = g;
+        } else {
+            if (!PyTuple_Check(cats)) goto bad;
+            for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(cats); i++) {
+                if (spec->routes == MAX_ROUTES || !PyUnicode_Check(PyTuple_GET_ITEM(cats, i))) goto bad;
+                Route *route = &spec->route[spec->routes++];
+                route->cat = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(cats, i), &route->len);
+                if (!route->cat) return -1;
+                route->group = g;
+            }
+        }
+        if (!PyTuple_Check(names) || PyTuple_GET_SIZE(names) < 1 || PyTuple_GET_SIZE(names) > N_VALID) goto bad;
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(names); i++) {
+            const char *name = PyUnicode_Check(PyTuple_GET_ITEM(names, i)) ? PyUnicode_AsUTF8(PyTuple_GET_ITEM(names, i)) : NULL;
+            int k = 0;
+            while (name && k < N_VALID && strcmp(name, name_of(k))) k++;
+            if (!name || k == N_VALID) goto bad;
+            for (int j = 0; j < spec->width[g]; j++)
+                if (spec->cols[g][j] == k) goto bad;
+            spec->cols[g][spec->width[g]++] = k;
+            spec->ids[g] |= k == S_PID || k == S_TID || k == V_INT(I_PID) || k == V_INT(I_TID);
+        }
+    }
+    return 0;
+bad:
+    PyErr_Clear();
+    PyErr_SetString(PyExc_ValueError, "groups: a tuple of 1 to 8 (cats: tuple of str or None, once; names: tuple of "
+                    "distinct column names)");
+    return -1;
 }
 
 /* Column k as (schema capsule, array capsule); NULL with an exception set. */
@@ -829,42 +924,68 @@ static void keep_exact(Reader *r, Py_ssize_t *inexact) {
     }
 }
 
-static PyObject *columns(PyObject *Py_UNUSED(module), PyObject *arg) {
+static PyObject *columns(PyObject *Py_UNUSED(module), PyObject *args) {
+    PyObject *text, *groups;
+    Spec spec;
+    if (!PyArg_ParseTuple(args, "OO", &text, &groups) || read_spec(groups, &spec)) return NULL;
     Py_buffer view;
-    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE)) return NULL;
+    if (PyObject_GetBuffer(text, &view, PyBUF_SIMPLE)) return NULL;
     Reader r;
     memset(&r, 0, sizeof r);
     r.p = view.buf;
     r.end = r.p + view.len;
+    r.spec = &spec;
     int bad;
-    Py_ssize_t inexact = 0, text_ids = 0;
-    Column *made[N_VALID] = {NULL};
+    Py_ssize_t inexact = 0, text_ids = 0, n[MAX_GROUPS] = {0};
+    int64_t *at[MAX_GROUPS] = {NULL};
+    Column *made[MAX_GROUPS][N_VALID];
+    memset(made, 0, sizeof made);
     Py_BEGIN_ALLOW_THREADS /* the columns too are made without the interpreter: only their capsules need it */
     bad = array(&r) || room(&r); /* room: the columns exist even for no rows */
     for (int k = 0; !bad && k < N_STR; k++) /* a view's offset is an int32 */
         bad = r.str[k].len > INT32_MAX || !utf8((const unsigned char *)r.str[k].p, r.str[k].len);
     if (!bad && !r.failed) {
         keep_exact(&r, &inexact);
-        for (Py_ssize_t row = 0; row < r.rows; row++) text_ids += r.valid[S_PID][row] || r.valid[S_TID][row];
+        for (Py_ssize_t row = 0; row < r.rows; row++) {
+            int g = r.group[row];
+            if (g < 0) continue;
+            n[g]++;
+            text_ids += spec.ids[g] && (r.valid[S_PID][row] || r.valid[S_TID][row]);
+        }
+        for (int g = 0; !r.failed && g < spec.groups; g++) {
+            r.failed = !(at[g] = malloc(n[g] ? (size_t)n[g] * sizeof(int64_t) : 1));
+            n[g] = 0;
+        }
+        for (Py_ssize_t row = 0; !r.failed && row < r.rows; row++)
+            if (r.group[row] >= 0) at[r.group[row]][n[r.group[row]]++] = row;
     }
-    for (int k = 0; !bad && !r.failed && k < N_VALID; k++)
-        r.failed = !(made[k] = column(&r, k));
+    for (int k = 0; !bad && !r.failed && k < N_VALID; k++) {
+        for (int g = 0; !r.failed && g < spec.groups; g++)
+            for (int j = 0; !r.failed && j < spec.width[g]; j++)
+                if (spec.cols[g][j] == k) r.failed = !(made[g][k] = column(&r, k, at[g], n[g]));
+        drop_column(&r, k);
+    }
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
     free_reader(&r);
-    if (r.failed || bad) {
-        for (int k = 0; k < N_VALID; k++)
-            if (made[k]) { made[k]->refs = 1; unref(made[k]); }
-        if (r.failed) return PyErr_NoMemory();
-        Py_RETURN_NONE;
+    for (int g = 0; g < MAX_GROUPS; g++) free(at[g]);
+    PyObject *all = bad || r.failed ? NULL : PyTuple_New(spec.groups);
+    for (int g = 0; g < spec.groups; g++) {
+        PyObject *these = all ? PyTuple_New(spec.width[g]) : NULL;
+        for (int j = 0; j < spec.width[g]; j++) {
+            Column *c = made[g][spec.cols[g][j]];
+            if (!c) continue;
+            if (!these) { c->refs = 1; unref(c); continue; }
+            PyObject *pair = capsules(c, n[g]); /* capsules frees it on failure */
+            if (pair) PyTuple_SET_ITEM(these, j, pair);
+            else Py_CLEAR(these);
+        }
+        PyObject *group = these ? Py_BuildValue("(nN)", n[g], these) : NULL;
+        if (group && all) PyTuple_SET_ITEM(all, g, group);
+        else { Py_XDECREF(group); Py_CLEAR(all); }
     }
-    PyObject *all = PyTuple_New(N_VALID);
-    for (int k = 0; k < N_VALID; k++) {
-        PyObject *pair = all ? capsules(made[k], r.rows) : NULL; /* capsules frees it on failure */
-        if (pair) { PyTuple_SET_ITEM(all, k, pair); continue; }
-        if (all) Py_CLEAR(all);
-        else { made[k]->refs = 1; unref(made[k]); }
-    }
+    if (r.failed) return PyErr_NoMemory();
+    if (bad) Py_RETURN_NONE;
     return all ? Py_BuildValue("(nnnnnN)", r.rows, r.events, r.lenient, inexact, text_ids, all) : NULL;
 }
 
@@ -890,7 +1011,7 @@ static PyObject *trim(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(arg)) {
 }
 
 static PyMethodDef METHODS[] = {
-    {"columns", columns, METH_O, "columns(text) -> (rows, events, lenient events, inexact ts, text ids, ((schema, array) capsules per column)) | None"},
+    {"columns", columns, METH_VARARGS, "columns(text, groups) -> (rows, events, lenient events, inexact ts, text ids, ((rows, ((schema, array) capsules per column)) per group)) | None"},
     {"trim", trim, METH_NOARGS, "trim() -> None: the C library's free memory given back to the system"},
     {NULL, NULL, 0, NULL}};
 

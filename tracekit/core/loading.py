@@ -16,6 +16,7 @@ from collections import Counter
 from functools import cache
 from operator import itemgetter
 from pathlib import Path
+from typing import NamedTuple
 
 import msgspec
 import polars as pl
@@ -155,6 +156,7 @@ def decode(path, comm_kernels: tuple[str, ...]) -> list[Trace]:
     tables = {name: pl.concat([p[name] for p in parts], how="diagonal_relaxed", rechunk=True).drop("idx", strict=False)
               for name in (*TABLES, "extent")}
     del parts
+    native.give_back_memory()  # the native columns that the tables were until made contiguous
     extent = tables.pop("extent").select(pl.col("first").min(), pl.col("last").max(), pl.col("n").sum()).row(0)
     if not extent[2]:
         if facts.pop("array_form") and not facts["events"]:
@@ -250,38 +252,37 @@ def in_threads_here(path, threads: int) -> tuple[list, object, dict]:
 
 def piece_columns(text, target: None = None) -> tuple:
     """The piece's `native.raw_columns` (made polars columns by `imported`, in the thread that
-    waits for the pieces) where it needs no check in polars, else its `native_columns`
-    (columns, counts), or where there are none its `piece_tables` (tables, facts)."""
-    raw = native.raw_columns(text)
-    if raw is not None and not raw.inexact and not raw.text_ids:
-        return raw
-    return checked_columns(raw) or piece_tables(text)
+    waits for the pieces) where the native decoder reads it, else its `piece_tables` (tables,
+    facts)."""
+    raw = native.raw_columns(text, GROUPS)
+    return raw if raw is not None and not raw.inexact and not raw.text_ids else piece_tables(text)
 
 
 def imported(result: tuple) -> tuple:
-    """`piece_columns`' result, raw columns made `native_columns`' (columns, counts)."""
+    """`piece_columns`' result, raw columns made `native_columns`' `Grouped`."""
     return checked_columns(result) if isinstance(result, native.Raw) else result
 
 
 def _joined(results: list):
     """`piece_columns`' results as `piece_tables`' (tables, facts), taken from the front of the
-    list: each run of successive pieces read natively made tables at once, their columns
-    concatenated, so that the threads only decode (holding the interpreter little) and polars'
-    own threads then build the tables of all; the columns freed, and their memory given back,
-    once the tables are made (a 195 MB trace's peak 2.5 -> 2.0x the file), but for the text
-    buffers that the tables' string views still point into (~25 MB of that trace's)."""
+    list: each run of successive pieces read natively made tables at once, each group's
+    columns concatenated, so that the threads only decode (holding the interpreter little)
+    and polars' own threads then build the tables of all; the columns freed, and their
+    memory given back, once the tables are made, but for the text buffers that the tables'
+    string views still point into."""
     while results:
-        if not isinstance(results[0][0], pl.DataFrame):
+        if not isinstance(results[0], Grouped):
             yield results.pop(0)
             continue
-        wides, facts = [], fresh_facts()
-        while results and isinstance(results[0][0], pl.DataFrame):
-            wide, counts = results.pop(0)
-            wides.append(wide)
-            for name, n in counts.items():
+        run, facts = [], fresh_facts()
+        while results and isinstance(results[0], Grouped):
+            got = results.pop(0)
+            run.append(got.groups)
+            for name, n in got.counts.items():
                 facts[name] += n
-        tables = columns_tables(pl.concat(wides, how="vertical"), facts)
-        del wides, wide
+        tables = columns_tables({g: pl.concat([groups[g] for groups in run], how="vertical") for g in GROUP_COLUMNS},
+                                facts)
+        del run, got
         native.give_back_memory()
         yield tables, facts
 
@@ -508,48 +509,72 @@ def _native_tables(chunk: bytes, facts: dict) -> dict[str, pl.DataFrame] | None:
     got = native_columns(chunk)
     if got is None:
         return None
-    for name, n in got[1].items():
+    for name, n in got.counts.items():
         facts[name] += n
-    return columns_tables(got[0], facts)
+    return columns_tables(got.groups, facts)
 
 
-def native_columns(chunk: bytes) -> tuple[pl.DataFrame, dict] | None:
-    """(the native decoder's columns of the chunk (`native.frame`), its counts of events and
-    lenient events under their names in the facts), `ts_exact` kept (by the C) only where a
-    timestamp is too large for a float to hold its ns (`text_ns`); or None where it does not
-    read the text, where such a timestamp has a form it could not read exactly (an exponent),
-    or where a routed event's pid or tid is text (PyTorch 1.8–1.10's `"stream 7"`)."""
-    return checked_columns(native.raw_columns(chunk))
+class Grouped(NamedTuple):
+    """The native decoder's rows of a chunk per group of `GROUPS` (name → frame) and its
+    counts of events and lenient events under their names in the facts."""
+
+    groups: dict[str, pl.DataFrame]
+    counts: dict[str, int]
 
 
-def checked_columns(raw: native.Raw | None) -> tuple[pl.DataFrame, dict] | None:
+def native_columns(chunk: bytes) -> Grouped | None:
+    """The native decoder's rows of the chunk per group (`native.frames` of `GROUPS`),
+    `ts_exact` kept (by the C) only where a timestamp is too large for a float to hold its
+    ns (`text_ns`); or None where it does not read the text, where such a timestamp has a
+    form it could not read exactly (an exponent), or where a routed event's pid or tid is
+    text (PyTorch 1.8–1.10's `"stream 7"`)."""
+    return checked_columns(native.raw_columns(chunk, GROUPS))
+
+
+def checked_columns(raw: native.Raw | None) -> Grouped | None:
     """`native_columns` from `native.raw_columns`' result."""
-    if raw is None or raw.inexact:
+    if raw is None or raw.inexact or raw.text_ids:
         return None
-    wide = native.frame(raw)
-    got = (wide, {"events": raw.events, "lenient_events": raw.lenient})
-    if not raw.text_ids:
-        return got
-    routed = wide.filter(pl.col("cat").is_in(list(ROUTE)))
-    if routed["pid_text"].null_count() < routed.height or routed["tid_text"].null_count() < routed.height:
-        return None
-    return got
+    return Grouped(dict(zip(GROUP_COLUMNS, native.frames(raw))), {"events": raw.events, "lenient_events": raw.lenient})
 
 
-def columns_tables(wide: pl.DataFrame, facts: dict) -> dict[str, pl.DataFrame]:
-    """`_chunk_tables` from `native_columns` (of one chunk, or of several in file order): each
-    table made of only the columns it holds, the four at once (`pl.collect_all`)."""
-    table = _usable(wide.select(pl.exclude("ts", "ts_exact", "dur"), ts_ns=wide["ts_exact"].fill_null(float_ns(wide["ts"])),
-                                dur_ns=(pl.col("dur") * 1000).round().cast(pl.Int64, strict=False)), facts)
-    _note_categories(table, facts)
+def columns_tables(groups: dict[str, pl.DataFrame], facts: dict) -> dict[str, pl.DataFrame]:
+    """`_chunk_tables` from `native_columns`' groups (of one chunk, or of several in file
+    order): in each group the events without a usable ts or dur dropped and negative
+    durations taken as 0, counted as `_usable` counts them, the facts `_note_categories` notes
+    (unknown categories are in the rest), the `extent` over every group; the four tables made
+    at once (`pl.collect_all`)."""
+    ts_ns = pl.col("ts_exact").fill_null(float_ns(pl.col("ts")))
+    dur_ns = (pl.col("dur") * 1000).round().cast(pl.Int64, strict=False)
+    usable = ts_ns.is_not_null() & dur_ns.is_not_null()
+    *checks, rest = pl.collect_all([frame.lazy().select(
+        no_ts=ts_ns.is_null().sum(), no_dur=(ts_ns.is_not_null() & dur_ns.is_null()).sum(),
+        negative=(usable & (dur_ns < 0)).sum(), exact=(usable & (ts_ns.abs() >= int(EXACT_LIMIT_US) * 1000)).sum(),
+        old=pl.col("cat").filter(usable).is_in(list(OLD_NAMES)).any(),
+        first=ts_ns.filter(usable).min(), last=(ts_ns + dur_ns.clip(lower_bound=0)).filter(usable).max(),
+        n=usable.sum()) for frame in groups.values()] + [groups["rest"].lazy().filter(usable).group_by("cat").len()])
+    checks = dict(zip(groups, (c.row(0, named=True) for c in checks)))
+    for c in checks.values():
+        for why, n in (("events without a numeric ts", c["no_ts"]), ("events without a numeric dur", c["no_dur"]),
+                       ("events with a negative dur (kept, dur taken as 0)", c["negative"])):
+            if n:
+                facts["dropped"][why] += n
+        facts["exact_timestamps"] += c["exact"]
+        facts["old_names"] |= bool(c["old"])
+    for cat, n in rest.rows():
+        if cat not in CATEGORIES:
+            facts["unknown_categories"][cat or "(no cat)"] += n
     ext_id = pl.col("external_id").fill_null(pl.col("external_id_2021"))
-    routed = table.lazy().with_columns(route=pl.col("cat").replace_strict(ROUTE, default="none"),
-                                       cat=pl.col("cat").replace_strict(NORMAL, default=None))
 
-    def shaped(route: str, *names: str) -> pl.LazyFrame:
-        """`_with_args`' table: tid, ext_id, pid, rank_arg and `names`, in that order."""
-        return routed.filter(pl.col("route") == route).select(
-            "cat", "name", "ts_ns", "dur_ns", "tid", ext_id.alias("ext_id"), "pid", pl.col("rank").alias("rank_arg"), *names)
+    def shaped(name: str, *names: str) -> pl.LazyFrame:
+        """The group's table: cat, name, ts_ns, dur_ns, tid, ext_id, pid, rank_arg and
+        `names`, in that order (as `_with_args` makes it)."""
+        c, frame = checks[name], groups[name].lazy()
+        if c["no_ts"] or c["no_dur"]:
+            frame = frame.filter(usable)
+        return frame.select(pl.col("cat").replace_strict(NORMAL, default=None), "name", ts_ns.alias("ts_ns"),
+                            (dur_ns.clip(lower_bound=0) if c["negative"] else dur_ns).alias("dur_ns"), "tid",
+                            ext_id.alias("ext_id"), "pid", pl.col("rank").alias("rank_arg"), *names)
 
     record = pl.col("name") == "record_param_comms"
     gpu = shaped("gpu", "device", "stream", "correlation", "bytes", "grid", "block", *COMM_ARGS).with_columns(
@@ -557,9 +582,12 @@ def columns_tables(wide: pl.DataFrame, facts: dict) -> dict[str, pl.DataFrame]:
         device=pl.col("device").fill_null(pl.col("pid"))).rename({"cat": "kind"})
     ops = shaped("ops", "input_dims", "input_types", "concrete_inputs", *COMM_ARGS).with_columns(
         pl.when(record).then(pl.col(name)).alias(name) for name in COMM_ARGS)
-    extent = table.lazy().select(first=pl.col("ts_ns").min(), last=(pl.col("ts_ns") + pl.col("dur_ns")).max(), n=pl.len())
-    made = pl.collect_all([gpu, shaped("calls", "correlation"), ops, shaped("marks", *MARK_ARGS), extent])
-    return dict(zip((*TABLES, "extent"), made))
+    made = pl.collect_all([gpu, shaped("calls", "correlation"), ops, shaped("marks", *MARK_ARGS)])
+    firsts, lasts = [c["first"] for c in checks.values() if c["n"]], [c["last"] for c in checks.values() if c["n"]]
+    extent = pl.DataFrame({"first": [min(firsts, default=None)], "last": [max(lasts, default=None)],
+                           "n": [sum(c["n"] for c in checks.values())]},
+                          schema={"first": pl.Int64, "last": pl.Int64, "n": pl.UInt32})
+    return dict(zip(TABLES, made)) | {"extent": extent}
 
 
 ROUTE = {cat: where[0] for cat, where in CATEGORIES.items() if where}
@@ -677,6 +705,19 @@ COMM_ARGS = {"collective": strings, "in_nelems": ints, "out_nelems": ints, "grou
 # The args of device-side records (`cuda_sync`, `gpu_user_annotation`).
 MARK_ARGS = {"correlation": ints, "device": ints, "sync_kind": strings, "stream": ints,
              "wait_on_stream": ints, "wait_on_record": ints}
+# The native decoder's groups of rows (`native.raw_columns`): each table's events (by their
+# cat, `ROUTE`) with the columns it is made of (`columns_tables`), and the rest (every other
+# complete event) with what the facts and the extent read of them.
+_EVERY_TABLE = ("cat", "name", "ts", "dur", "ts_exact", "tid", "external_id", "external_id_2021", "pid", "rank")
+GROUP_COLUMNS = {
+    "gpu": (*_EVERY_TABLE, "device", "stream", "correlation", "bytes", "grid", "block", *COMM_ARGS),
+    "calls": (*_EVERY_TABLE, "correlation"),
+    "ops": (*_EVERY_TABLE, "input_dims", "input_types", "concrete_inputs", *COMM_ARGS),
+    "marks": (*_EVERY_TABLE, *MARK_ARGS),
+    "rest": ("cat", "ts", "dur", "ts_exact"),
+}
+GROUPS = tuple((tuple(cat for cat, to in ROUTE.items() if to == name) if name in TABLES else None, columns)
+               for name, columns in GROUP_COLUMNS.items())
 
 
 def _with_args(events: list, table: pl.DataFrame, columns: dict) -> pl.DataFrame:
