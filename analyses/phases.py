@@ -78,11 +78,12 @@ def made_launch_context(trace: Trace) -> pl.DataFrame:
     by_runner = pl.concat([by_runner, uncalled])
     autograd = autograd_threads(trace.ops)
     signs = runner.height > 0 or marks.height > 0  # the trace says anything of its phases
-    launcher = trace.ops.filter(pl.col("cat") == "cpu_op").select("ext_id", op=pl.col("name")).unique("ext_id")
+    # lazy (here and below): only the columns selected of the rows kept are copied
+    launcher = trace.ops.lazy().filter(pl.col("cat") == "cpu_op").select("ext_id", op=pl.col("name")).unique("ext_id").collect()
     unlinked = launches.filter(pl.col("c_start").is_not_null()
                                & ~pl.col("ext_id").is_in(launcher["ext_id"].drop_nulls().implode()).fill_null(False))
-    cpu = trace.ops.with_row_index("o_row").filter(pl.col("cat") == "cpu_op").select(
-        "o_row", o_tid="tid", o_start="start", o_end="end", enclosing=pl.col("name"))
+    cpu = trace.ops.lazy().with_row_index("o_row").filter(pl.col("cat") == "cpu_op").select(
+        "o_row", o_tid="tid", o_start="start", o_end="end", enclosing=pl.col("name")).collect()
     enclosing = (unlinked.join_where(cpu, pl.col("o_start") <= pl.col("c_start"), pl.col("o_end") >= pl.col("c_end"))
                  .filter(pl.col("o_tid") == pl.col("c_tid"))
                  .sort("row", *INNERMOST_FIRST, descending=[False, True, False, True])

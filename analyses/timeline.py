@@ -311,7 +311,8 @@ def host_layers(trace: Trace) -> list[tuple[pl.DataFrame, str]]:
     calls = kept(trace, ("host", "calls"), lambda: outermost(trace.calls).with_columns(
         cause=pl.when(name.is_in(SYNC_APIS)).then(pl.lit("sync: ") + name)
         .when(name.str.contains(LAUNCH)).then(pl.lit("launch: ") + name).otherwise(pl.lit("runtime: ") + name)))
-    ops = kept(trace, ("host", "ops"), lambda: outermost(trace.ops.filter(~name.str.starts_with("ProfilerStep#")))
+    ops = trace.ops.select("tid", "start", "end", "name")  # the filter copies only what `outermost` reads
+    ops = kept(trace, ("host", "ops"), lambda: outermost(ops.filter(~name.str.starts_with("ProfilerStep#")))
                .with_columns(cause=pl.lit("cpu_op: ") + name))
     return [calls, ops]
 
