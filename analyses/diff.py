@@ -40,7 +40,7 @@ from tracekit.analyses.flops import kernel_work
 from tracekit.analyses.launches import launch_rows
 from tracekit.analyses.phases import DATA_LOADING, DATA_PHASE, RUNNER_PHASE, fsdp_phase, launch_context
 from tracekit.analyses.syncs import host_syncs
-from tracekit.analyses.timeline import kept, outermost, timeline, unshared
+from tracekit.analyses.timeline import kept, outermost_ops, timeline, unshared
 from tracekit.core.errors import TraceError
 from tracekit.core.files import name
 from tracekit.core.model import Trace
@@ -173,7 +173,7 @@ def host_items(trace: Trace) -> pl.DataFrame:
         "tid", pl.col("name").str.extract(r"#(\d+)", 1).cast(pl.Int64).alias("step"), "start", "end")
     if steps.height == 0:  # one whole-trace step 0
         steps = trace.steps.select(pl.lit(None, pl.Int64).alias("tid"), "step", start="cpu_start", end="cpu_end")
-    ops = outermost(trace.ops.select("tid", "start", "end", "name").filter(~pl.col("name").str.starts_with("ProfilerStep#")))
+    ops = outermost_ops(trace)
     inside = steps.join(ops, on="tid", how="left" if steps["tid"].null_count() else "inner", suffix="_op").filter(
         (pl.col("start_op") >= pl.col("start")) & (pl.col("end_op") <= pl.col("end")))
     busy = inside.select("step", "name", ns=pl.col("end_op") - pl.col("start_op"))

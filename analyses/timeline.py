@@ -311,10 +311,14 @@ def host_layers(trace: Trace) -> list[tuple[pl.DataFrame, str]]:
     calls = kept(trace, ("host", "calls"), lambda: outermost(trace.calls).with_columns(
         cause=pl.when(name.is_in(SYNC_APIS)).then(pl.lit("sync: ") + name)
         .when(name.str.contains(LAUNCH)).then(pl.lit("launch: ") + name).otherwise(pl.lit("runtime: ") + name)))
-    ops = trace.ops.select("tid", "start", "end", "name")  # the filter copies only what `outermost` reads
-    ops = kept(trace, ("host", "ops"), lambda: outermost(ops.filter(~name.str.starts_with("ProfilerStep#")))
-               .with_columns(cause=pl.lit("cpu_op: ") + name))
+    ops = kept(trace, ("host", "ops"), lambda: outermost_ops(trace).with_columns(cause=pl.lit("cpu_op: ") + name))
     return [calls, ops]
+
+
+def outermost_ops(trace: Trace) -> pl.DataFrame:
+    """The CPU ops (ProfilerStep# left out) no other of their thread contains (`outermost`)."""
+    ops = trace.ops.select("tid", "start", "end", "name")  # the filter copies only what `outermost` reads
+    return outermost(ops.filter(~pl.col("name").str.starts_with("ProfilerStep#")))
 
 
 def idle_causes(idle: pl.DataFrame, trace: Trace) -> pl.DataFrame:

@@ -496,7 +496,13 @@ def _note_categories(table: pl.DataFrame, facts: dict) -> None:
     """Note the complete events' timestamps that needed the exact decode, their unknown
     categories and whether they use the old names."""
     facts["exact_timestamps"] += int((table["ts_ns"].abs() >= int(EXACT_LIMIT_US) * 1000).sum())
-    for cat, n in table["cat"].value_counts().rows():
+    _note_counted(table["cat"].value_counts().rows(), facts)
+
+
+def _note_counted(counts, facts: dict) -> None:
+    """Note the unknown categories among (category, events) counts, and whether any uses the
+    old names."""
+    for cat, n in counts:
         if cat not in CATEGORIES:
             facts["unknown_categories"][cat or "(no cat)"] += n
         elif cat in OLD_NAMES:
@@ -541,29 +547,24 @@ def checked_columns(raw: native.Raw | None) -> Grouped | None:
 def columns_tables(groups: dict[str, pl.DataFrame], facts: dict) -> dict[str, pl.DataFrame]:
     """`_chunk_tables` from `native_columns`' groups (of one chunk, or of several in file
     order): in each group the events without a usable ts or dur dropped and negative
-    durations taken as 0, counted as `_usable` counts them, the facts `_note_categories` notes
-    (unknown categories are in the rest), the `extent` over every group; the four tables made
-    at once (`pl.collect_all`)."""
+    durations taken as 0, counted as `_usable` counts them, the facts `_note_categories` notes,
+    the `extent` over every group; the four tables made at once (`pl.collect_all`)."""
     ts_ns = pl.col("ts_exact").fill_null(float_ns(pl.col("ts")))
     dur_ns = (pl.col("dur") * 1000).round().cast(pl.Int64, strict=False)
     usable = ts_ns.is_not_null() & dur_ns.is_not_null()
-    *checks, rest = pl.collect_all([frame.lazy().select(
+    found = pl.collect_all([frame.lazy().select(
         no_ts=ts_ns.is_null().sum(), no_dur=(ts_ns.is_not_null() & dur_ns.is_null()).sum(),
         negative=(usable & (dur_ns < 0)).sum(), exact=(usable & (ts_ns.abs() >= int(EXACT_LIMIT_US) * 1000)).sum(),
-        old=pl.col("cat").filter(usable).is_in(list(OLD_NAMES)).any(),
         first=ts_ns.filter(usable).min(), last=(ts_ns + dur_ns.clip(lower_bound=0)).filter(usable).max(),
-        n=usable.sum()) for frame in groups.values()] + [groups["rest"].lazy().filter(usable).group_by("cat").len()])
-    checks = dict(zip(groups, (c.row(0, named=True) for c in checks)))
+        n=usable.sum()) for frame in groups.values()] + [frame.lazy().filter(usable).group_by("cat").len()
+                                                          for frame in groups.values()])
+    checks = dict(zip(groups, (c.row(0, named=True) for c in found[:len(groups)])))
     for c in checks.values():
-        for why, n in (("events without a numeric ts", c["no_ts"]), ("events without a numeric dur", c["no_dur"]),
-                       ("events with a negative dur (kept, dur taken as 0)", c["negative"])):
+        for why, n in ((NO_TS, c["no_ts"]), (NO_DUR, c["no_dur"]), (NEGATIVE_DUR, c["negative"])):
             if n:
                 facts["dropped"][why] += n
         facts["exact_timestamps"] += c["exact"]
-        facts["old_names"] |= bool(c["old"])
-    for cat, n in rest.rows():
-        if cat not in CATEGORIES:
-            facts["unknown_categories"][cat or "(no cat)"] += n
+    _note_counted([row for cats in found[len(groups):] for row in cats.rows()], facts)
     ext_id = pl.col("external_id").fill_null(pl.col("external_id_2021"))
 
     def shaped(name: str, *names: str) -> pl.LazyFrame:
@@ -626,18 +627,23 @@ def _event_table(events: list, loose: bool, facts: dict) -> pl.DataFrame | None:
     }), facts)
 
 
+# Why an event was dropped (or changed), as `facts["dropped"]` counts it.
+NO_TS, NO_DUR = "events without a numeric ts", "events without a numeric dur"
+NEGATIVE_DUR = "events with a negative dur (kept, dur taken as 0)"
+
+
 def _usable(table: pl.DataFrame, facts: dict) -> pl.DataFrame:
     """`table` without the events that have no usable ts or dur (counted), negative durations
     taken as 0 (counted)."""
     bad = table.filter(pl.col("ts_ns").is_null() | pl.col("dur_ns").is_null())
     if bad.height:
-        for why, n in bad.select(pl.when(pl.col("ts_ns").is_null()).then(pl.lit("events without a numeric ts"))
-                                 .otherwise(pl.lit("events without a numeric dur"))).to_series().value_counts().rows():
+        for why, n in bad.select(pl.when(pl.col("ts_ns").is_null()).then(pl.lit(NO_TS))
+                                 .otherwise(pl.lit(NO_DUR))).to_series().value_counts().rows():
             facts["dropped"][why] += n
         table = table.filter(pl.col("ts_ns").is_not_null() & pl.col("dur_ns").is_not_null())
     negative = int((table["dur_ns"] < 0).sum())
     if negative:
-        facts["dropped"]["events with a negative dur (kept, dur taken as 0)"] += negative
+        facts["dropped"][NEGATIVE_DUR] += negative
         table = table.with_columns(pl.col("dur_ns").clip(lower_bound=0))
     return table
 
