@@ -137,6 +137,21 @@ def test_diff_of_variants_a_run_does_not_have():
     one_line(cli("diff", RUN / "nothing", "fsdp1", "fsdp2"), "no such file or directory")
 
 
+@pytest.mark.parametrize("args, words", [
+    (["diff", RUN, FSDP2], ["A: ", "profile output of 5 variants", f"tracekit diff {RUN} ddp fsdp2"]),
+    (["diff", FSDP1, RUN], ["B: ", f"tracekit diff {RUN} fsdp1 ddp"]),
+    (["diff", RUN, RUN], ["A: ", f"tracekit diff {RUN} ddp fsdp1"]),
+    (["export", "--diff", "-o", "x.pftrace", RUN, FSDP1], [f"tracekit export --diff -o x.pftrace {RUN} ddp fsdp1"]),
+])
+def test_a_side_that_is_a_whole_profile_output_is_refused(tmp_path, monkeypatch, args, words):
+    """A profile output of several variants is not one side: its rank 0 traces are five
+    variants' (before, the first found was compared, under "5 traces claim rank 0" warnings),
+    and the fix names two of its variants, the one given kept on its side."""
+    monkeypatch.chdir(tmp_path)
+    one_line(cli(*args), *words)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_report_baseline_and_plot_mistakes(tmp_path):
     one_line(cli("report", "--baseline", "fsdp9", RUN), "--baseline fsdp9", "ran: ddp, fsdp1")
     one_line(cli("report", "--plot", tmp_path / "no" / "r.png", RUN), "the folder", "does not exist")

@@ -93,6 +93,14 @@ def diff_sides(paths: tuple, verb: str = "diff") -> tuple[str, str]:
                          f"got {counted(len(paths), 'argument')}")
     if len(paths) == 2:
         existing(None, None, paths)
+        for side, path in zip("AB", paths):
+            if len(held := variant_folders(Path(path))) > 1:  # its ranks' traces are of several variants
+                other = Path(paths[1 if side == "A" else 0])  # one of its variants, kept on its side
+                named = other.name if other.parent.resolve() == Path(path).resolve() else None
+                rest = [v for v in held if v != named]
+                pair = (held[0], held[1]) if named is None else (rest[0], named) if side == "A" else (named, rest[0])
+                raise UsageError(f"{side}: {path} is a profile output of {len(held)} variants ({', '.join(held)}), "
+                                 f"not one: name two of them, tracekit {verb} {path} {' '.join(pair)}")
         return paths
     out, *variants = paths
     if not Path(out).exists() and Path(variants[-1]).is_dir():
@@ -119,6 +127,14 @@ def diff_sides(paths: tuple, verb: str = "diff") -> tuple[str, str]:
         if variant not in found:
             raise UsageError(f"{out}: no variant {variant} (found: {', '.join(found) or 'none'})")
     return str(Path(out) / variants[0]), str(Path(out) / variants[1])
+
+
+def variant_folders(path: Path) -> list[str]:
+    """The variants' folders of a profile output (a folder holding manifest.json), by name;
+    none for any other path."""
+    if not (path / "manifest.json").is_file():
+        return []
+    return sorted(p.name for p in path.iterdir() if p.is_dir() and p.name != "names")
 
 
 def manifest_variants(out: Path) -> dict:
