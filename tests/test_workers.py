@@ -117,3 +117,28 @@ def test_workers_begun_for_no_work_are_stopped():
     assert len(workers) == 2
     executor.end_unused()
     assert executor._begun == {} and not any(w.is_alive() for w in workers)
+
+
+DYING = """
+import os, signal, sys
+if __name__ == "__mp_main__":  # a spawned worker imports this script again: it dies before any work
+    os.kill(os.getpid(), signal.SIGKILL)
+if __name__ == "__main__":
+    from tracekit.front.cli import main
+    main(sys.argv[1:])
+"""
+
+
+def test_a_worker_that_dies_is_one_line_and_exit_1(tmp_path):
+    """A worker killed (SIGKILL, as the out-of-memory killer sends it) before it was given any
+    work: one line saying so and how to go on, exit 1, no traceback (before: BrokenProcessPool's
+    traceback); nothing on stdout."""
+    script = tmp_path / "dying.py"
+    script.write_text(DYING)
+    out = subprocess.run([sys.executable, str(script), "summary", "--workers", "2", str(DATA / "h200x2-blocks4" / "fsdp2")],
+                         capture_output=True, text=True, env={**os.environ, "TRACEKIT_NO_CACHE": "1"}, timeout=120,
+                         cwd=tmp_path)
+    assert (out.returncode, out.stdout) == (1, ""), out.stderr
+    assert out.stderr == ("tracekit: a worker process ended abruptly (killed by a signal, or crashed; the "
+                          "out-of-memory killer sends SIGKILL) with 2 of 2 items not done: --workers 1 does the work "
+                          "in this process, with less memory at once\n")

@@ -1,4 +1,5 @@
-"""Errors the user can fix: the CLI prints each as one line on stderr and exits 2."""
+"""Errors the user can fix: the CLI prints each as one line on stderr and exits 2 (and one that
+is not the input's fault, `WorkerDied`: one line, exit 1)."""
 
 
 class TracekitError(Exception):
@@ -19,3 +20,8 @@ class TraceError(TracekitError):
 
 class UsageError(TracekitError):
     """An option that cannot work here (a bad pattern, a missing optional extra)."""
+
+
+class WorkerDied(Exception):
+    """A worker process that ended abruptly (a signal: the out-of-memory killer's SIGKILL, a
+    crash): not the user's input, so the CLI prints it as one line and exits 1."""

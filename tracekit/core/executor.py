@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import sys
 
-from .errors import UsageError
+from .errors import UsageError, WorkerDied
 
 
 def cores() -> int:
@@ -96,16 +96,24 @@ class Processes:
 
     def map(self, fn, items: list) -> list:
         from concurrent.futures import as_completed
+        from concurrent.futures.process import BrokenProcessPool
 
         n = min(self.n, len(items))
         pool = _begun.pop(n, None) or new_pool(n)
         out, bar = [None] * len(items), progress(len(items))
+        done = 0
         try:
             futures = {pool.submit(fn, item): i for i, item in enumerate(items)}
             for future in as_completed(futures):
                 out[futures[future]] = future.result()
+                done += 1
                 if bar:
                     bar.update()
+        except BrokenProcessPool:  # a worker ended abruptly: every item not done fails with it
+            stop(pool)
+            raise WorkerDied(f"a worker process ended abruptly (killed by a signal, or crashed; the out-of-memory "
+                             f"killer sends SIGKILL) with {len(items) - done} of {len(items)} items not done: "
+                             "--workers 1 does the work in this process, with less memory at once") from None
         except BaseException:  # one item failed (or Ctrl-C): the others are not waited for
             stop(pool)
             raise

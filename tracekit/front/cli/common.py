@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from tracekit.core.errors import TraceError, TracekitError, UsageError
+from tracekit.core.errors import TraceError, TracekitError, UsageError, WorkerDied
 from tracekit.core.words import counted  # noqa: F401 (the verbs' modules take it from here)
 
 # Analysis modules (polars) are imported inside the commands: the runners need only torch.
@@ -30,6 +30,9 @@ class Group(click.Group):
         except click.UsageError as e:
             shout(e.format_message(), wrap=sys.stderr.isatty())
             ctx.exit(2)
+        except WorkerDied as e:  # not the input's fault: exit 1, one line all the same
+            shout(str(e), wrap=sys.stderr.isatty())
+            ctx.exit(1)
         except (SystemExit, click.exceptions.Exit):  # a verb's own exit status: its notes stand
             said()
             raise
