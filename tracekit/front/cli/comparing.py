@@ -111,8 +111,7 @@ def diff_sides(paths: tuple, verb: str = "diff") -> tuple[str, str]:
         raise UsageError(f"{out}: not a profile output, {variants[-1]} is; the profile output comes first: "
                          f"tracekit {verb} {variants[-1]} {a} {b}")
     existing(None, None, out)
-    found = sorted(p.name for p in Path(out).iterdir() if p.is_dir() and p.name != "names") \
-        if Path(out).is_dir() else []
+    found = subfolders(Path(out)) if Path(out).is_dir() else []
     listed = manifest_variants(Path(out))
     for variant in variants:
         if variant in listed and variant not in found:
@@ -132,9 +131,12 @@ def diff_sides(paths: tuple, verb: str = "diff") -> tuple[str, str]:
 def variant_folders(path: Path) -> list[str]:
     """The variants' folders of a profile output (a folder holding manifest.json), by name;
     none for any other path."""
-    if not (path / "manifest.json").is_file():
-        return []
-    return sorted(p.name for p in path.iterdir() if p.is_dir() and p.name != "names")
+    return subfolders(path) if (path / "manifest.json").is_file() else []
+
+
+def subfolders(out: Path) -> list[str]:
+    """The folders in `out` that may be variants (all but `names/`, the full step's names), by name."""
+    return sorted(p.name for p in out.iterdir() if p.is_dir() and p.name != "names")
 
 
 def manifest_variants(out: Path) -> dict:
