@@ -80,7 +80,8 @@ def cuda_sync_events(trace: Trace) -> pl.DataFrame:
 def sync_ledger(trace: Trace) -> pl.DataFrame:
     """One row per step: `calls` = [{api, count, blocked_ns, gpu_idle_ns, blame, chains}], one
     entry per (api, innermost blame) of the host syncs, biggest blocked time first, then one
-    per cuda_sync record name (`device_syncs`); `blame` is the group's most
+    per cuda_sync record name (`device_syncs`), ties by the larger count, then api and
+    innermost in alphabetical order; `blame` is the group's most
     frequent chain and `chains` = [{blame, count, blocked_ns}] every distinct chain in it (the
     FSDP1 rate limiter inside `_pre_forward` in the forward and inside the backward prefetch
     in the backward); `cuda_sync_events.<name>` counts."""
@@ -98,7 +99,8 @@ def sync_ledger(trace: Trace) -> pl.DataFrame:
               .join(chains.group_by("step", "api", "innermost", maintain_order=True).agg(
                   blame=pl.col("blame").first(), chains=pl.struct("blame", "count", "blocked_ns")),
                   on=["step", "api", "innermost"], nulls_equal=True)
-              .sort("step", "blocked_ns", "count", descending=[False, True, True], nulls_last=True))
+              .sort("step", "blocked_ns", "count", "api", "innermost", descending=[False, True, True, False, False],
+                    nulls_last=True))  # ties (device syncs: no blocked time) by name: the same order every run
     per_step = groups.group_by("step", maintain_order=True).agg(
         calls=pl.struct("api", "count", "blocked_ns", "gpu_idle_ns", "blame", "chains"))
     table = trace.steps.select("step").join(per_step, on="step", how="left").with_columns(

@@ -8,6 +8,7 @@ import synth
 from click.testing import CliRunner
 
 import tracekit
+from conftest import DATA
 from tracekit.analyses.breakdown import breakdown
 from tracekit.analyses.comms import comms
 from tracekit.analyses.overlap import overlap
@@ -111,6 +112,18 @@ def test_sync_ledger_blame_and_gpu_idle(tmp_path):
     assert calls["cudaStreamSynchronize"]["blame"] == ["aten::item"]
     assert calls["cudaStreamSynchronize"]["gpu_idle_ns"] == 20 * US
     assert row["cuda_sync_events.Event Sync"] == 1
+
+
+def test_sync_ledger_orders_ties_by_name(tmp_path):
+    """Blocked time (largest first, unknown last), then count, then api: a total order, so that
+    the same trace gives the same answer every run. The HTA trace's device syncs (no blocked
+    time, one each) came out in either order from one run to the next."""
+    path = DATA / "external" / "hta-tests-data" / "critical_path" / "cuda_event_sync_multi_stream" / "event_sync_trace.json.gz"
+    for _ in range(5):
+        calls = sync_ledger(tracekit.load(path, cache=False))["calls"][0]
+        key = [(c["blocked_ns"] is None, -(c["blocked_ns"] or 0), -c["count"], c["api"]) for c in calls]
+        assert key == sorted(key) and len(set(key)) == len(key)
+        assert [c["api"] for c in calls][-2:] == ["cuda_sync: Context Sync", "cuda_sync: Stream Wait Event"]
 
 
 def test_gpu_busy_during_a_sync_is_not_idle(tmp_path):
