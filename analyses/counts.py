@@ -8,13 +8,16 @@ import polars as pl
 
 def count_columns(table: pl.DataFrame, counts: pl.DataFrame, prefix: str, keys: list[str],
                   on: list[str] = ("step",)) -> pl.DataFrame:
-    """`table` with a `prefix.key` Int64 column per key from `counts` (`on` columns, key, n),
-    joined on `on` (nulls equal); dotted names nest in JSON."""
-    on = list(on)
-    for key in keys:
-        col = counts.filter(pl.col("key") == key).select(*on, pl.col("n").cast(pl.Int64).alias(f"{prefix}.{key}"))
-        table = table.join(col, on=on, how="left", nulls_equal=True).with_columns(pl.col(f"{prefix}.{key}").fill_null(0))
-    return table
+    """`table` with a `prefix.key` Int64 column per key from `counts` (`on` columns, key, n;
+    one row per `on` and key), joined on `on` (nulls equal), 0 where `counts` has no such row;
+    dotted names nest in JSON. One query, whatever the number of keys."""
+    on, names = list(on), {key: f"{prefix}.{key}" for key in keys}
+    if not names:
+        return table
+    wide = counts.lazy().group_by(on).agg(
+        pl.col("n").filter(pl.col("key") == key).first().cast(pl.Int64).alias(name) for key, name in names.items())
+    return (table.lazy().join(wide, on=on, how="left", nulls_equal=True, maintain_order="left")
+            .with_columns(pl.col(*names.values()).fill_null(0)).collect())
 
 
 def known_sum(column: str) -> pl.Expr:
