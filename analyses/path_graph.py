@@ -199,6 +199,9 @@ def running_max(values: np.ndarray, groups: np.ndarray) -> np.ndarray:
     return out
 
 
+TABLE_COLUMNS = ("name", "correlation", "#name_id")  # what a graph reads of its events' tables (`Graph`)
+
+
 class Events:
     """The host events (`critical_path.host_events`: `table`, with their arrays' columns) as
     arrays: step, tid, start, end, correlation (-1: none), kind (OP, ANNOTATION, CALL), sync (a
@@ -213,6 +216,7 @@ class Events:
             name_id=name_ids())
         self.sync = named_in(self.table["name"], self.name_id, SYNC_APIS)
         self.device_sync = (self.kind == CALL) & named_in(self.table["name"], self.name_id, DEVICE_SYNC_APIS)
+        self.table = self.table.select(TABLE_COLUMNS)  # the arrays hold the rest
 
 
 def named_in(names: pl.Series, ids: np.ndarray, among) -> np.ndarray:
@@ -379,6 +383,7 @@ class Activities:
             gpu, ("row", "step", "device", "stream", "start", "end", "correlation"),
             code=pl.col("category").replace_strict(GPU_CODE, default=CODE["compute", "device"], return_dtype=pl.Int64),
             name_id=name_ids())
+        self.table = self.table.select("row", *TABLE_COLUMNS)
         self.node_start = base + 2 * np.arange(len(self.row), dtype=np.int64)
         self.node_end = self.node_start + 1
 
