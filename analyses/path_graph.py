@@ -203,7 +203,7 @@ TABLE_COLUMNS = ("name", "correlation", "#name_id")  # what a graph reads of its
 
 
 class Events:
-    """The host events (`critical_path.host_events`: `table`, with their arrays' columns) as
+    """The host events (`critical_path.host_events`; `table`: their `TABLE_COLUMNS`) as
     arrays: step, tid, start, end, correlation (-1: none), kind (OP, ANNOTATION, CALL), sync (a
     blocking call, `timeline.SYNC_APIS`), device_sync (it waits for every stream), name_id."""
 
@@ -373,8 +373,8 @@ def thread_order(b: dict, depth: np.ndarray, t: TimeOrder, edges: Edges):
 
 
 class Activities:
-    """The device activities (`critical_path.device_events`: `table`, with their arrays'
-    columns) as arrays: row, step, device, stream, start, end, correlation (-1: none), code
+    """The device activities (`critical_path.device_events`; `table`: their row and
+    `TABLE_COLUMNS`) as arrays: row, step, device, stream, start, end, correlation (-1: none), code
     (of their work), name_id, node_start, node_end."""
 
     def __init__(self, gpu: pl.LazyFrame, base: int):

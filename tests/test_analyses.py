@@ -114,7 +114,7 @@ def test_sync_ledger_blame_and_gpu_idle(tmp_path):
     assert row["cuda_sync_events.Event Sync"] == 1
 
 
-def test_sync_ledger_orders_ties_by_name(tmp_path):
+def test_sync_ledger_orders_ties_by_name():
     """Blocked time (largest first, unknown last), then count, then api: a total order, so that
     the same trace gives the same answer every run. The HTA trace's device syncs (no blocked
     time, one each) came out in either order from one run to the next."""
