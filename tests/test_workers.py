@@ -142,3 +142,38 @@ def test_a_worker_that_dies_is_one_line_and_exit_1(tmp_path):
     assert out.stderr == ("tracekit: a worker process ended abruptly (killed by a signal, or crashed; the "
                           "out-of-memory killer sends SIGKILL) with 2 of 2 items not done: --workers 1 does the work "
                           "in this process, with less memory at once\n")
+
+
+def test_workers_end_without_teardown_after_their_cache_writes(tmp_path):
+    """A worker ends by `executor.ended` (no interpreter teardown, which the command waited
+    for) only after the exit handlers registered while it worked — the trace cache's writer
+    among them: `summary --workers 2` into an empty cache leaves both ranks' entries whole
+    (read back: the cache answers with no worker, and the same figures); the workers exit 0."""
+    run = tmp_path / "run"
+    run.mkdir()
+    for f in FILES:
+        (run / os.path.basename(f)).write_bytes(open(f, "rb").read())
+    env = {**os.environ, "TRACEKIT_CACHE_DIR": str(tmp_path / "cache")}
+    env.pop("TRACEKIT_NO_CACHE", None)
+    args = [sys.executable, "-m", "tracekit", "summary", "--format", "json", str(run)]
+    first = subprocess.run([*args, "--workers", "2"], capture_output=True, text=True, env=env, timeout=120)
+    assert first.returncode == 0, first.stderr
+    entries = sorted(p.name for p in (tmp_path / "cache").iterdir() if (p / "trace.json").is_file())
+    assert entries == sorted(cache.key(files.identity(str(run / os.path.basename(f))), ()) for f in FILES)
+    again = subprocess.run([*args, "--workers", "1", "--rank", "0"], capture_output=True, text=True, env=env,
+                           timeout=120)
+    fresh = subprocess.run([*args, "--workers", "1", "--rank", "0", "--no-cache"], capture_output=True, text=True,
+                           env=env, timeout=120)
+    assert again.returncode == fresh.returncode == 0, again.stderr + fresh.stderr
+    assert json.loads(again.stdout) == json.loads(fresh.stdout)
+
+
+def test_a_worker_runs_the_exit_handlers_its_work_registered_and_exits_0(tmp_path):
+    """`ended` is the first handler a worker registers, so it runs last: a handler the work
+    registered (as the cache writer does) runs before it; the worker's status is 0."""
+    marker = tmp_path / "handler-ran"
+    pool = executor.new_pool(1)
+    pool.submit(exec, f"import atexit; atexit.register(open, {str(marker)!r}, 'w')").result()
+    workers = list(pool._processes.values())
+    pool.shutdown()
+    assert marker.exists() and [w.exitcode for w in workers] == [0]
