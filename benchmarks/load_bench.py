@@ -14,7 +14,9 @@ ranks in parallel, all measured in one run and printed as ratios.
    wrote.
 2. `--ranks` rank traces of `--rank-mb` MB (copies of `--trace` when given): `tracekit summary` over their directory, one process
    (`--workers 1`) against `--workers N` (default: the cores here) and the default, and against
-   one rank alone, the cache off.
+   one rank alone, the cache off; then `--repeat` rounds of one rank alone, all ranks by default,
+   and one command per rank started at once (each given its share of the cores): the same work
+   with no pool, for what the pool itself costs.
 3. `--dask-ranks` small rank traces on a local Dask cluster of 2 workers (`--scheduler`)
    against one process.
 4. Start-up (`--startup`, alone): a whole `tracekit summary` command over 2 ranks of 8 MB and
@@ -252,21 +254,50 @@ def paired(args, path: Path, cache: Path) -> None:
 
 
 def ranks(args, work: Path) -> None:
-    """`--ranks` rank traces: one process against `--workers N`, and against one rank alone."""
+    """`--ranks` rank traces: one process against `--workers N`, and against one rank alone;
+    then `--repeat` rounds of (one rank alone, all ranks by default, and the same work with no
+    pool: one command per rank, all started at once, each given its share of the cores)."""
     folder = work / f"ranks{args.ranks}"
     folder.mkdir(exist_ok=True)
     source = args.trace or build(args.rank_mb, work / "one-rank.json")
     as_ranks(source, folder, args.ranks)
     mb = os.path.getsize(source) / 1e6
-    workers = args.workers or len(os.sched_getaffinity(0))
+    cores = len(os.sched_getaffinity(0))
+    workers = args.workers or cores
     off = {"TRACEKIT_NO_CACHE": "1"}
     alone = cli_seconds("summary", "--format", "json", folder / "rank0.pt.trace.json", env=off)
     one = cli_seconds("summary", "--format", "json", "--workers", 1, folder, env=off)
     many = cli_seconds("summary", "--format", "json", "--workers", workers, folder, env=off)
     default = cli_seconds("summary", "--format", "json", folder, env=off)
-    print(f"{args.ranks} ranks of {mb:.0f} MB, summary ({len(os.sched_getaffinity(0))} cores): one rank alone "
+    print(f"{args.ranks} ranks of {mb:.0f} MB, summary ({cores} cores): one rank alone "
           f"{alone:.2f} s; all ranks --workers 1 {one:.2f} s, --workers {workers} {many:.2f} s (÷ --workers 1: "
           f"{many / one:.2f}), default {default:.2f} s (÷ one rank alone: {default / alone:.2f})")
+    threads = str(max(1, cores // args.ranks))  # as a pool's worker is given them (`executor.share_cores`)
+    share = {**off, "TRACEKIT_CORES": threads, "POLARS_MAX_THREADS": threads, "OPENBLAS_NUM_THREADS": threads}
+    rounds = []
+    for _ in range(max(args.repeat, 1)):
+        alone = cli_seconds("summary", "--format", "json", folder / "rank0.pt.trace.json", env=off)
+        default = cli_seconds("summary", "--format", "json", folder, env=off)
+        apart = at_once([("summary", "--format", "json", folder / f"rank{r}.pt.trace.json")
+                         for r in range(args.ranks)], env=share)
+        rounds.append((default / alone, apart / alone))
+        print(f"  round: one rank alone {alone:.2f} s, all ranks {default:.2f} s ({rounds[-1][0]:.2f}), "
+              f"one command per rank at once {apart:.2f} s ({rounds[-1][1]:.2f})")
+    middle = [sorted(r[i] for r in rounds)[len(rounds) // 2] for i in (0, 1)]
+    print(f"{len(rounds)} rounds, median ÷ one rank alone: all ranks {middle[0]:.2f}, "
+          f"one command per rank at once (no pool) {middle[1]:.2f}")
+
+
+def at_once(commands: list[tuple], env=None) -> float:
+    """Seconds until every one of the `tracekit` commands, all started at once, has ended."""
+    t = time.perf_counter()
+    children = [subprocess.Popen([sys.executable, "-m", "tracekit", *map(str, c)], stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.PIPE, env={**os.environ, **(env or {})}) for c in commands]
+    for child in children:
+        _, err = child.communicate()
+        if child.returncode:
+            raise RuntimeError(err.decode(errors="replace").strip().splitlines()[-1])
+    return time.perf_counter() - t
 
 
 def dask(args, work: Path) -> None:
