@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 from conftest import DATA
 
@@ -144,15 +145,15 @@ def test_a_worker_that_dies_is_one_line_and_exit_1(tmp_path):
                           "in this process, with less memory at once\n")
 
 
-def test_workers_end_without_teardown_after_their_cache_writes(tmp_path):
-    """A worker ends by `executor.ended` (no interpreter teardown, which the command waited
-    for) only after the exit handlers registered while it worked — the trace cache's writer
-    among them: `summary --workers 2` into an empty cache leaves both ranks' entries whole
-    (read back: the cache answers with no worker, and the same figures); the workers exit 0."""
+def test_the_cache_entries_workers_write_are_whole_when_they_end(tmp_path):
+    """A worker ends by `executor.ended` (no interpreter teardown) only after the exit
+    handlers registered while it worked, the trace cache's writer among them: `summary
+    --workers 2` into an empty cache leaves both ranks' entries whole (read back without a
+    worker, they give the figures a fresh decode gives)."""
     run = tmp_path / "run"
     run.mkdir()
     for f in FILES:
-        (run / os.path.basename(f)).write_bytes(open(f, "rb").read())
+        (run / os.path.basename(f)).write_bytes(Path(f).read_bytes())
     env = {**os.environ, "TRACEKIT_CACHE_DIR": str(tmp_path / "cache")}
     env.pop("TRACEKIT_NO_CACHE", None)
     args = [sys.executable, "-m", "tracekit", "summary", "--format", "json", str(run)]
