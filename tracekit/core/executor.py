@@ -102,12 +102,19 @@ def ended() -> None:
     the workers: 0.05-0.09 s of a command over eight ranks, benchmarks/README.md). The exit
     handlers registered after the worker started run first (the trace cache's writer ends
     its writes); a worker ends only when the pool is shut down, with status 0."""
+    without_teardown(0)
+
+
+def without_teardown(status: int, unflushable: tuple = (OSError, ValueError)) -> None:
+    """Standard output and error flushed (an `unflushable` error passed over: a closed pipe,
+    what the teardown would meet), then the process ended with `status` at once: no more
+    exit handlers, no freeing of every module's objects."""
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
-        except (OSError, ValueError):  # closed: what the teardown would meet
+        except unflushable:
             pass
-    os._exit(0)
+    os._exit(status)
 
 
 class Processes:
