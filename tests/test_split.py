@@ -173,6 +173,21 @@ def test_a_compact_file_is_not_split(tmp_path):
         split.pieces(str(path), 4)
 
 
+@pytest.mark.parametrize("cores, threads", [(2, 2), (8, 8), (16, 8), (64, 8)])
+def test_the_native_decode_takes_a_thread_per_core_up_to_its_bound(tmp_path, monkeypatch, cores, threads):
+    """The threads that decode one file's pieces: one per core, at most `DECODE_THREADS` (more
+    only contend for memory: 8 on the 16-core host), and the file's events all read."""
+    path = tmp_path / "t.json"
+    path.write_bytes(kineto([step(1, 0, 10_000)] + [op(f"op{i}", 10 + i, 1) for i in range(300)]))
+    given = []
+    real = split.threaded
+    monkeypatch.setattr(loading, "THREADED_BYTES", 0)
+    monkeypatch.setattr(loading, "cores", lambda: cores)
+    monkeypatch.setattr(split, "threaded", lambda path, fn, n, **k: given.append(n) or real(path, fn, n, **k))
+    (trace,) = loading.decode(path, ())
+    assert given == [threads]
+    assert trace.ops.height == 301
+
 def test_a_piece_that_fails_in_a_worker_gives_the_one_process_answer(tmp_path, monkeypatch):
     """A broken event in the middle: the worker's piece fails, and the file is read as one
     process reads it, which names what is wrong."""

@@ -219,20 +219,24 @@ PARALLEL_BYTES = 48 << 20
 # ... and by threads (the native decoder), which cost no start: on 2 cores a cold summary of
 # 31 MB took 0.25-0.40 s against 0.37-0.65 s a block at a time, of 15.5 MB about as long.
 THREADED_BYTES = 16 << 20
+# ... by at most this many threads: the decode is bound by memory, not the cores (on the 16-core
+# host each thread decoded at half its speed alone with 16 of them, and 16 took 0.26 s against
+# 8's 0.20 s for 195 MB: benchmarks/README.md, 2026-12-07 (night)).
+DECODE_THREADS = 8
 
 
 def in_pieces(path) -> tuple[list, object, dict]:
     """(per-piece tables, the top level, facts): a local file of one event per line decoded in
-    pieces (`split.py`), from THREADED_BYTES of text by one thread per core where the native
-    decoder reads them (it releases the interpreter), else from PARALLEL_BYTES by one process
-    per core; other files a block at a time."""
+    pieces (`split.py`), from THREADED_BYTES of text by one thread per core (at most
+    DECODE_THREADS) where the native decoder reads them (it releases the interpreter), else
+    from PARALLEL_BYTES by one process per core; other files a block at a time."""
     threads = native.available()
     least = THREADED_BYTES if threads else PARALLEL_BYTES
     if cores() > 1 and not files.is_url(path) and files.text_size(path) >= least:
         from . import split  # only for a file decoded in pieces (processes: multiprocessing and its kin)
 
         try:
-            return in_threads_here(path, cores()) if threads else in_processes(path, cores() - 1)
+            return in_threads_here(path, min(cores(), DECODE_THREADS)) if threads else in_processes(path, cores() - 1)
         except (Unsplittable, split.Failed, OSError):  # OSError: no room for the gunzipped text
             pass
     return streamed(path)
