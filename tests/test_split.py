@@ -183,10 +183,13 @@ def test_the_native_decode_takes_a_thread_per_core_up_to_its_bound(tmp_path, mon
     real = split.threaded
     monkeypatch.setattr(loading, "THREADED_BYTES", 0)
     monkeypatch.setattr(loading, "cores", lambda: cores)
-    monkeypatch.setattr(split, "threaded", lambda path, fn, n, **k: given.append(n) or real(path, fn, n, **k))
+    monkeypatch.setattr(loading.native, "available", lambda: True)  # the threads' path, whatever TRACEKIT_NATIVE says
+    monkeypatch.setattr(split, "MIN_PIECE", 4096)  # several pieces of this small file
+    monkeypatch.setattr(split, "threaded", lambda text, fn, n, **k: given.append(n) or real(text, fn, n, **k))
     (trace,) = loading.decode(path, ())
     assert given == [threads]
     assert trace.ops.height == 301
+
 
 def test_a_piece_that_fails_in_a_worker_gives_the_one_process_answer(tmp_path, monkeypatch):
     """A broken event in the middle: the worker's piece fails, and the file is read as one
