@@ -8,7 +8,7 @@ import synth
 from click.testing import CliRunner
 
 import tracekit
-from tracekit.core import cache
+from tracekit.core import cache, ipc
 from tracekit.front.cli import main
 
 
@@ -67,7 +67,7 @@ def test_a_corrupt_entry_is_ignored_and_written_again(tmp_path, monkeypatch):
     (entry / "gpu.arrow").write_bytes(b"not arrow")
     assert summary_json(path) == cold
     cache.writer().submit(lambda: None).result()
-    assert (entry / "gpu.arrow").read_bytes()[:6] == b"ARROW1"
+    assert ipc.whole((entry / "gpu.arrow").read_bytes())  # written again, whole
 
 
 def test_the_cache_is_bounded_and_can_be_cleared(tmp_path, monkeypatch):
@@ -228,3 +228,17 @@ def test_a_report_reads_each_traces_graph_nodes_once(tmp_path, monkeypatch):
     variant_diffs(runs, top=8)
     critical_split(runs)
     assert made == {"nodes_of": 4, "build": 8}
+
+
+def test_a_small_table_is_kept_as_a_stream_a_large_one_as_a_file_and_both_read_back_whole(tmp_path):
+    import polars as pl
+
+    small = pl.DataFrame({"name": ["a", "b", None], "ns": [1, 2, 3]}, schema_overrides={"name": pl.Categorical})
+    large = pl.DataFrame({"ns": range(ipc.STREAM_BELOW // 8 + 1)})
+    for frame, magic in ((small, ipc.STREAM_END[:4]), (large, ipc.FILE_MAGIC)):
+        ipc.write_table(frame, tmp_path / "t.arrow")
+        stored = (tmp_path / "t.arrow").read_bytes()
+        assert stored.startswith(magic) and ipc.whole(stored)
+        assert not ipc.whole(stored[:-1]) and not ipc.whole(stored[:len(stored) // 2])
+        back = ipc.table_from(stored)
+        assert back.schema == frame.schema and back.equals(frame)

@@ -3,7 +3,8 @@
 An entry is a folder named by a hash of the trace's identity — its path (or URL), size,
 inode, modification and change times (a URL: its ETag, Last-Modified and the like,
 `files.identity`), the classification options (`--comm-kernel`) and `SCHEMA`, the version of
-the cached tables and analyses — holding each table as Arrow IPC (zstd; read from its bytes, `read_table`) and `trace.json` (what else a `Trace` holds). The analyses' own intermediate tables (the timeline) go there
+the cached tables and analyses — holding each table as Arrow IPC (zstd, `ipc.write_table`; read
+from its bytes, `ipc.table_from`) and `trace.json` (what else a `Trace` holds). The analyses' own intermediate tables (the timeline) go there
 too: `Trace.derived` is a `Derived`, which writes each table an analysis keeps in it to the
 entry and reads it back in a later command, so an analysis itself does no I/O; a table made
 after the trace was named from another one (`naming.named`) is kept under that one's identity
@@ -32,6 +33,8 @@ import os
 import shutil
 import threading
 from pathlib import Path
+
+from .ipc import table_from, whole, write_table
 
 # polars and the trace model (`pl`, `Trace` in the annotations) are imported where they are used
 SCHEMA = 15  # bump when the loaded tables, the analyses' kept tables or their meaning change
@@ -98,17 +101,14 @@ class Derived(dict):
 
 
 def read_table(path: Path) -> pl.DataFrame:
-    """A cached table, read from its bytes: polars would try to memory-map a path, which it
-    cannot for a compressed file (polars 1.x then warns on stderr at every read)."""
-    import polars as pl
-
-    return pl.read_ipc(path.read_bytes())
+    """A cached table (`table_from` its file's bytes)."""
+    return table_from(path.read_bytes())
 
 
 def _write_frame(frame: pl.DataFrame, path: Path) -> None:
     tmp = path.with_name(f".{path.name}.{os.urandom(16).hex()}")
     try:
-        frame.write_ipc(tmp, compression="zstd")
+        write_table(frame, tmp)
         os.replace(tmp, path)
     except OSError:
         tmp.unlink(missing_ok=True)
@@ -142,7 +142,7 @@ def read(entry_key: str) -> Trace | None:
         if info.pop("schema") != SCHEMA:
             return None
         stored = {name: (entry / f"{name}.arrow").read_bytes() for name in TABLES}
-        if not all(b[:6] == b[-6:] == b"ARROW1" for b in stored.values()):
+        if not all(whole(b) for b in stored.values()):
             return None
         os.utime(entry / "trace.json")  # recently used
     except Exception:  # a corrupt entry is a miss: it is written again
@@ -164,7 +164,7 @@ def _write(root: Path, entry_key: str, trace: Trace) -> None:
     try:
         tmp.mkdir(parents=True)
         for name in TABLES:
-            getattr(trace, name).write_ipc(tmp / f"{name}.arrow", compression="zstd")
+            write_table(getattr(trace, name), tmp / f"{name}.arrow")
         info = {"path": trace.path, "rank": trace.rank, "world_size": trace.world_size, "meta": trace.meta,
                 "origin_us": trace.origin_us, "facts": trace.facts, "schema": SCHEMA}
         (tmp / "trace.json").write_text(json.dumps(info))

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
+from .ipc import table_from
+
 
 @dataclass
 class Trace:
@@ -66,7 +68,7 @@ class StoredTrace(Trace):
         stored = self.__dict__.get("stored", {})
         if name not in stored:
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-        setattr(self, name, pl.read_ipc(stored.pop(name)))
+        setattr(self, name, table_from(stored.pop(name)))
         return getattr(self, name)
 
 
