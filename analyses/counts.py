@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from tracekit.core.model import ENGINE
+
 
 def count_columns(table: pl.DataFrame, counts: pl.DataFrame, prefix: str, keys: list[str],
                   on: list[str] = ("step",)) -> pl.DataFrame:
@@ -17,7 +19,7 @@ def count_columns(table: pl.DataFrame, counts: pl.DataFrame, prefix: str, keys: 
     wide = counts.lazy().group_by(on).agg(
         pl.col("n").filter(pl.col("key") == key).first().cast(pl.Int64).alias(name) for key, name in names.items())
     return (table.lazy().join(wide, on=on, how="left", nulls_equal=True, maintain_order="left")
-            .with_columns(pl.col(*names.values()).fill_null(0)).collect())
+            .with_columns(pl.col(*names.values()).fill_null(0)).collect(engine=ENGINE))
 
 
 def known_sum(column: str) -> pl.Expr:

@@ -55,7 +55,7 @@ import polars as pl
 from tracekit.analyses.comms import collective_kernels
 from tracekit.analyses.summary import shares_of_span
 from tracekit.analyses.timeline import kept
-from tracekit.core.model import Trace
+from tracekit.core.model import ENGINE, Trace
 
 CATEGORIES = ("host", "runtime", "compute", "comm", "copy", "waiting")
 EDGE = {"category": pl.String, "kind": pl.String, "name": pl.String, "event": pl.Int64, "row": pl.Int64}
@@ -214,7 +214,7 @@ def dependency_graph(trace: Trace, step: int, arrivals: pl.DataFrame | None = No
         table=pl.when(pl.col("node").is_in(ends["source"].implode())).then(pl.lit("source"))
         .when(pl.col("node").is_in(ends["sink"].implode())).then(pl.lit("sink"))
         .otherwise(pl.col("table").fill_null("arrival"))).drop("step")
-    return nodes, edge_table(g, (g.steps[g.u] == step).nonzero()[0]).collect()
+    return nodes, edge_table(g, (g.steps[g.u] == step).nonzero()[0]).collect(engine=ENGINE)
 
 
 def path_edges(trace: Trace, arrivals: pl.DataFrame | None = None) -> pl.DataFrame:
@@ -227,7 +227,7 @@ def path_edges(trace: Trace, arrivals: pl.DataFrame | None = None) -> pl.DataFra
     def made():
         g, found = heaviest(trace, arrivals)
         ids = [np.zeros(0, np.int64), *(ids for _, ids, _ in found)]
-        return edge_table(g, np.concatenate(ids), ("step", "start", "end", "ns", *EDGE)).collect()
+        return edge_table(g, np.concatenate(ids), ("step", "start", "end", "ns", *EDGE)).collect(engine=ENGINE)
 
     return made() if arrivals is not None else kept(trace, "critical-path-edges", made)
 
@@ -300,7 +300,7 @@ def path_split(trace: Trace, g, found: list) -> pl.DataFrame:
     # a group per name, but a collective's waits for each rank share one item; eager from here on
     # (~900 rows: one lazy query of all took twice the time)
     items = (edge_table(g, ids[spent][first], ("step", "category", "kind", "name"))
-             .with_columns(ns=pl.lit(pl.Series(sums, dtype=pl.Int64)), name=named).collect()
+             .with_columns(ns=pl.lit(pl.Series(sums, dtype=pl.Int64)), name=named).collect(engine=ENGINE)
              .group_by("step", "category", "kind", "name").agg(ns=pl.col("ns").sum())
              .sort("step", "ns", "name", descending=[False, True, False], nulls_last=True)
              .group_by("step", maintain_order=True).agg(items=pl.struct("category", "kind", "name", "ns")))

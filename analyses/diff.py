@@ -43,7 +43,7 @@ from tracekit.analyses.syncs import host_syncs
 from tracekit.analyses.timeline import kept, outermost_ops, timeline, unshared
 from tracekit.core.errors import TraceError
 from tracekit.core.files import name
-from tracekit.core.model import Trace
+from tracekit.core.model import ENGINE, Trace
 from tracekit.core.names import kernel_identity
 
 VIEWS = {"kernel": ["kind", "name", "op", "phase"], "fsdp": ["kind", "phase", "fsdp"]}
@@ -133,7 +133,7 @@ def all_items(trace: Trace) -> pl.DataFrame:
         items = pl.concat([line.shares.select("step", "row", "category", "cause", "share_ns"), idle_items(trace)],
                           how="diagonal_relaxed")
         # lazy: the identity's expression repeats its parts, which a query works out once (2x faster)
-        names = trace.gpu.select("name").unique().lazy().with_columns(identity=item_identity(pl.col("name"))).collect()
+        names = trace.gpu.select("name").unique().lazy().with_columns(identity=item_identity(pl.col("name"))).collect(engine=ENGINE)
         gpu = trace.gpu.with_row_index("row").select("row", "dtype", "name").join(names, on="name", how="left")
         joined = (items.join(gpu, on="row", how="left").join(context, on="row", how="left")
                   .with_columns(phase=pl.coalesce("phase", "idle_phase")))
@@ -330,7 +330,7 @@ def side_by_side(a: pl.DataFrame, a_step: int, b: pl.DataFrame, b_step: int, key
         picked = frame.lazy().filter(pl.col("step") == step).drop("step")
         return picked.rename({c: f"{prefix}_{c}" for c in frame.columns if c not in (*key, "step")})
     both = side(a, a_step, "a").join(side(b, b_step, "b"), on=key, how="full", coalesce=True, nulls_equal=True)
-    return both.with_columns(pl.exclude(key).fill_null(0)).sort(key, nulls_last=True).collect()
+    return both.with_columns(pl.exclude(key).fill_null(0)).sort(key, nulls_last=True).collect(engine=ENGINE)
 
 
 def diff_pair(a: Material, b: Material, a_step: int, b_step: int, top: int, by: str,

@@ -22,7 +22,7 @@ import numpy as np
 import polars as pl
 
 from tracekit.analyses.timeline import SYNC_APIS, distinct
-from tracekit.core.model import Trace
+from tracekit.core.model import ENGINE, Trace
 
 # (category, kind, work, where the edge's name comes from: the host event, the device row, none)
 KINDS = (
@@ -127,7 +127,7 @@ class Edges:
 def numbers(frame: pl.DataFrame | pl.LazyFrame, *columns: str, **more: pl.Expr) -> list[np.ndarray]:
     """Integer columns as int64 arrays (null → -1), then the columns of `more` (name →
     expression), from one query."""
-    frame = frame.lazy().select(pl.col(*columns).fill_null(-1).cast(pl.Int64), **more).collect()
+    frame = frame.lazy().select(pl.col(*columns).fill_null(-1).cast(pl.Int64), **more).collect(engine=ENGINE)
     return [frame[c].to_numpy() for c in (*columns, *more)]
 
 
@@ -135,7 +135,7 @@ def with_arrays(frame: pl.LazyFrame, ints: tuple, **more: pl.Expr) -> tuple[pl.D
     """(the table, with columns `#<name>` added: `ints` as int64 (null → -1), then `more` (name
     → expression); those columns as arrays), from one query."""
     table = frame.with_columns(*[pl.col(c).fill_null(-1).cast(pl.Int64).alias(f"#{c}") for c in ints],
-                               **{f"#{c}": e for c, e in more.items()}).collect()
+                               **{f"#{c}": e for c, e in more.items()}).collect(engine=ENGINE)
     return table, [table[f"#{c}"].to_numpy() for c in (*ints, *more)]
 
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 import polars as pl
 
 from tracekit.analyses.timeline import INNERMOST_FIRST, kept
-from tracekit.core.model import Trace
+from tracekit.core.model import ENGINE, Trace
 
 FSDP_LABEL = r"^(FSDP::|fsdp::|FullyShardedDataParallel\.)"
 MODULE_FORWARD = "FullyShardedDataParallel.forward"
@@ -79,11 +79,11 @@ def made_launch_context(trace: Trace) -> pl.DataFrame:
     autograd = autograd_threads(trace.ops)
     signs = runner.height > 0 or marks.height > 0  # the trace says anything of its phases
     # lazy (here and below): only the columns selected of the rows kept are copied
-    launcher = trace.ops.lazy().filter(pl.col("cat") == "cpu_op").select("ext_id", op=pl.col("name")).unique("ext_id").collect()
+    launcher = trace.ops.lazy().filter(pl.col("cat") == "cpu_op").select("ext_id", op=pl.col("name")).unique("ext_id").collect(engine=ENGINE)
     unlinked = launches.filter(pl.col("c_start").is_not_null()
                                & ~pl.col("ext_id").is_in(launcher["ext_id"].drop_nulls().implode()).fill_null(False))
     cpu = trace.ops.lazy().with_row_index("o_row").filter(pl.col("cat") == "cpu_op").select(
-        "o_row", o_tid="tid", o_start="start", o_end="end", enclosing=pl.col("name")).collect()
+        "o_row", o_tid="tid", o_start="start", o_end="end", enclosing=pl.col("name")).collect(engine=ENGINE)
     enclosing = (unlinked.join_where(cpu, pl.col("o_start") <= pl.col("c_start"), pl.col("o_end") >= pl.col("c_end"))
                  .filter(pl.col("o_tid") == pl.col("c_tid"))
                  .sort("row", *INNERMOST_FIRST, descending=[False, True, False, True])

@@ -23,7 +23,7 @@ import polars as pl
 
 from tracekit.analyses.counts import count_columns, known_sum
 from tracekit.analyses.timeline import INNERMOST_FIRST, SYNC_APIS, busy_during, timeline
-from tracekit.core.model import Trace
+from tracekit.core.model import ENGINE, Trace
 
 
 def host_syncs(trace: Trace) -> pl.DataFrame:
@@ -44,7 +44,7 @@ def blame_chains(intervals: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
     """(call, blame): names of the ops on the same thread enclosing each interval, innermost first."""
     enclosing = ops.lazy().with_row_index("o_row").filter(~pl.col("name").str.starts_with("ProfilerStep#")).select(
         "o_row", pl.col("tid").alias("o_tid"), pl.col("start").alias("o_start"), pl.col("end").alias("o_end"),
-        pl.col("name").alias("o_name")).collect()  # lazy: only these columns of the rows kept are copied
+        pl.col("name").alias("o_name")).collect(engine=ENGINE)  # lazy: only these columns of the rows kept are copied
     if intervals.height == 0 or enclosing.height == 0:
         return pl.DataFrame(schema={"call": pl.UInt32, "blame": pl.List(pl.String)})
     # Two inequalities only, so polars runs an interval (IE) join; the thread is matched after:

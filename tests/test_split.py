@@ -89,6 +89,21 @@ def assert_same(parallel, forced: bool, serial) -> None:
         assert (a.meta, a.facts, a.rank, a.origin_us) == (b.meta, b.facts, b.rank, b.origin_us)
 
 
+@pytest.mark.parametrize("path", TRACES, ids=where)
+def test_the_engine_of_the_loaders_queries_changes_no_table(path, monkeypatch):
+    """A large trace's tables are made on polars' default engine, a small one's in memory
+    (`loading.IN_MEMORY_ROWS`): on every trace here both give the same tables."""
+    def decoded():
+        try:
+            return loading.decode(path, ())
+        except TraceError as e:
+            return str(e)
+
+    in_memory = decoded()
+    monkeypatch.setattr(loading, "IN_MEMORY_ROWS", 0)
+    assert_same(decoded(), True, in_memory)
+
+
 def kineto(events) -> bytes:
     """One event per line as Kineto writes it."""
     return json.dumps(doc(events), indent=2).encode()
