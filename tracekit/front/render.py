@@ -336,7 +336,8 @@ def lead_text(lead: list[str], items: pl.DataFrame, fmt: str) -> str:
         return text
     if "name" in items.columns:  # not with `--by fsdp`: no names to shorten
         view = VIEWS["diff.items"]
-        names = items.select("name", short=kernel_column(pl.col("name"), view.kernel_kinds)).unique("name")
+        names = (items.select("name", "kind").unique()  # each name shortened once, not once an item
+                 .select("name", short=kernel_column(pl.col("name"), view.kernel_kinds)).unique("name"))
         for full, short in sorted(names.iter_rows(), key=lambda r: -len(r[0] or "")):
             if full and short and full != short:
                 text = text.replace(full, short)
