@@ -49,15 +49,14 @@ def launch_context(trace: Trace) -> pl.DataFrame:
 
 
 def made_launch_context(trace: Trace) -> pl.DataFrame:
-    """`launch_context`, made in one query (a query a table costs polars a fixed ~0.1 ms each)."""
-    ops = trace.ops.lazy()
-    gpu = trace.gpu.lazy().with_row_index("row").select("row", "correlation", "ext_id")
-    calls = trace.calls.lazy().select("correlation", c_tid="tid", c_start="start", c_end="end").unique("correlation")
+    gpu = trace.gpu.with_row_index("row").select("row", "correlation", "ext_id")
+    calls = trace.calls.select("correlation", pl.col("tid").alias("c_tid"), pl.col("start").alias("c_start"),
+                               pl.col("end").alias("c_end")).unique("correlation")
     launches = gpu.join(calls, on="correlation", how="left")
-    called = launches.filter(pl.col("c_start").is_not_null())
-    marks = ops.filter(pl.col("name").str.contains(MARKERS)).select(m_tid="tid", m_start="start", m_end="end",
-                                                                    m_name="name")
-    found = called.join_where(  # an interval join; thread after
+    marks = trace.ops.filter(pl.col("name").str.contains(MARKERS)).select(
+        pl.col("tid").alias("m_tid"), pl.col("start").alias("m_start"), pl.col("end").alias("m_end"),
+        pl.col("name").alias("m_name"))
+    found = launches.filter(pl.col("c_start").is_not_null()).join_where(  # an interval join; thread after
         marks, pl.col("m_start") <= pl.col("c_start"), pl.col("m_end") >= pl.col("c_end"),
     ).filter(pl.col("m_tid") == pl.col("c_tid"))
     fsdp = (found.filter(pl.col("m_name").str.contains(FSDP_LABEL) & (pl.col("m_name") != MODULE_FORWARD))
@@ -67,29 +66,32 @@ def made_launch_context(trace: Trace) -> pl.DataFrame:
         optimizer=pl.col("m_name").str.starts_with("Optimizer.").any(),
         data=pl.col("m_name").str.contains(DATA_LOADING).any(),
         backward=pl.col("m_name").str.contains(BACKWARD).any())
-    runner = ops.filter(pl.col("name").str.contains(RUNNER_PHASE)).select(
+    runner = trace.ops.filter(pl.col("name").str.contains(RUNNER_PHASE)).select(
         r_start="start", r_end="end", runner_phase=pl.col("name").str.extract(RUNNER_PHASE, 1))
-    by_runner = (called.join_where(runner, pl.col("r_start") <= pl.col("c_start"), pl.col("r_end") >= pl.col("c_end"))
+    by_runner = (launches.filter(pl.col("c_start").is_not_null())
+                 .join_where(runner, pl.col("r_start") <= pl.col("c_start"), pl.col("r_end") >= pl.col("c_end"))
                  .group_by("row").agg(pl.col("runner_phase").first()))
-    named_ranges = ops.filter(pl.col("name").str.contains(RUNNER_PHASE) & pl.col("ext_id").is_not_null()).select(
+    named_ranges = trace.ops.filter(pl.col("name").str.contains(RUNNER_PHASE) & pl.col("ext_id").is_not_null()).select(
         "ext_id", runner_phase=pl.col("name").str.extract(RUNNER_PHASE, 1))
     uncalled = (launches.filter(pl.col("c_start").is_null()).join(named_ranges, on="ext_id")  # `cupti`: no calls
                 .select("row", "runner_phase"))
     by_runner = pl.concat([by_runner, uncalled])
     autograd = autograd_threads(trace.ops)
-    signs = trace.ops.select(pl.col("name").str.contains(RUNNER_PHASE + "|" + MARKERS).any()).item()  # of its phases
-    cpu = ops.with_row_index("o_row").filter(pl.col("cat") == "cpu_op")
-    launcher = cpu.select("ext_id", op="name").unique("ext_id")
-    unlinked = called.join(launcher.select("ext_id"), on="ext_id", how="anti")  # a null ext_id: unlinked
-    enclosing = (unlinked.join_where(cpu.select("o_row", o_tid="tid", o_start="start", o_end="end", enclosing="name"),
-                                     pl.col("o_start") <= pl.col("c_start"), pl.col("o_end") >= pl.col("c_end"))
+    signs = runner.height > 0 or marks.height > 0  # the trace says anything of its phases
+    # lazy (here and below): only the columns selected of the rows kept are copied
+    launcher = trace.ops.lazy().filter(pl.col("cat") == "cpu_op").select("ext_id", op=pl.col("name")).unique("ext_id").collect(engine=ENGINE)
+    unlinked = launches.filter(pl.col("c_start").is_not_null()
+                               & ~pl.col("ext_id").is_in(launcher["ext_id"].drop_nulls().implode()).fill_null(False))
+    cpu = trace.ops.lazy().with_row_index("o_row").filter(pl.col("cat") == "cpu_op").select(
+        "o_row", o_tid="tid", o_start="start", o_end="end", enclosing=pl.col("name")).collect(engine=ENGINE)
+    enclosing = (unlinked.join_where(cpu, pl.col("o_start") <= pl.col("c_start"), pl.col("o_end") >= pl.col("c_end"))
                  .filter(pl.col("o_tid") == pl.col("c_tid"))
                  .sort("row", *INNERMOST_FIRST, descending=[False, True, False, True])
                  .group_by("row", maintain_order=True).agg(pl.col("enclosing").first()))
     named = trace.derived.get("lean-names", pl.DataFrame(schema={"row": pl.UInt32, "op": pl.String}))
     return (launches.select("row", "ext_id", "c_tid").join(fsdp, on="row", how="left").join(coarse, on="row", how="left")
             .join(by_runner, on="row", how="left").join(launcher, on="ext_id", how="left")
-            .join(named.lazy().rename({"op": "named_op"}), on="row", how="left").join(enclosing, on="row", how="left")
+            .join(named.rename({"op": "named_op"}), on="row", how="left").join(enclosing, on="row", how="left")
             .with_columns(op=pl.coalesce("op", "named_op", "enclosing"),
                 phase=pl.when(pl.col("runner_phase").is_not_null()).then(pl.col("runner_phase"))
                 .when(pl.col("optimizer")).then(pl.lit("optimizer"))
@@ -98,7 +100,7 @@ def made_launch_context(trace: Trace) -> pl.DataFrame:
                 .when(pl.col("c_tid").is_not_null() & signs).then(pl.lit("forward")).otherwise(pl.lit("unknown")),
                 fsdp=pl.col("label").str.replace(r" \(.*\)$", ""),
                 unit=pl.col("label").str.extract(r"\((.*)\)$", 1))
-            .select("row", "phase", "fsdp", "unit", "op").sort("row").collect(engine=ENGINE))
+            .select("row", "phase", "fsdp", "unit", "op").sort("row"))
 
 
 def autograd_threads(ops: pl.DataFrame) -> list:
