@@ -81,7 +81,7 @@ class Derived(dict):
             return True
         if isinstance(key, str) and self._file(key).exists():
             try:
-                dict.__setitem__(self, key, read_table(self._file(key)))
+                dict.__setitem__(self, key, table_from(self._file(key).read_bytes()))
             except Exception:  # unreadable: computed again
                 return False
             return True
@@ -98,11 +98,6 @@ class Derived(dict):
         dict.__setitem__(self, key, value)
         if isinstance(key, str) and isinstance(value, pl.DataFrame):
             writer().submit(_write_frame, value, self._file(key))
-
-
-def read_table(path: Path) -> pl.DataFrame:
-    """A cached table (`table_from` its file's bytes)."""
-    return table_from(path.read_bytes())
 
 
 def _write_frame(frame: pl.DataFrame, path: Path) -> None:
