@@ -81,6 +81,11 @@ def make_config(options: dict) -> dict:
               f"--profile-rounds {o.get('profile_rounds')}: only the cupti mode captures in rounds "
               f"(--profile-mode {o['profile_mode']} records one block)"),
              (o["repeats"] >= 1, "--repeats must be at least 1"),
+             (o.get("rounds", 1) >= 1 and o.get("block_steps", 1) >= 1, "--rounds and --block-steps must be at least 1"),
+             (o.get("compare") != "interleaved" or o["repeats"] == 1,
+              f"--repeats {o['repeats']} repeats the sequential comparison; the interleaved one repeats in --rounds"),
+             (o.get("compare") != "interleaved" or not o["checkpoint"],
+              "--checkpoint times saves in the sequential comparison only (--compare sequential)"),
              (o["checkpoint"] in (None, *MODES), f"--checkpoint: {' or '.join(MODES)}"),
              (o["checkpoint_every"] >= 1, "--checkpoint-every must be at least 1"),
              (o["memory_fraction"] is None or 0 < o["memory_fraction"] <= 1, "--memory-fraction lies in (0, 1]"),
@@ -92,6 +97,7 @@ def make_config(options: dict) -> dict:
         check_variants(o["variants"])
     except ValueError as e:
         raise ProfileError(str(e)) from None
+    o["compare"], o["compare_note"] = comparison_design(o)
     if not under_torchrun():
         start_worker_server()  # its imports overlap this process's own
 
@@ -120,6 +126,21 @@ def make_config(options: dict) -> dict:
            "precision": o["precision"] or ("bf16" if device == "cuda" else "fp32"),
            "profile_rounds": o.get("profile_rounds") or (PROFILE_ROUNDS if o["profile_mode"] == "cupti" else 1)}
     return {**cfg, "model_info": model_info(cfg)}
+
+
+def comparison_design(o: dict) -> tuple[str, str]:
+    """(design, why) of the run's comparison (docs/profile.md, "Comparing variants"): the one
+    asked with `--compare`; by default `interleaved`, except where the variants cannot share a
+    process or the options are the sequential design's."""
+    from .variants import VARIANTS
+
+    if o.get("compare"):
+        return o["compare"], "--compare sequential" if o["compare"] == "sequential" else ""
+    lightning = [v for v in o["variants"] if VARIANTS[v].get("lightning")]
+    reasons = [(o["repeats"] > 1, f"--repeats {o['repeats']}"), (bool(o["checkpoint"]), "--checkpoint"),
+               (bool(lightning), f"Lightning variants ({', '.join(lightning)}) own their process")]
+    why = [text for hit, text in reasons if hit]
+    return ("sequential", "; ".join(why)) if why else ("interleaved", "")
 
 
 def model_info(cfg: dict) -> dict:

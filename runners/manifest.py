@@ -14,6 +14,7 @@ from pathlib import Path
 from tracekit.core.timing import step_time
 
 MANIFEST = "manifest.json"
+INTERLEAVED = "interleaved"  # the plan's one run of every variant side by side (`runners/interleave.py`)
 
 
 def source_revision(folder: Path) -> str | None:
@@ -69,18 +70,43 @@ def tokens_per_s(ranks: list[dict]) -> float | None:
 
 
 def manifest(cfg: dict, results: dict, done: int, planned: int) -> dict:
-    """The manifest of a run that has finished `done` of its `planned` variant runs (a
-    variant once per repeat): `config`, `model` (what `--model` built), `versions`,
-    `progress` {done, of}, `variants` (with `step_ms`, the step time over every repeat
+    """The manifest of a run that has finished `done` of its `planned` runs (a variant once
+    per repeat; in the interleaved design first every variant at once): `config`, `model`
+    (what `--model` built), `versions`, `progress` {done, of}, `comparison` (how the variants
+    were compared: `comparison`), `variants` (with `step_ms`, the step time over every repeat
     (docs/metrics.md, "Step time"), and `tokens_per_s` for those that are ok)."""
-    for entry in results.values():
+    variants = {k: v for k, v in results.items() if k != INTERLEAVED}
+    for entry in variants.values():
         if entry.get("status") == "ok":
             ran = [record["ranks"] for record in entry.get("repeats", []) if record["status"] == "ok"]
             entry["step_ms"] = round(step_time(ran or [entry["ranks"]]), 3)
             entry["tokens_per_s"] = tokens_per_s(entry["ranks"])
     return {"config": {k: v for k, v in cfg.items() if k != "model_info"},
             "model": cfg["model_info"], "versions": versions(), "progress": {"done": done, "of": planned},
-            "variants": results}
+            "comparison": comparison(cfg, results), "variants": variants}
+
+
+def comparison(cfg: dict, results: dict) -> dict:
+    """How the variants were compared (docs/profile.md, "Comparing variants"): `design`
+    `interleaved` (side by side in one process, in `rounds` rounds of blocks of `block_steps`
+    steps, `order`: each round's blocks) or `sequential` (each variant in turn, `--repeats`
+    times), `note` saying why sequential where interleaved was the default, `control` the A/A
+    control's variant or None."""
+    from .interleave import mirrored
+
+    side_by_side = results.get(INTERLEAVED)
+    interleaved = cfg.get("compare") == "interleaved" and (side_by_side is None or side_by_side["status"] == "ok")
+    note = cfg.get("compare_note") or ""
+    if cfg.get("compare") == "interleaved" and side_by_side is not None and side_by_side["status"] != "ok":
+        note = (f"the interleaved run failed ({side_by_side['status']}: {side_by_side['message']}); "
+                "the variants ran one after another")
+    names = [v for v in results if v != INTERLEAVED and results[v].get("status") == "ok"]
+    control = next((v for v in results if results[v].get("control_of")), None)
+    document = {"design": "interleaved" if interleaved else "sequential", "note": note, "control": control}
+    if interleaved:
+        document.update(block_steps=cfg["block_steps"], rounds=cfg["rounds"],
+                        order=[mirrored(names, r) for r in range(cfg["rounds"])])
+    return document
 
 
 def write_manifest(cfg: dict, results: dict, done: int, planned: int) -> dict:

@@ -18,7 +18,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from .variants import VARIANTS, check_variants
+from .variants import VARIANTS, base_variant, check_variants
 
 
 @dataclass
@@ -32,12 +32,12 @@ class Parallel:
 
 def why_skipped(variant: str, device: torch.device) -> str | None:
     """The reason a variant cannot run on this device, or None."""
-    if VARIANTS[variant].get("lightning"):
+    if VARIANTS[base_variant(variant)].get("lightning"):
         try:
             import lightning.fabric  # noqa: F401
         except ImportError:
             return "Lightning is not installed (pip install 'torch-tracekit[lightning]')"
-    if VARIANTS[variant].get("float8"):
+    if VARIANTS[base_variant(variant)].get("float8"):
         if device.type != "cuda":
             return "float8 training needs a CUDA GPU (compute capability 8.9 or newer)"
         if torch.cuda.get_device_capability(device) < (8, 9):
@@ -131,7 +131,7 @@ def apply_lightning(model: nn.Module, blocks: list[nn.Module], wrap: str, device
 def parallelize(model: nn.Module, blocks: list[nn.Module], variant: str, device: torch.device, mixed: bool) -> Parallel:
     """The model wrapped as `variant` (see the module docstring for the order); `blocks` are
     its repeated blocks, each wrapped as one unit."""
-    options = VARIANTS[check_variants([variant])[0]]
+    options = VARIANTS[check_variants([base_variant(variant)])[0]]
     if options.get("float8"):
         apply_float8(model, blocks)
     if options.get("compile"):
@@ -148,7 +148,7 @@ def parallelize(model: nn.Module, blocks: list[nn.Module], variant: str, device:
 
 def precision_path(variant: str, mixed: bool) -> str:
     """How the variant computes, in words (`tracekit report` shows it beside the losses)."""
-    options = VARIANTS[variant]
+    options = VARIANTS[base_variant(variant)]
     if not mixed:
         return "fp32"
     base = "bf16 autocast, fp32 params and grads" if options["wrap"] == "ddp" \
@@ -159,7 +159,7 @@ def precision_path(variant: str, mixed: bool) -> str:
 
 def after_optimizer_step(model: nn.Module, variant: str) -> None:
     """Per-step work a technique needs after the optimizer step (float8 scales for FSDP2)."""
-    if VARIANTS[variant].get("float8"):
+    if VARIANTS[base_variant(variant)].get("float8"):
         from torchao.float8 import precompute_float8_dynamic_scale_for_fsdp
 
         precompute_float8_dynamic_scale_for_fsdp(model)

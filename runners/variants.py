@@ -20,6 +20,16 @@ VARIANTS = {
 }
 
 
+CONTROL = "{}-control"  # the A/A control: a second, independent copy of the baseline variant (`--control`)
+
+
+def base_variant(name: str) -> str:
+    """The variant whose options `name` takes: itself, or for an A/A control (`CONTROL`) its
+    baseline's."""
+    base = name.removesuffix(CONTROL.format(""))
+    return base if name != base and base in VARIANTS else name
+
+
 def check_variants(names: list[str]) -> list[str]:
     """`names`, if each is a known variant and none repeats (else ValueError: one line)."""
     unknown = [n for n in names if n not in VARIANTS]

@@ -51,10 +51,10 @@ from .checkpoint import Checkpointer
 from .counters import RuntimeCounts
 from .clock import PHASES, PhaseClock, columns
 from .cupti_capture import DeviceCapture, why_unavailable, write_trace
-from .manifest import write_json_atomically, write_manifest
+from .manifest import INTERLEAVED, write_json_atomically, write_manifest
 from .parallelize import after_optimizer_step, parallelize, precision_path, why_skipped
 from .recording import marks_written, profiler, write_marks
-from .variants import VARIANTS
+from .variants import CONTROL, VARIANTS, base_variant
 from .factories import build_workload, load_factory
 from .workload import Workload
 
@@ -153,141 +153,181 @@ def param_checksum(model: torch.nn.Module, wrapped: torch.nn.Module, wrap: str) 
     return {"sum": total, "sum_sq": total_sq, "numel": numel, "samples": [[n, float(v)] for n, v in samples]}
 
 
-def run_variant(variant: str, cfg: dict, rank: int, device: torch.device, out: Path, record: bool,
-                say=None, built=lambda: None) -> dict:
-    """Measure one variant on this rank (and record it when `record`); returns its measurements.
-    `say(line)` gives a sign of life (`Progress`); `built()` is called once the model is built,
-    before its first collective (`Built.here`)."""
-    progress = Progress(say)
-    mixed = cfg["precision"] == "bf16"
-    wrap = VARIANTS[variant]["wrap"]
-    release_memory(device)  # what earlier variants left must not count in this one's figures
-    torch.manual_seed(cfg["seed"])
-    t0 = time.perf_counter()
-    workload: Workload = build_workload(load_factory(cfg["model"], cfg), cfg["model"])
-    oom = os.environ.get(OOM_HOOK, "")
-    batch_size = workload.info.get("batch")
-    if oom.startswith(f"{variant}@{cfg['preset']}:") and batch_size is not None \
-            and batch_size >= int(oom.rsplit(":", 1)[1]):
-        raise torch.OutOfMemoryError(f"injected out of memory ({OOM_HOOK}) at batch {batch_size}")
-    model = workload.model.to(device)
-    built()
-    total_numel = sum(p.numel() for p in model.parameters())
-    parallel = parallelize(model, workload.blocks, variant, device, mixed)
-    model = parallel.model
-    synchronize(device)
-    build_s = time.perf_counter() - t0
-    mem_after_wrap = memory(device, "memory_allocated")
-    optimizer = parallel.setup_optimizer(workload.optimizer(model.parameters()))
-    native_ddp = wrap == "ddp" and not VARIANTS[variant].get("lightning")  # Lightning autocasts itself
-    autocast = (torch.autocast(device.type, dtype=torch.bfloat16) if mixed and native_ddp
-                else contextlib.nullcontext())
-    seq_lens, real_tokens, batch_sizes, step_index = [], [], [], 0
-    fail_here = os.environ.get(FAILURE_HOOK) == f"{rank}:{variant}"
+class Trainee:
+    """One variant built on this rank and trained step by step: its workload, wrapped model and
+    optimizer, the batches it has taken, and its figures so far. `step(clock)` is one training
+    step with its phases marked; `run_steps` a loop of them as training runs them. Several
+    trainees can live in one process (the interleaved comparison, `runners/interleave.py`):
+    each keeps its own model, optimizer, batch position and compile state."""
 
-    def step(clock: PhaseClock, record_grad_norm: bool = False):
-        """One training step, its phases marked on `clock`."""
-        nonlocal step_index
+    def __init__(self, variant: str, cfg: dict, rank: int, device: torch.device, say=None, built=lambda: None):
+        """Build and wrap `variant` (timed: `build_s`); `built()` is called once the model is
+        built, before its first collective (`Built.here`)."""
+        self.variant, self.cfg, self.rank, self.device = variant, cfg, rank, device
+        self.progress = Progress(say)
+        self.mixed = cfg["precision"] == "bf16"
+        self.wrap = VARIANTS[base_variant(variant)]["wrap"]
+        torch.manual_seed(cfg["seed"])
+        before = memory(device, "memory_allocated")
+        t0 = time.perf_counter()
+        self.workload: Workload = build_workload(load_factory(cfg["model"], cfg), cfg["model"])
+        oom = os.environ.get(OOM_HOOK, "")
+        batch_size = self.workload.info.get("batch")
+        if oom.startswith(f"{variant}@{cfg['preset']}:") and batch_size is not None \
+                and batch_size >= int(oom.rsplit(":", 1)[1]):
+            raise torch.OutOfMemoryError(f"injected out of memory ({OOM_HOOK}) at batch {batch_size}")
+        model = self.workload.model.to(device)
+        built()
+        self.total_numel = sum(p.numel() for p in model.parameters())
+        self.parallel = parallelize(model, self.workload.blocks, variant, device, self.mixed)
+        self.model = self.parallel.model
+        synchronize(device)
+        self.build_s = time.perf_counter() - t0
+        after = memory(device, "memory_allocated")
+        self.memory_after_wrap = None if after is None else after - before
+        self.optimizer = self.parallel.setup_optimizer(self.workload.optimizer(self.model.parameters()))
+        native_ddp = self.wrap == "ddp" and not VARIANTS[base_variant(variant)].get("lightning")  # Lightning autocasts
+        self.autocast = (functools.partial(torch.autocast, device.type, dtype=torch.bfloat16)
+                         if self.mixed and native_ddp else contextlib.nullcontext)  # a context per step
+        self.seq_lens, self.real_tokens, self.batch_sizes, self.step_index = [], [], [], 0
+        self.fail_here = os.environ.get(FAILURE_HOOK) == f"{rank}:{variant}"
+
+    def step(self, clock: PhaseClock, record_grad_norm: bool = False):
+        """One training step, its phases marked on `clock`; returns (loss, grad norm or None)."""
         clock.start()
         with clock.phase("forward"):
-            inputs, targets, *real = workload.batch(step_index, rank, device)
-            seq_lens.append(token_count(targets))
-            real_tokens.append(real[0] if real else None)
-            batch_sizes.append(len(targets))
-            step_index += 1
-            with autocast:
-                outputs = forward(model, inputs)
-            loss = workload.loss(outputs, targets)
+            inputs, targets, *real = self.workload.batch(self.step_index, self.rank, self.device)
+            self.seq_lens.append(token_count(targets))
+            self.real_tokens.append(real[0] if real else None)
+            self.batch_sizes.append(len(targets))
+            self.step_index += 1
+            with self.autocast():
+                outputs = forward(self.model, inputs)
+            loss = self.workload.loss(outputs, targets)
         with clock.phase("backward"):
-            parallel.backward(loss)
-        norm = grad_norm(model, wrap) if record_grad_norm else None
+            self.parallel.backward(loss)
+        norm = grad_norm(self.model, self.wrap) if record_grad_norm else None
         with clock.phase("optimizer"):
-            optimizer.step()
-            after_optimizer_step(model, variant)
-            optimizer.zero_grad(set_to_none=True)
+            self.optimizer.step()
+            after_optimizer_step(self.model, self.variant)
+            self.optimizer.zero_grad(set_to_none=True)
         return loss, norm
 
-    def run_steps(works, label: str) -> tuple[list[float], list[dict], float]:
+    def run_steps(self, works, label: str) -> tuple[list[float], list[dict], float]:
         """Run `work(clock)` for each of `works` back to back, as training does: the device is
         drained before the first and after the last, never between. Returns each step's time
         (ms: its span on the device clock, first phase mark to last; the host clock off CUDA),
         its phase readings (`PhaseClock.ms`), and the wall time of the whole loop (ms, drained
         at both ends). Python's cycle collector does not run inside the loop."""
-        clocks = [PhaseClock(device) for _ in works]
+        clocks = [PhaseClock(self.device) for _ in works]
         with without_gc_pauses():
-            synchronize(device)
+            synchronize(self.device)
             t = time.perf_counter()
             for i, (work, clock) in enumerate(zip(works, clocks)):
                 work(clock)
-                progress.at(label, i + 1, len(works))
-            synchronize(device)
+                self.progress.at(label, i + 1, len(works))
+            synchronize(self.device)
             wall = (time.perf_counter() - t) * 1000
         readings = [c.ms() for c in clocks]
-        return [r["device" if device.type == "cuda" else "host"]["step"] for r in readings], readings, wall
+        return [r["device" if self.device.type == "cuda" else "host"]["step"] for r in readings], readings, wall
 
-    def bookmark():
+    def bookmark(self):
         """A function that makes the next step take the batch the next step would take now
         (the control steps replay the recorded steps' batches)."""
-        here = step_index
+        here = self.step_index
 
         def back():
-            nonlocal step_index
-            step_index = here
+            self.step_index = here
         return back
 
-    first_clock = PhaseClock(device)
-    loss, norm = step(first_clock, record_grad_norm=True)
-    first = {"loss": loss.detach().item(), "grad_norm": norm}
-    synchronize(device)
-    first["phase_ms"] = first_clock.ms()
-    first_compiled = compiled_frames()  # compiling for the first step is compiling, not recompiling
-    warmup_recompiled = []
+    def warm_up(self) -> None:
+        """The first step (its loss and grad norm kept: `check` compares them across variants)
+        and the other warm-up steps; what they compiled is compiling, not recompiling."""
+        first_clock = PhaseClock(self.device)
+        loss, norm = self.step(first_clock, record_grad_norm=True)
+        self.first = {"loss": loss.detach().item(), "grad_norm": norm}
+        synchronize(self.device)
+        self.first["phase_ms"] = first_clock.ms()
+        self.first_compiled = compiled_frames()
+        self.warmup_recompiled = []
 
-    def warmup_step(clock):
-        frames = compiled_frames()
-        step(clock)
-        warmup_recompiled.append(compiled_frames() > frames)
-    warmup_ms, warmup_readings, _ = run_steps([warmup_step] * (cfg["warmup"] - 1), "warm-up step")
+        def warmup_step(clock):
+            frames = compiled_frames()
+            self.step(clock)
+            self.warmup_recompiled.append(compiled_frames() > frames)
+        self.warmup_ms, self.warmup_readings, _ = self.run_steps([warmup_step] * (self.cfg["warmup"] - 1),
+                                                                 "warm-up step")
+
+    def timed_work(self, recompiled: list[bool], saved: list[bool], checkpoint=None, index: int = 0):
+        """One timed step as a `run_steps` work: whether it recompiled and saved a checkpoint
+        (step `index` of the timed ones) appended to `recompiled` and `saved`."""
+        def work(clock):
+            if self.fail_here:
+                raise RuntimeError(f"injected failure on rank {self.rank} ({FAILURE_HOOK})")
+            frames = compiled_frames()
+            save = checkpoint is not None and checkpoint.due(index)
+            self.step(clock)
+            if save:
+                with clock.phase("checkpoint"):
+                    checkpoint.save(self.model, self.optimizer, index)
+            saved.append(save)
+            recompiled.append(compiled_frames() > frames)
+        return work
+
+    def figures(self, times: list[float], readings: list[dict], wall: float, phases: tuple[str, ...],
+                saved: list[bool], recompiled: list[bool]) -> dict:
+        """This rank's measurements of the variant (the manifest's per-rank entry) from its
+        timed steps (`times`, `readings`, `wall`: `run_steps`'), after them."""
+        steps = len(times)
+        timed_from = len(self.seq_lens) - steps
+        local = local_numel(self.model)
+        return {
+            "rank": self.rank, "build_s": round(self.build_s, 3), "memory_after_wrap_bytes": self.memory_after_wrap,
+            "step_ms": {"median": statistics.median(times), "min": min(times), "max": max(times), "all": times},
+            "timed_wall_ms": round(wall, 3),
+            "phase_ms": columns(readings, phases), "saved_steps": [i for i, s in enumerate(saved) if s],
+            "local_param_fraction": local / self.total_numel,
+            "model_state_bytes": model_state_bytes(local),
+            "precision_path": precision_path(self.variant, self.mixed),
+            "first_step": self.first, "seq_lens": self.seq_lens[timed_from:],
+            "real_tokens": self.real_tokens[timed_from:],
+            "batch_per_rank": self.batch_sizes[-1], "param_checksum": param_checksum(self.workload.model, self.model,
+                                                                                     self.wrap),
+            "recompiles": compiled_frames() - self.first_compiled,
+            "recompiled_steps": [i for i, r in enumerate(recompiled) if r],
+            "warmup_step_ms": self.warmup_ms, "warmup_phase_ms": columns(self.warmup_readings, phases[:3]),
+            "recompiled_warmup_steps": [i for i, r in enumerate(self.warmup_recompiled) if r],
+        }
+
+    def resident_bytes(self) -> int:
+        """Bytes this variant holds between steps on this rank: its parameters (the local shards)
+        and its optimizer's state tensors (gradients are freed by `zero_grad(set_to_none=True)`)."""
+        def size(t) -> int:
+            t = t.to_local() if hasattr(t, "to_local") else t
+            return t.numel() * t.element_size()
+        state = [v for s in self.optimizer.state.values() for v in s.values() if isinstance(v, torch.Tensor)]
+        return sum(size(p) for p in self.model.parameters()) + sum(size(v) for v in state)
+
+
+def run_variant(variant: str, cfg: dict, rank: int, device: torch.device, out: Path, record: bool,
+                say=None, built=lambda: None) -> dict:
+    """Measure one variant on this rank (and record it when `record`); returns its measurements.
+    `say(line)` gives a sign of life (`Progress`); `built()` is called once the model is built,
+    before its first collective (`Built.here`)."""
+    release_memory(device)  # what earlier variants left must not count in this one's figures
+    trainee = Trainee(variant, cfg, rank, device, say, built)
+    trainee.warm_up()
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     checkpoint = Checkpointer(cfg["checkpoint"], cfg["checkpoint_every"], out / variant / "ckpt") \
         if cfg["checkpoint"] else None
     phases = PHASES if checkpoint else PHASES[:-1]
     saved, recompiled = [], []
-
-    def timed_step(i: int):
-        def work(clock):
-            if fail_here:
-                raise RuntimeError(f"injected failure on rank {rank} ({FAILURE_HOOK})")
-            frames = compiled_frames()
-            save = checkpoint is not None and checkpoint.due(i)
-            step(clock)
-            if save:
-                with clock.phase("checkpoint"):
-                    checkpoint.save(model, optimizer, i)
-            saved.append(save)
-            recompiled.append(compiled_frames() > frames)
-        return work
-    times, readings, wall = run_steps([timed_step(i) for i in range(cfg["steps"])], "timed step")
-    timed_from = len(seq_lens) - cfg["steps"]
-    checksum = param_checksum(workload.model, model, wrap)
-    peak_allocated, peak_reserved = memory(device, "max_memory_allocated"), memory(device, "max_memory_reserved")
-    result = {
-        "rank": rank, "build_s": round(build_s, 3), "memory_after_wrap_bytes": mem_after_wrap,
-        "step_ms": {"median": statistics.median(times), "min": min(times), "max": max(times), "all": times},
-        "timed_wall_ms": round(wall, 3),
-        "phase_ms": columns(readings, phases), "saved_steps": [i for i, s in enumerate(saved) if s],
-        "peak_allocated_bytes": peak_allocated, "peak_reserved_bytes": peak_reserved,
-        "local_param_fraction": local_numel(model) / total_numel,
-        "model_state_bytes": model_state_bytes(local_numel(model)),
-        "precision_path": precision_path(variant, mixed),
-        "first_step": first, "seq_lens": seq_lens[timed_from:], "real_tokens": real_tokens[timed_from:],
-        "batch_per_rank": batch_sizes[-1], "param_checksum": checksum,
-        "recompiles": compiled_frames() - first_compiled,
-        "recompiled_steps": [i for i, r in enumerate(recompiled) if r],
-        "warmup_step_ms": warmup_ms, "warmup_phase_ms": columns(warmup_readings, phases[:3]),
-        "recompiled_warmup_steps": [i for i, r in enumerate(warmup_recompiled) if r],
-    }
+    times, readings, wall = trainee.run_steps(
+        [trainee.timed_work(recompiled, saved, checkpoint, i) for i in range(cfg["steps"])], "timed step")
+    result = trainee.figures(times, readings, wall, phases, saved, recompiled)
+    result["peak_allocated_bytes"] = memory(device, "max_memory_allocated")
+    result["peak_reserved_bytes"] = memory(device, "max_memory_reserved")
     if checkpoint:
         checkpoint.finish()
         dist.barrier()
@@ -299,8 +339,8 @@ def run_variant(variant: str, cfg: dict, rank: int, device: torch.device, out: P
             if rank == 0:
                 checkpoint.remove()
     if record and cfg["profile_steps"]:
-        progress.now(f"recording {cfg['profile_steps']} step(s)")
-        result.update(recorded_figures(step, bookmark(), cfg, device, out, variant, rank))
+        trainee.progress.now(f"recording {cfg['profile_steps']} step(s)")
+        result.update(recorded_figures(trainee.step, trainee.bookmark(), cfg, device, out, variant, rank))
         result["recorded_to_timed"] = round(statistics.median(result["profiled_step_ms"]) / statistics.median(times), 3)
     return result
 
@@ -325,56 +365,88 @@ class Progress:
             self.last = self.clock()
 
 
-def recorded_figures(step, back, cfg: dict, device: torch.device, out: Path, variant: str, rank: int) -> dict:
-    """The recorded steps: `--profile-steps` steps in `--profile-mode` (the trace `diff`
-    attributes), each with its times, phases and runtime counts, alternated with the same
-    procedure without the profiler, the control blocks: C R C in `device`, `lean`, `light` and
+class Recording:
+    """One variant's recorded steps on this rank: `--profile-steps` steps in `--profile-mode`
+    (the trace `diff` attributes), each with its times, phases and runtime counts, alternated
+    with the same procedure without the profiler, the control blocks (`control()`, then
+    `record()` and `control()` again for each round): C R C in `device`, `lean`, `light` and
     `full` modes, C R C R … C with `--profile-rounds` R blocks in `cupti` mode, whose capture
     is restarted at no cost and whose one trace holds every round's steps (`control_step_ms`,
-    their phases `control_phase_ms`; `profiler_overhead`, round by round). Then, in
-    `cupti`, `device` and `lean` modes, one `full` step into `names/` (names and blame). Every
-    block trains on the same batches (`back()` before each). Where a `cupti` capture cannot run
-    (`capture_mode`), the steps are recorded in `device` mode, in one round, and
-    `capture_note` says why."""
-    steps = cfg["profile_steps"]
-    path = out / variant / TRACE_NAME.format(rank=rank)
-    mode, note = capture_mode(cfg["profile_mode"], device)
-    capture = DeviceCapture(device) if mode == "cupti" else None
+    their phases `control_phase_ms`; `profiler_overhead`, round by round). `finish()` writes
+    the trace and, in `cupti`, `device` and `lean` modes, records one `full` step into `names/`
+    (names and blame); it returns the figures. Every block trains on the same batches
+    (`back()` before each). Where a `cupti` capture cannot run (`capture_mode`), the steps are
+    recorded in `device` mode, in one round, and `capture_note` says why. The interleaved
+    comparison runs the blocks of every variant's recording in its rotation
+    (`runners/interleave.py`); `recorded_figures` runs one variant's alone."""
 
-    def block(mode):
-        back()
-        return record_steps(step, cfg, device, mode, steps, path, capture if mode == "cupti" else None)
-    controls = [block(None)]
-    try:
-        recorded = [block(mode)]
-    except CaptureUnavailable as e:  # CUPTI refused (another client holds it)
-        mode, note = "device", str(e)
-        recorded = [block(mode)]
-    controls.append(block(None))
-    for _ in range(cfg["profile_rounds"] - 1 if mode == "cupti" else 0):
-        recorded.append(block(mode))
-        controls.append(block(None))
-    if note:
-        log(rank, f"{variant}: recorded in device mode, not cupti: {note}")
-    if mode == "cupti":
-        tmp = temporary(path)
-        numbers = iter(range(1, steps * len(recorded) + 1))
-        write_trace(tmp, capture, [[(next(numbers), marks) for marks in r["wall_marks"]] for r in recorded], device)
-        os.replace(tmp, path)
-    main = {**joined(recorded), "trace": str(path.relative_to(out)), "rounds": len(recorded),
-            **({"capture_note": note} if note else {})}
-    control = joined(controls)
-    kept = [main]
-    if mode in ("cupti", "device", "lean"):
-        back()
-        names = out / variant / NAMES_TRACE_NAME.format(rank=rank)
-        named = record_steps(step, cfg, device, "full", 1, names)
-        kept.append({**{k: v for k, v in named.items() if k != "wall_marks"}, "trace": str(names.relative_to(out))})
-    return {"recorded": kept, "trace": main["trace"], "profile_mode": main["mode"],
-            "profiled_step_ms": main["step_ms"], "runtime_counts_per_step": main["runtime_counts_per_step"],
-            "runtime_counts": main["runtime_counts_per_step"][-1], "control_step_ms": control["step_ms"],
-            "control_phase_ms": control["phase_ms"],
-            **profiler_overhead([r["step_ms"] for r in recorded], [c["step_ms"] for c in controls])}
+    def __init__(self, step, back, cfg: dict, device: torch.device, out: Path, variant: str, rank: int):
+        self.step, self.back, self.cfg, self.device, self.out = step, back, cfg, device, out
+        self.variant, self.rank = variant, rank
+        self.path = out / variant / TRACE_NAME.format(rank=rank)
+        self.mode, self.note = capture_mode(cfg["profile_mode"], device)
+        self.capture = DeviceCapture(device) if self.mode == "cupti" else None
+        self.recorded, self.controls = [], []
+
+    @property
+    def rounds(self) -> int:
+        """The recorded blocks this recording takes: `--profile-rounds` in `cupti` mode, else 1."""
+        return self.cfg["profile_rounds"] if self.mode == "cupti" else 1
+
+    def _block(self, mode: str | None) -> dict:
+        self.back()
+        return record_steps(self.step, self.cfg, self.device, mode, self.cfg["profile_steps"], self.path,
+                            self.capture if mode == "cupti" else None)
+
+    def control(self) -> None:
+        self.controls.append(self._block(None))
+
+    def record(self) -> None:
+        """One recorded block, if this recording takes another (`rounds`)."""
+        if len(self.recorded) >= self.rounds:
+            return
+        try:
+            self.recorded.append(self._block(self.mode))
+        except CaptureUnavailable as e:  # CUPTI refused (another client holds it)
+            if self.recorded:
+                raise
+            self.mode, self.note = "device", str(e)
+            self.recorded.append(self._block(self.mode))
+
+    def finish(self) -> dict:
+        if self.note:
+            log(self.rank, f"{self.variant}: recorded in device mode, not cupti: {self.note}")
+        steps, out = self.cfg["profile_steps"], self.out
+        if self.mode == "cupti":
+            tmp = temporary(self.path)
+            numbers = iter(range(1, steps * len(self.recorded) + 1))
+            write_trace(tmp, self.capture, [[(next(numbers), marks) for marks in r["wall_marks"]]
+                                            for r in self.recorded], self.device)
+            os.replace(tmp, self.path)
+        main = {**joined(self.recorded), "trace": str(self.path.relative_to(out)), "rounds": len(self.recorded),
+                "steps_per_round": steps, **({"capture_note": self.note} if self.note else {})}
+        control = joined(self.controls)
+        kept = [main]
+        if self.mode in ("cupti", "device", "lean"):
+            self.back()
+            names = out / self.variant / NAMES_TRACE_NAME.format(rank=self.rank)
+            named = record_steps(self.step, self.cfg, self.device, "full", 1, names)
+            kept.append({**{k: v for k, v in named.items() if k != "wall_marks"}, "trace": str(names.relative_to(out))})
+        return {"recorded": kept, "trace": main["trace"], "profile_mode": main["mode"],
+                "profiled_step_ms": main["step_ms"], "runtime_counts_per_step": main["runtime_counts_per_step"],
+                "runtime_counts": main["runtime_counts_per_step"][-1], "control_step_ms": control["step_ms"],
+                "control_phase_ms": control["phase_ms"],
+                **profiler_overhead([r["step_ms"] for r in self.recorded], [c["step_ms"] for c in self.controls])}
+
+
+def recorded_figures(step, back, cfg: dict, device: torch.device, out: Path, variant: str, rank: int) -> dict:
+    """One variant's `Recording` alone: C R C R … C, then its trace and naming step."""
+    recording = Recording(step, back, cfg, device, out, variant, rank)
+    recording.control()
+    while len(recording.recorded) < recording.rounds:
+        recording.record()
+        recording.control()
+    return recording.finish()
 
 
 def joined(blocks: list[dict]) -> dict:
@@ -537,16 +609,45 @@ def end_group(failed: bool, wait_s: float) -> bool:
     return not thread.is_alive()
 
 
+def compared(cfg: dict) -> list[str]:
+    """The variants the run compares: `--variants`, then with `--control` the A/A control, a
+    second copy of the first (the baseline)."""
+    return list(cfg["variants"]) + ([CONTROL.format(cfg["variants"][0])] if cfg.get("control") else [])
+
+
 def runs(cfg: dict) -> list[tuple[int, int, str]]:
-    """The run's plan: (repeat, position in it, variant) in the order they run."""
-    return [(repeat, position, variant) for repeat, order in enumerate(repeat_orders(cfg["variants"], cfg["repeats"]))
-            for position, variant in enumerate(order)]
+    """The run's plan: (repeat, position, variant) in the order they run. In the interleaved
+    design (`compare`) one run of every variant at once (`INTERLEAVED`) comes first; the
+    variants one by one follow, run only if it failed (the sequential fallback)."""
+    sequential = [(repeat, position, variant)
+                  for repeat, order in enumerate(repeat_orders(compared(cfg), cfg["repeats"]))
+                  for position, variant in enumerate(order)]
+    return ([(0, 0, INTERLEAVED)] if cfg.get("compare") == "interleaved" else []) + sequential
 
 
 def record_outcome(results: dict, cfg: dict, repeat: int, position: int, variant: str, entry: dict) -> None:
-    """Put one run's agreed `entry` into `results` (the last repeat's entry is the variant's)."""
+    """Put one run's agreed `entry` into `results` (the last repeat's entry is the variant's).
+    The interleaved run's entry, when ok, holds per rank every variant's measurements: each
+    variant gets its own entry; `results[INTERLEAVED]` keeps its status."""
+    if variant == INTERLEAVED:
+        results[INTERLEAVED] = {k: v for k, v in entry.items() if k != "ranks"}
+        for name in (entry["ranks"][0] if entry["status"] == "ok" else {}):
+            results[name] = with_control({"status": "ok", "message": "", "ranks": [r[name] for r in entry["ranks"]]},
+                                         name)
+        return
     repeats = results.get(variant, {}).get("repeats", []) + [repeat_record(repeat, position, entry)]
-    results[variant] = {**entry, "repeats": repeats} if repeat == cfg["repeats"] - 1 else {"repeats": repeats}
+    results[variant] = with_control({**entry, "repeats": repeats} if repeat == cfg["repeats"] - 1
+                                    else {"repeats": repeats}, variant)
+
+
+def with_control(entry: dict, variant: str) -> dict:
+    """`entry`, naming the variant an A/A control copies (`control_of`) where it is one."""
+    return {**entry, "control_of": base_variant(variant)} if base_variant(variant) != variant else entry
+
+
+def interleaved_done(results: dict) -> bool:
+    """Whether the interleaved run measured every variant (the sequential runs then do not run)."""
+    return results.get(INTERLEAVED, {}).get("status") == "ok"
 
 
 def worker_main(cfg: dict, start: int = 0, results: dict | None = None, state: str | None = None) -> dict:
@@ -575,8 +676,16 @@ def worker_main(cfg: dict, start: int = 0, results: dict | None = None, state: s
     plan = runs(cfg)
     for index in range(start, len(plan)):
         repeat, position, variant = plan[index]
+        if variant != INTERLEAVED and interleaved_done(results):
+            continue  # measured side by side: no fallback needed
+        if variant == INTERLEAVED:
+            run_side_by_side(cfg, rank, world, device, out, store, f"{prefix}/{INTERLEAVED}", backend, teardown_s,
+                             results, place, index)
+            if rank == 0:
+                write_manifest(cfg, results, index + 1, len(plan))
+            continue
         last = repeat == cfg["repeats"] - 1  # the repeat that records traces
-        where = f"[{position + 1}/{len(cfg['variants'])}] {variant}" + (
+        where = f"[{position + 1}/{len(compared(cfg))}] {variant}" + (
             f" (repeat {repeat + 1}/{cfg['repeats']})" if cfg["repeats"] > 1 else "")
         reason = why_skipped(variant, device)
         if reason:
@@ -589,8 +698,9 @@ def worker_main(cfg: dict, start: int = 0, results: dict | None = None, state: s
                       + (f", then {cfg['profile_steps']} recorded step(s)" if last else ""))
             if place:
                 place.doing(index)
-            entry = run_agreed(variant, cfg, rank, world, device, out, last, store, f"{prefix}/{repeat}/{variant}",
-                               backend, lambda line: log(rank, f"{where}: {line}"))
+            entry = run_agreed(lambda built, say: run_variant(variant, cfg, rank, device, out, last, say, built),
+                               cfg, rank, world, device, store, f"{prefix}/{repeat}/{variant}", backend,
+                               lambda line: log(rank, f"{where}: {line}"))
             record_outcome(results, cfg, repeat, position, variant, entry)
             if place:
                 place.done(index + 1, results)  # before the teardown: what a death from here on cannot undo
@@ -599,13 +709,7 @@ def worker_main(cfg: dict, start: int = 0, results: dict | None = None, state: s
                 if entry["status"] == "ok" else entry["message"]
             log(rank, f"{where}: {entry['status']} ({detail})")
             if not ended:
-                if rank == 0:
-                    write_manifest(cfg, results, index + 1, len(plan))
-                if place:  # the launcher starts fresh workers from the next run
-                    print(f"tracekit profile: rank {rank}: {variant}'s process group did not end within "
-                          f"{teardown_s:g} s", file=sys.stderr, flush=True)
-                    os._exit(STUCK_EXIT)
-                log(rank, f"{variant}: its process group did not end within {teardown_s:g} s; left behind")
+                stuck(cfg, rank, variant, teardown_s, results, index + 1, len(plan), place)
         if rank == 0:
             write_manifest(cfg, results, index + 1, len(plan))
     return results
@@ -651,17 +755,17 @@ class Place:
         write_json_atomically(self.path, self.state)
 
 
-def run_agreed(variant: str, cfg: dict, rank: int, world: int, device: torch.device, out: Path, record: bool,
-               store, prefix: str, backend: str, say=None) -> dict:
-    """One variant on a process group of its own (under `prefix` of the store); its outcome
-    agreed by every rank through the store. A rank that fails ends its group before it waits
-    for the others (module docstring); the caller ends the group of a run that did not fail."""
+def run_agreed(measure, cfg: dict, rank: int, world: int, device: torch.device, store, prefix: str, backend: str,
+               say=None) -> dict:
+    """`measure(built, say)` (this rank's measurements) on a process group of its own (under
+    `prefix` of the store); its outcome agreed by every rank through the store. A rank that
+    fails ends its group before it waits for the others (module docstring); the caller ends the
+    group of a run that did not fail."""
     timeout = cfg["collective_timeout_s"]
     built = Built(store, f"{prefix}/built", rank, world, timeout)
     try:
         init_group(store, prefix, backend, rank, world, device, timeout)
-        mine = {"status": "ok", "message": "", "ranks": [run_variant(variant, cfg, rank, device, out, record, say,
-                                                                     built.here)]}
+        mine = {"status": "ok", "message": "", "ranks": [measure(built.here, say)]}
     except torch.OutOfMemoryError as e:
         mine = {"status": "oom", "message": str(e).splitlines()[0], "at": time.time()}
     except Exception as e:  # recorded; the other variants still run
@@ -671,6 +775,54 @@ def run_agreed(variant: str, cfg: dict, rank: int, world: int, device: torch.dev
         built.failed(mine["message"])
         end_group(True, min(TEARDOWN_S, timeout))
     return merge_ranks(agreed(store, f"{prefix}/status", rank, world, mine, 2 * timeout))
+
+
+def run_side_by_side(cfg: dict, rank: int, world: int, device: torch.device, out: Path, store, prefix: str,
+                     backend: str, teardown_s: float, results: dict, place, index: int) -> None:
+    """The interleaved run (`runners/interleave.py`) of every variant that can run here, its
+    outcome put into `results`; a variant that cannot run on this device is skipped. If it
+    fails (out of memory with every variant built, an error), the plan's sequential runs follow."""
+    from .interleave import run_interleaved
+
+    names = []
+    for variant in compared(cfg):
+        reason = why_skipped(variant, device)
+        if reason:
+            log(rank, f"{variant}: skipped ({reason})")
+            results[variant] = {"status": "skipped", "message": reason}
+        else:
+            names.append(variant)
+    where = f"{', '.join(names)} side by side"
+    log(rank, f"{where}: building, {cfg['warmup']} warm-up steps each, {cfg['rounds']} rounds of blocks of "
+              f"{cfg['block_steps']} steps, then {cfg['profile_steps']} recorded step(s) a round")
+    if place:
+        place.doing(index)
+    entry = run_agreed(lambda built, say: run_interleaved(names, cfg, rank, device, out, True, say, built),
+                       cfg, rank, world, device, store, prefix, backend, lambda line: log(rank, f"{where}: {line}"))
+    record_outcome(results, cfg, 0, 0, INTERLEAVED, entry)
+    if place:
+        place.done(index + 1, results)
+    ended = end_group(entry["status"] != "ok", teardown_s)
+    if entry["status"] == "ok":
+        for variant in names:
+            log(rank, f"{variant}: ok (step time {step_time([results[variant]['ranks']]):.1f} ms)")
+    else:
+        log(rank, f"{where}: {entry['status']} ({entry['message']}); the variants run one after another instead")
+    if not ended:
+        stuck(cfg, rank, INTERLEAVED, teardown_s, results, index + 1, len(runs(cfg)), place)
+
+
+def stuck(cfg: dict, rank: int, variant: str, teardown_s: float, results: dict, done: int, planned: int, place) -> None:
+    """A run whose process group did not end within `teardown_s`: under the launcher this
+    worker ends (`STUCK_EXIT`) and fresh workers go on from the next run; otherwise the group is
+    left behind."""
+    if place:
+        if rank == 0:
+            write_manifest(cfg, results, done, planned)
+        print(f"tracekit profile: rank {rank}: {variant}'s process group did not end within "
+              f"{teardown_s:g} s", file=sys.stderr, flush=True)
+        os._exit(STUCK_EXIT)
+    log(rank, f"{variant}: its process group did not end within {teardown_s:g} s; left behind")
 
 
 class BuildFailedElsewhere(RuntimeError):

@@ -100,7 +100,7 @@ def no_blocks():
 def example_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("model") / "run"
     result = tracekit_cli("profile", "--device", "cpu", "--nproc", 2, "--model", f"{EXAMPLE}:mlp_stack", "--variants",
-                          ",".join(CPU_VARIANTS), "--warmup", 2, "--steps", 2, "--no-report", "--out", out)
+                          ",".join(CPU_VARIANTS), "--warmup", 2, "--steps", 2, "--rounds", 1, "--block-steps", 1, "--no-report", "--out", out)
     assert result.returncode == 0, result.stderr[-3000:]
     variants = json.loads((out / "manifest.json").read_text())["variants"]
     failed = {variant: {key: entry.get(key) for key in ("message", "fault", "stderr")}
@@ -135,7 +135,8 @@ def test_parameter_checksums_equal_one_process_training_on_both_ranks_batches(ex
     workload = example_workload()
     model = workload.model
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    for step in range(manifest["config"]["warmup"] + manifest["config"]["steps"]):
+    timed = len(manifest["variants"][CPU_VARIANTS[0]]["ranks"][0]["step_ms"]["all"])
+    for step in range(manifest["config"]["warmup"] + timed):
         losses = [workload.loss(model(x), y) for x, y in (workload.batch(step, r, "cpu") for r in (0, 1))]
         (sum(losses) / 2).backward()
         optimizer.step()
@@ -157,7 +158,7 @@ def test_a_factory_brings_its_own_optimizer(tmp_path):
     training), not with the default AdamW."""
     out = tmp_path / "run"
     result = tracekit_cli("profile", "--device", "cpu", "--nproc", 1, "--model", f"{Path(__file__)}:with_sgd",
-                          "--variants", "ddp", "--warmup", 1, "--steps", 2, "--profile-steps", 0, "--no-report",
+                          "--variants", "ddp", "--warmup", 1, "--steps", 2, "--rounds", 1, "--block-steps", 1, "--profile-steps", 0, "--no-report",
                           "--out", out)
     assert result.returncode == 0, result.stderr[-3000:]
     manifest = json.loads((out / "manifest.json").read_text())
@@ -183,7 +184,7 @@ def test_a_hugging_face_config_trains_in_every_variant(tmp_path):
     (tmp_path / "llama" / "config.json").write_text(json.dumps(config))
     out = tmp_path / "run"
     result = tracekit_cli("profile", "--device", "cpu", "--nproc", 2, "--model", f"hf:{tmp_path / 'llama'}",
-                          "--variants", ",".join(VARIANTS), "--warmup", 1, "--steps", 2, "--no-report", "--out", out)
+                          "--variants", ",".join(VARIANTS), "--warmup", 1, "--steps", 2, "--rounds", 1, "--block-steps", 1, "--no-report", "--out", out)
     assert result.returncode == 0, result.stderr[-3000:]
     manifest = json.loads((out / "manifest.json").read_text())
     own = transformers.LlamaForCausalLM(transformers.LlamaConfig(**config))
@@ -204,7 +205,7 @@ def test_a_worker_that_dies_hard_loses_only_its_variant(tmp_path):
     out = tmp_path / "run"
     result = tracekit_cli("profile", "--device", "cpu", "--nproc", 2, "--model",
                           f"{Path(__file__)}:dies_in_second_variant", "--variants", ",".join(VARIANTS), "--warmup", 1,
-                          "--steps", 2, "--no-report", "--strict", "--out", out)
+                          "--steps", 2, "--rounds", 1, "--block-steps", 1, "--no-report", "--strict", "--out", out)
     assert result.returncode == 1, result.stderr[-3000:]
     assert "Traceback" not in result.stderr and "ChildFailedError" not in result.stderr
     manifest = json.loads((out / "manifest.json").read_text())
@@ -224,7 +225,7 @@ def misbehaving_run(tmp_path, what: str, *args, variants=VARIANTS):
     out = tmp_path / "run"
     result = subprocess.run([sys.executable, "-m", "tracekit", "profile", "--device", "cpu", "--nproc", "2",
                              "--model", f"{Path(__file__)}:misbehaving", "--variants", ",".join(variants),
-                             "--warmup", "1", "--steps", "2", "--no-report", "--out", str(out), *args],
+                             "--warmup", "1", "--steps", "2", "--rounds", "1", "--block-steps", "1", "--no-report", "--out", str(out), *args],
                             capture_output=True, text=True, timeout=300,  # not 600 s of a collective's timeout
                             env={**os.environ, "TK_MARKS": str(marks), "TK_MISBEHAVE": what})
     assert "Traceback" not in result.stderr, result.stderr[-3000:]

@@ -36,7 +36,7 @@ def one_worker_here(monkeypatch) -> None:
 def out(tmp_path_factory):
     out = tmp_path_factory.mktemp("profile") / "run"
     result = tracekit_cli("profile", "--device", "cpu", "--nproc", 2, "--preset", "tiny", "--variants",
-                          ",".join(VARIANTS), "--warmup", 2, "--steps", 6, "--profile-steps", 3, "--out", out,
+                          ",".join(VARIANTS), "--warmup", 2, "--rounds", 2, "--block-steps", 2, "--profile-steps", 3, "--out", out,
                           "--format", "csv")
     assert result.returncode == 0, result.stderr[-3000:]
     (out.parent / "profile.stderr").write_text(result.stderr)
@@ -82,7 +82,7 @@ def test_every_variant_ran_on_both_ranks(out):
                                                    ((np.median(before) + np.median(after)) / 2), 3)
             assert r["profiler_overhead_by_round"] == [r["profiler_overhead"]]
             assert r["recorded_to_timed"] == round(np.median(r["profiled_step_ms"]) / np.median(r["step_ms"]["all"]), 3)
-            assert len(r["step_ms"]["all"]) == 6
+            assert len(r["step_ms"]["all"]) == 8  # 2 rounds of two blocks of 2 steps
 
 
 def test_one_step_time_in_the_progress_lines_the_manifest_and_the_report(out):
@@ -96,7 +96,7 @@ def test_one_step_time_in_the_progress_lines_the_manifest_and_the_report(out):
         entry = manifest["variants"][variant]
         expected = float(np.median(np.max([r["step_ms"]["all"] for r in entry["ranks"]], axis=0)))
         assert entry["step_ms"] == rows[variant]["step_ms"] == round(expected, 3)
-        assert f"] {variant}: ok (step time {expected:.1f} ms)" in stderr
+        assert f" {variant}: ok (step time {expected:.1f} ms)" in stderr
 
 
 def test_trace_collectives_equal_what_the_runtime_counted(out):
@@ -130,7 +130,7 @@ def test_every_timed_and_recorded_step_has_its_phases(out):
             host = r["phase_ms"]["host"]
             assert r["phase_ms"]["device"] is None
             assert set(host) == {"forward", "backward", "optimizer", "step"}
-            assert all(len(v) == 6 for v in host.values())
+            assert all(len(v) == 8 for v in host.values())
             assert len(r["warmup_phase_ms"]["host"]["forward"]) == 1
             for recording in r["recorded"]:
                 assert all(len(v) == len(recording["step_ms"]) for v in recording["phase_ms"]["host"].values())
@@ -212,7 +212,7 @@ def test_diff_of_all_profiled_steps(out):
 def test_one_failing_rank_ends_the_variant_everywhere_and_the_rest_runs(tmp_path_factory):
     """Rank 1 raises inside fsdp1's timed steps while rank 0 waits in a collective: rank 0's
     collective ends at the 20 s timeout, both record the failure (rank 1's first), fsdp2 runs."""
-    manifest = profiled(tmp_path_factory, "--variants", "ddp,fsdp1,fsdp2", "--steps", 3, "--collective-timeout", 20,
+    manifest = profiled(tmp_path_factory, "--variants", "ddp,fsdp1,fsdp2", "--steps", 3, "--compare", "sequential", "--collective-timeout", 20,
                         env={"TRACEKIT_FAIL": "1:fsdp1"})
     entry = manifest["variants"]["fsdp1"]
     assert entry["status"] == "error" and entry["message"].startswith("rank 1: RuntimeError: injected failure")
@@ -232,7 +232,7 @@ def test_checkpoint_stalls(tmp_path_factory, mode):
 
 
 def test_variable_lengths_and_a_global_batch(tmp_path_factory):
-    manifest = profiled(tmp_path_factory, "--variants", "fsdp2", "--steps", 4, "--inputs", "variable-length",
+    manifest = profiled(tmp_path_factory, "--variants", "fsdp2", "--rounds", 1, "--block-steps", 2, "--inputs", "variable-length",
                         "--global-batch", 4)
     entry = manifest["variants"]["fsdp2"]
     assert manifest["config"]["global_batch"] == 4 and entry["tokens_per_s"] > 0

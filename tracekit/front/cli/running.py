@@ -40,7 +40,7 @@ from .comparing import show_report
               help="bf16 parameters with fp32 reduction (default on cuda) or fp32 (default on cpu).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--warmup", type=int, default=3, show_default=True)
-@click.option("--steps", type=int, default=20, show_default=True, help="Timed unprofiled steps.")
+@click.option("--steps", type=int, default=20, show_default=True, help="Sequential: timed unprofiled steps.")
 @click.option("--profile-steps", type=int, default=1, show_default=True,
               help="Steps recorded with the profiler after the timed ones (0: none).")
 @click.option("--profile-mode", type=click.Choice(["cupti", "device", "lean", "light", "full"]), default="cupti",
@@ -55,9 +55,21 @@ from .comparing import show_report
                    "steps unprofiled (C R C R ... C), one trace holding every round's steps; what the recording cost "
                    "is then measured against the steps run right beside it [default: 9 in cupti mode; 1, the only "
                    "choice, in the others].")
+@click.option("--compare", type=click.Choice(["interleaved", "sequential"]), default=None,
+              help="interleaved: every variant built side by side in each worker and timed in alternated blocks "
+                   "(--rounds, --block-steps), the recorded rounds alternated too; sequential: each variant in its "
+                   "own workers, one after another (--steps, --repeats) [default: interleaved; sequential with "
+                   "--repeats > 1, --checkpoint or Lightning variants, or where the variants do not fit together].")
+@click.option("--rounds", type=int, default=10, show_default=True,
+              help="Interleaved: timed rounds; each runs every variant twice, in mirrored order (A B C C B A).")
+@click.option("--block-steps", type=int, default=5, show_default=True,
+              help="Interleaved: steps of one variant run back to back in a block.")
+@click.option("--control", is_flag=True,
+              help="Add an A/A control: a second, independent copy of the first variant, compared like the others "
+                   "(its difference should be 0; the report warns when its interval excludes 0).")
 @click.option("--repeats", type=int, default=1, show_default=True,
-              help="Run the whole variant matrix this many times, the order alternated (A B, B A, ...); the "
-                   "report's intervals are then across repeats. Traces are recorded in the last repeat.")
+              help="Sequential: run the whole variant matrix this many times, the order alternated (A B, B A, ...); "
+                   "the report's intervals are then across repeats. Traces are recorded in the last repeat.")
 @click.option("--with-stack", is_flag=True, help="Record Python stacks in the trace (full mode).")
 @click.option("--checkpoint", type=click.Choice(["sync", "async"]), default=None,
               help="Save model and optimizer state with torch.distributed.checkpoint during the timed steps.")
@@ -125,7 +137,7 @@ def capacity(out, variants, presets, batches, seq, overwrite, fmt, **options):
         raise click.BadParameter("whole numbers, e.g. 1,2,4,8", param_hint="--batches") from None
     prepare_out(Path(out), overwrite)  # every rank under torchrun: each refuses an existing OUT
     defaults = {"seed": 0, "inputs": "fixed", "with_stack": False, "profile_mode": "cupti", "profile_rounds": None,
-                "repeats": 1,
+                "repeats": 1, "compare": "sequential", "rounds": 1, "block_steps": 1, "control": False,
                 "checkpoint_every": 5,
                 "keep_checkpoints": False, "global_batch": None,
                 "overrides": {"blocks": None, "hidden": None, "heads": None, "seq": seq, "batch": None}}
