@@ -162,11 +162,11 @@ def test_check_passes_and_report_carries_noise_and_verdicts(out):
         assert sum(i["delta_ns"] for i in d["items"]) == d["step_delta_ns"]
     for r in rows:
         lo, hi = r["step_ms_ci"]
-        assert lo <= r["step_ms"] <= hi and r["n_steps"] == 6 and r["profiled_step_ms"] > 0
+        assert lo <= r["step_ms"] <= hi and r["n_steps"] == 8 and r["profiled_step_ms"] > 0
         assert r["profile_mode"] == "device" and r["profiler_overhead"] > 0
         if r["variant"] == "ddp":
             assert (r["verdict"], r["d_step_ms"], r["d_step_ms_ci"]) == ("base", 0.0, None)
-        else:  # 6 timed steps: figures, no verdict
+        else:  # 8 timed steps: figures, no verdict
             d_lo, d_hi = r["d_step_ms_ci"]
             assert d_lo <= r["d_step_ms"] <= d_hi and r["verdict"] == "too few steps"
 
