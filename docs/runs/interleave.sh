@@ -30,7 +30,7 @@ analyse)
   exit 0 ;;
 esac
 start=$(date +%s.%N)
-timeout 560 python3 -m tracekit profile --nproc 1 --preset "$preset" --batch "$batch" \
+timeout "${LIMIT:-560}" python3 -m tracekit profile --nproc 1 --preset "$preset" --batch "$batch" \
   --variants fsdp1,fsdp2,fsdp2-compile "${args[@]}" --no-report --out "$out/$name" 2>&1 | quiet | tail -25
 python3 -c "import sys; print(round(float(sys.argv[2]) - float(sys.argv[1]), 1))" "$start" "$(date +%s.%N)" \
   > "$out/$name/seconds"
