@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from tracekit.analyses.aggregate import is_count
+from tracekit.analyses.align import named_gaps
 from tracekit.analyses.comms import collective_kernels
 from tracekit.analyses.critical_path import on_path
 from tracekit.analyses.flops import kernel_work
@@ -136,7 +137,8 @@ def all_items(trace: Trace) -> pl.DataFrame:
         names = trace.gpu.select("name").unique().lazy().with_columns(identity=item_identity(pl.col("name"))).collect(engine=ENGINE)
         gpu = trace.gpu.with_row_index("row").select("row", "dtype", "name").join(names, on="name", how="left")
         joined = (items.join(gpu, on="row", how="left").join(context, on="row", how="left")
-                  .with_columns(phase=pl.coalesce("phase", "idle_phase")))
+                  .with_columns(phase=pl.coalesce("phase", "idle_phase"), op=pl.coalesce("op", "idle_op"),
+                                unit=pl.coalesce("unit", "idle_unit")))
         trace.derived["diff-items"] = joined.select(
             "step", pl.col("category").replace({"memset": "memcpy"}).alias("kind"),
             pl.when(pl.col("row").is_null()).then(pl.col("cause").str.replace(r" \(.*\)$", ""))
@@ -152,17 +154,24 @@ def idle_items(trace: Trace) -> pl.DataFrame:
     hidden by another step's compute) per (category, cause, phase): a segment belongs to the
     phase of the device's next activity — the work the device was waiting for (`idle_phase`;
     null when nothing follows on the device) —, but time the host spends loading data (a cause
-    naming a DataLoader) is of the phase `data loading`, whatever runs next."""
+    naming a DataLoader) is of the phase `data loading`, whatever runs next. In a recording
+    named from its full step (`cupti`), an idle segment's cause is the host work that separated
+    the launches around it there, split among its names (`align.named_gaps`: `idle_op`,
+    `idle_unit`); a segment that cannot be named keeps its cause."""
     segments = unshared(timeline(trace).segments).select(
-        "step", "device", "start", "end", "category", "cause")
+        "step", "device", "start", "end", "category", "cause").with_row_index("gap")
+    named = named_gaps(trace, segments.filter(pl.col("category") == "idle").select("gap", "step", "device", "start", "end"))
     following = trace.gpu.with_row_index("next_row").select("next_row", "device", next_start="start").sort("next_start")
     phases = launch_context(trace).select(next_row="row", idle_phase="phase")
     return (segments.sort("end").join_asof(following, left_on="end", right_on="next_start", by="device",
                                            strategy="forward", check_sortedness=False)
             .join(phases, on="next_row", how="left")
+            .join(named.rename({"cause": "named_cause"}), on="gap", how="left")
+            .with_columns(cause=pl.coalesce("named_cause", "cause"), ns=pl.coalesce("ns", pl.col("end") - pl.col("start")))
             .with_columns(idle_phase=pl.when(pl.col("cause").str.contains(DATA_LOADING)).then(pl.lit(DATA_PHASE))
                           .otherwise("idle_phase"))
-            .group_by("step", "category", "cause", "idle_phase").agg(share_ns=(pl.col("end") - pl.col("start")).sum()))
+            .group_by("step", "category", "cause", "idle_phase", idle_op="op", idle_unit="unit")
+            .agg(share_ns=pl.col("ns").sum()))
 
 
 def host_items(trace: Trace) -> pl.DataFrame:
