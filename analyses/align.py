@@ -149,13 +149,13 @@ def host_context(pairs: pl.DataFrame, full: Trace) -> tuple[pl.DataFrame, pl.Dat
 
 
 def gap_causes(gaps: pl.DataFrame, gpu: pl.DataFrame, sites: pl.DataFrame, pieces: pl.DataFrame) -> pl.DataFrame:
-    """The gaps (`gap` id, step, start, end, and `device` where they are a device's: else any
-    device's activities bound them) named by the host work of the full step (module docstring):
+    """The gaps (`gap` id, step, start, end, and `device` — and `stream` — where they are a
+    device's (a stream's): else any device's activities bound them) named by the host work of the full step (module docstring):
     one row per part — gap, cause (`host: <name>` or `launched before the gap`), op, unit, ns
     (the parts of a gap sum to its end − start). `gpu`: the recorded trace's activities;
     `sites`/`pieces`: `host_context`. Gaps that cannot be named have no row."""
-    by = ["device"] if "device" in gaps.columns else None
-    acts = gpu.with_row_index("row").select("row", "step", "device", "start", "end")
+    by = [c for c in PLACE if c in gaps.columns] or None
+    acts = gpu.with_row_index("row").select("row", "step", *PLACE, "start", "end")
     keep = [*(by or []), "row", "step"]
     prev = acts.select(*keep, "end").rename({"row": "p_row", "step": "p_step", "end": "p_end"}).sort("p_end")
     nxt = acts.select(*keep, "start").rename({"row": "n_row", "step": "n_step", "start": "n_start"}).sort("n_start")
@@ -207,3 +207,20 @@ def named_gaps(trace: Trace, gaps: pl.DataFrame) -> pl.DataFrame:
         return pl.DataFrame(schema={"gap": gaps.schema["gap"], "cause": pl.String, "op": pl.String, "unit": pl.String,
                                     "ns": pl.Int64})
     return gap_causes(gaps, trace.gpu, trace.derived["aligned-sites"], trace.derived["aligned-host"])
+
+
+GAP = "stream gap, launch not recorded"  # path_graph's kind of a device-only capture's stream gap
+
+
+def path_gap_items(trace: Trace, edges: pl.DataFrame) -> pl.DataFrame:
+    """The stream gaps among critical-path `edges` (step, start, end, kind; `edge`: their row
+    index) of a trace named from its full step, named by the host work between the launches
+    around them (`gap_causes` on their stream: the one whose activity ends where the gap
+    starts): per part, edge, step, category `waiting`, kind `stream gap`, name (the cause),
+    ns. Gaps that cannot be named have no row."""
+    gaps = edges.with_row_index("gap").filter(pl.col("kind") == GAP).select("gap", "step", "start", "end")
+    ends = trace.gpu.select("step", *PLACE, start="end").unique(["step", "start"], keep="first")
+    causes = named_gaps(trace, gaps.join(ends, on=["step", "start"]))
+    return causes.join(gaps.select("gap", "step"), on="gap").select(
+        edge="gap", step="step", category=pl.lit("waiting"), kind=pl.lit("stream gap"),
+        name="cause", ns="ns")

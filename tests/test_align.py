@@ -103,3 +103,15 @@ def test_diff_of_the_real_cupti_run_names_host_causes_not_phases():
     assert len(idle) == 10
     assert all(i["name"].startswith("host: ") and "tracekit#" not in i["name"] for i in idle), idle
     assert sum(i["delta_ns"] for i in items) == answer["b_step_ns"] - answer["a_step_ns"]
+
+
+def test_the_critical_path_names_the_stream_gap_alike(tmp_path):
+    """critical-path of the same pair: the 4 ms stream gap k1 → k2, `stream gap, launch not
+    recorded` unnamed, is the same five host names with the same ns."""
+    from tracekit.analyses.critical_path import critical_path
+
+    trace = tracekit.load(recorded(tmp_path))
+    named(trace, tracekit.load(full(tmp_path)))
+    waits = {i["name"]: i["ns"] for i in critical_path(trace, top=None)["items"][0] if i["category"] == "waiting"}
+    assert waits == {"host: aten::mm": 74074, "host: FSDP::pre_forward": 1629630, "host: aten::add": 74074,
+                     "host: aten::copy_ in FSDP::pre_forward": 1333333, "host: before aten::add": 888889}
