@@ -30,7 +30,18 @@ def finding(severity: str, kind: str, detail: str, count: int | None = None, ns:
 
 def trace_findings(trace: Trace) -> pl.DataFrame:
     """The findings of one trace, errors first."""
-    return by_severity(load_findings(trace.facts) + steps_findings(trace) + device_findings(trace))
+    return by_severity(load_findings(trace.facts) + steps_findings(trace) + device_findings(trace)
+                       + capture_findings(trace.meta))
+
+
+def capture_findings(meta: dict) -> list[dict]:
+    """`cupti_dropped_records`: a `cupti` recording whose capture CUPTI dropped records of (its
+    buffer full: the steps lack that work), as the runner's writer names it in `traceName`."""
+    import re
+
+    dropped = re.search(r"CUPTI dropped (\d+) records", meta.get("trace_name") or "")
+    return [finding("warning", "cupti_dropped_records", f"CUPTI dropped {dropped[1]} records of this recording (its "
+                    "buffer was full): the steps lack that device work", int(dropped[1]))] if dropped else []
 
 
 @dataclass

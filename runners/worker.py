@@ -356,13 +356,16 @@ def recorded_figures(step, back, cfg: dict, device: torch.device, out: Path, var
         controls.append(block(None))
     if note:
         log(rank, f"{variant}: recorded in device mode, not cupti: {note}")
+    lost = {}
     if mode == "cupti":
         tmp = temporary(path)
         numbers = iter(range(1, steps * len(recorded) + 1))
-        write_trace(tmp, capture, [[(next(numbers), marks) for marks in r["wall_marks"]] for r in recorded], device)
+        lost = write_trace(tmp, capture, [[(next(numbers), marks) for marks in r["wall_marks"]] for r in recorded],
+                           device)
         os.replace(tmp, path)
     main = {**joined(recorded), "trace": str(path.relative_to(out)), "rounds": len(recorded),
-            **({"capture_note": note} if note else {})}
+            **({"capture_note": note} if note else {}),
+            **({"dropped_records": lost["dropped_records"]} if lost else {})}
     control = joined(controls)
     kept = [main]
     if mode in ("cupti", "device", "lean"):
