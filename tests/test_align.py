@@ -23,28 +23,32 @@ from tracekit.runners.cupti_capture import kineto_trace
 DATA = Path(__file__).parent / "data"
 
 
-def recorded(tmp_path: Path, names=("k1", "k2", "k3")) -> Path:
-    """One cupti step of one phase (marks at 0 and 10 ms): k1 runs 1–2 ms, k2 6–7 ms, k3
-    7–8 ms on stream 7; the device idles 2–6 ms between k1 and k2."""
-    records = [marker(10, 0.1), marker(20, 9.9), kernel(names[0], 11, 1.0, 2.0), kernel(names[1], 12, 6.0, 7.0),
-               kernel(names[2], 13, 7.0, 8.0)]
-    steps = [(1, [(None, T0), ("forward", T0 + 10 * MS)])]
+def recorded(tmp_path: Path, names=("k1", "k2", "k3"), late_ms: float = 0.0) -> Path:
+    """One cupti step of one phase (marks at 0 and 20 ms): k1 runs 1–2 ms, k2 6–7 ms, k3
+    7–8 ms on stream 7 (k2 and k3 `late_ms` later); the device idles 2–6 ms (+ `late_ms`)
+    between k1 and k2."""
+    records = [marker(10, 0.1), marker(20, 19.9), kernel(names[0], 11, 1.0, 2.0),
+               kernel(names[1], 12, 6.0 + late_ms, 7.0 + late_ms), kernel(names[2], 13, 7.0 + late_ms, 8.0 + late_ms)]
+    steps = [(1, [(None, T0), ("forward", T0 + 20 * MS)])]
     path = tmp_path / "rank0.pt.trace.json.gz"
     with gzip.open(path, "wt") as f:
         json.dump(kineto_trace(records, [steps], pid=1, tid=1, base_ns=T0 // 10**9 * 10**9), f)
     return path
 
 
-def full(tmp_path: Path) -> Path:
-    """The full step (µs; 0–100): aten::mm 5–8 launches k1 (call 6–7); the annotation
+def full(tmp_path: Path, region: tuple[str, float] | None = None) -> Path:
+    """The full step (µs; 0–200): aten::mm 5–8 launches k1 (call 6–7); the annotation
     `FSDP::pre_forward (blocks.1)` 10–50 runs aten::copy_ 12–30 (no launch); nothing 50–60;
-    aten::add 60–65 launches k2 (call 61–62), aten::relu 66–69 launches k3 (call 67–68)."""
-    events = [synth.step(1, 0.0, 100.0), synth.op("aten::mm", 5.0, 3.0, **{"External id": 1}),
+    aten::add 60–65 launches k2 (call 61–62), aten::relu 66–69 launches k3 (call 67–68).
+    `region` (name, µs): an annotation of that length at 50, what follows it that much later."""
+    name, late = region or (None, 0.0)
+    events = [synth.step(1, 0.0, 200.0), synth.op("aten::mm", 5.0, 3.0, **{"External id": 1}),
               synth.op("FSDP::pre_forward (blocks.1)", 10.0, 40.0, cat="user_annotation"),
-              synth.op("aten::copy_", 12.0, 18.0), synth.op("aten::add", 60.0, 5.0, **{"External id": 2}),
-              synth.op("aten::relu", 66.0, 3.0, **{"External id": 3})]
-    for corr, (at, name) in enumerate(((6.0, "k1"), (61.0, "k2"), (67.0, "k3")), 1):
-        events += synth.launched(name, at, 70.0 + 10 * corr, 5.0, corr=corr)
+              synth.op("aten::copy_", 12.0, 18.0), synth.op("aten::add", 60.0 + late, 5.0, **{"External id": 2}),
+              synth.op("aten::relu", 66.0 + late, 3.0, **{"External id": 3})]
+    events += [synth.op(name, 50.0, late, cat="user_annotation")] if name else []
+    for corr, (at, kernel_name) in enumerate(((6.0, "k1"), (61.0 + late, "k2"), (67.0 + late, "k3")), 1):
+        events += synth.launched(kernel_name, at, 170.0 + 10 * corr, 5.0, corr=corr)
     (tmp_path / "names").mkdir(exist_ok=True)
     return synth.write(tmp_path / "names", "rank0.pt.trace.json.gz", synth.doc(events, world_size=1))
 
