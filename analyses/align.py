@@ -212,13 +212,17 @@ def named_gaps(trace: Trace, gaps: pl.DataFrame) -> pl.DataFrame:
 GAP = "stream gap, launch not recorded"  # path_graph's kind of a device-only capture's stream gap
 
 
-def path_gap_items(trace: Trace, edges: pl.DataFrame) -> pl.DataFrame:
+def path_gap_items(trace: Trace, edges: pl.LazyFrame) -> pl.DataFrame:
     """The stream gaps among critical-path `edges` (step, start, end, kind; `edge`: their row
     index) of a trace named from its full step, named by the host work between the launches
     around them (`gap_causes` on their stream: the one whose activity ends where the gap
     starts): per part, edge, step, category `waiting`, kind `stream gap`, name (the cause),
-    ns. Gaps that cannot be named have no row."""
-    gaps = edges.with_row_index("gap").filter(pl.col("kind") == GAP).select("gap", "step", "start", "end")
+    ns. Gaps that cannot be named have no row; of a trace not so named, `edges` is not read."""
+    if "aligned-sites" not in trace.derived:
+        return pl.DataFrame(schema={"edge": pl.UInt32, "step": pl.Int64, "category": pl.String, "kind": pl.String,
+                                    "name": pl.String, "ns": pl.Int64})
+    gaps = (edges.with_row_index("gap").filter(pl.col("kind") == GAP).select("gap", "step", "start", "end")
+            .collect())
     ends = trace.gpu.select("step", *PLACE, start="end").unique(["step", "start"], keep="first")
     causes = named_gaps(trace, gaps.join(ends, on=["step", "start"]))
     return causes.join(gaps.select("gap", "step"), on="gap").select(

@@ -293,7 +293,7 @@ def path_split(trace: Trace, g, found: list) -> pl.DataFrame:
                           **{f"{c}_ns": figures[has, i] for i, c in enumerate(CATEGORIES)}})
     spent = np.flatnonzero(ns > 0)
     # a device-only capture named from its full step: its stream gaps by their host cause
-    waits = path_gap_items(trace, edge_table(g, ids[spent], ("step", "start", "end", "kind")).collect(engine=ENGINE))
+    waits = path_gap_items(trace, edge_table(g, ids[spent], ("step", "start", "end", "kind")))
     spent = np.delete(spent, waits["edge"].unique().to_numpy())
     name = g.name_key(ids[spent])
     first, sums = grouped_sums((k[spent] * len(KINDS) + g.code[ids[spent]]) * (name.max(initial=0) + 1) + name,
