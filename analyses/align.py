@@ -79,10 +79,11 @@ def aligned(recorded: Trace, full: Trace) -> pl.DataFrame:
 def host_pieces(full: Trace) -> pl.DataFrame:
     """The host time of the full trace's last step on each thread cut at every boundary of its
     CPU ops and annotations, the pieces inside some op (`module docstring`): tid, start, end,
-    name, op (the outermost CPU op inside the innermost annotation, or null), unit. Adjacent
+    name, op (the outermost CPU op inside the innermost annotation, or null), unit, label (that
+    annotation without its unit). Adjacent
     pieces of one name are one."""
     schema = {"tid": pl.Int64, "start": pl.Int64, "end": pl.Int64, "name": pl.String, "op": pl.String,
-              "unit": pl.String}
+              "unit": pl.String, "label": pl.String}
     if full.steps.height == 0:
         return pl.DataFrame(schema=schema)
     last = full.steps.sort("step").row(-1, named=True)
@@ -110,15 +111,16 @@ def host_pieces(full: Trace) -> pl.DataFrame:
              .join(op, on=["tid", "start"], how="left")
              .with_columns(label=pl.col("a_name").str.replace(r" \(.*\)$", ""),
                            unit=pl.col("a_name").str.extract(r"\((.*)\)$", 1))
-             .select("tid", "start", "end", "op", "unit",
+             .select("tid", "start", "end", "op", "unit", "label",
                      name=pl.when(pl.col("op").is_not_null() & pl.col("label").is_not_null())
                      .then(pl.format("{} in {}", "op", "label")).otherwise(pl.coalesce("op", "label")))
              .sort("tid", "start"))
     run = ((pl.col("start") != pl.col("end").shift(1)) | (pl.col("name") != pl.col("name").shift(1))
-           | (pl.col("unit").ne_missing(pl.col("unit").shift(1)))).over("tid").fill_null(True).cum_sum()
+           | (pl.col("unit").ne_missing(pl.col("unit").shift(1)))
+           | (pl.col("label").ne_missing(pl.col("label").shift(1)))).over("tid").fill_null(True).cum_sum()
     return (named.with_columns(run=run).group_by("run", maintain_order=True)
             .agg(pl.col("tid").first(), pl.col("start").first(), pl.col("end").last(), pl.col("name").first(),
-                 pl.col("op").first(), pl.col("unit").first())
+                 pl.col("op").first(), pl.col("unit").first(), pl.col("label").first())
             .select(*schema).cast(schema))
 
 
@@ -130,12 +132,13 @@ def launch_sites(full: Trace, pieces: pl.DataFrame) -> pl.DataFrame:
     calls = full.calls.select("correlation", l_tid="tid", l_start="start", l_end="end").unique("correlation")
     sites = (full.gpu.with_row_index("full_row").filter(pl.col("step") == last["step"])
              .select("full_row", "correlation").join(calls, on="correlation").drop("correlation").sort("l_start"))
-    at = pieces.select(l_tid="tid", p_start="start", p_end="end", at_name="name", at_op="op", at_unit="unit").sort("p_start")
+    at = pieces.select(l_tid="tid", p_start="start", p_end="end", at_name="name", at_op="op", at_unit="unit",
+                       at_label="label").sort("p_start")
     return (sites.join_asof(at, left_on="l_start", right_on="p_start", by="l_tid", strategy="backward",
                              check_sortedness=False)
             .with_columns([pl.when(pl.col("p_end") > pl.col("l_start")).then(c).alias(c)
-                           for c in ("at_name", "at_op", "at_unit")])
-            .select("full_row", "l_tid", "l_start", "l_end", "at_name", "at_op", "at_unit",
+                           for c in ("at_name", "at_op", "at_unit", "at_label")])
+            .select("full_row", "l_tid", "l_start", "l_end", "at_name", "at_op", "at_unit", "at_label",
                     f_start=pl.lit(last["cpu_start"], pl.Int64)).sort("full_row"))
 
 
@@ -151,7 +154,8 @@ def host_context(pairs: pl.DataFrame, full: Trace) -> tuple[pl.DataFrame, pl.Dat
 def gap_causes(gaps: pl.DataFrame, gpu: pl.DataFrame, sites: pl.DataFrame, pieces: pl.DataFrame) -> pl.DataFrame:
     """The gaps (`gap` id, step, start, end, and `device` — and `stream` — where they are a
     device's (a stream's): else any device's activities bound them) named by the host work of the full step (module docstring):
-    one row per part — gap, cause (`host: <name>` or `launched before the gap`), op, unit, ns
+    one row per part — gap, cause (`host: <name>` or `launched before the gap`), op, unit,
+    label (the annotation, unit stripped), ns
     (the parts of a gap sum to its end − start). `gpu`: the recorded trace's activities;
     `sites`/`pieces`: `host_context`. Gaps that cannot be named have no row."""
     by = [c for c in PLACE if c in gaps.columns] or None
@@ -159,7 +163,7 @@ def gap_causes(gaps: pl.DataFrame, gpu: pl.DataFrame, sites: pl.DataFrame, piece
     keep = [*(by or []), "row", "step"]
     prev = acts.select(*keep, "end").rename({"row": "p_row", "step": "p_step", "end": "p_end"}).sort("p_end")
     nxt = acts.select(*keep, "start").rename({"row": "n_row", "step": "n_step", "start": "n_start"}).sort("n_start")
-    ends = sites.select("row", "l_tid", "l_start", "l_end", "at_name", "at_op", "at_unit", "f_start")
+    ends = sites.select("row", "l_tid", "l_start", "l_end", "at_name", "at_op", "at_unit", "at_label", "f_start")
     bounded = (gaps.sort("start").join_asof(prev, left_on="start", right_on="p_end", by=by, strategy="backward",
                                           check_sortedness=False)
                .sort("end").join_asof(nxt, left_on="end", right_on="n_start", by=by, strategy="forward",
@@ -170,20 +174,23 @@ def gap_causes(gaps: pl.DataFrame, gpu: pl.DataFrame, sites: pl.DataFrame, piece
                .filter((pl.col("n_step") == pl.col("step")) & (pl.col("p_row").is_null() | pl.col("p_end_call").is_not_null()))
                .with_columns(w0=pl.coalesce("p_end_call", "f_start"), w1=pl.col("l_start"), ns=pl.col("end") - pl.col("start")))
     early = bounded.filter(pl.col("w1") <= pl.col("w0")).select(
-        "gap", cause=pl.lit(EARLY), op=pl.lit(None, pl.String), unit=pl.lit(None, pl.String), ns="ns")
-    windows = bounded.filter(pl.col("w1") > pl.col("w0")).select("l_tid", "w0", "w1", "at_name", "at_op", "at_unit").unique()
+        "gap", cause=pl.lit(EARLY), op=pl.lit(None, pl.String), unit=pl.lit(None, pl.String),
+        label=pl.lit(None, pl.String), ns="ns")
+    windows = (bounded.filter(pl.col("w1") > pl.col("w0"))
+               .select("l_tid", "w0", "w1", "at_name", "at_op", "at_unit", "at_label").unique())
     inside = (windows.join_where(pieces, pl.col("end") > pl.col("w0"), pl.col("start") < pl.col("w1"))
               .filter(pl.col("tid") == pl.col("l_tid"))
-              .group_by("l_tid", "w0", "w1", "name", "op", "unit")
+              .group_by("l_tid", "w0", "w1", "name", "op", "unit", "label")
               .agg(weight=(pl.min_horizontal("end", "w1") - pl.max_horizontal("start", "w0")).sum()))
     before = (windows.join(inside.group_by("l_tid", "w0", "w1").agg(busy=pl.col("weight").sum()),
                            on=["l_tid", "w0", "w1"], how="left")
               .select("l_tid", "w0", "w1", name=pl.format("before {}", pl.coalesce("at_name", pl.lit("the next launch"))),
-                      op="at_op", unit="at_unit", weight=pl.col("w1") - pl.col("w0") - pl.col("busy").fill_null(0))
+                      op="at_op", unit="at_unit", label="at_label", weight=pl.col("w1") - pl.col("w0") - pl.col("busy").fill_null(0))
               .filter(pl.col("weight") > 0))
     parts = (bounded.filter(pl.col("w1") > pl.col("w0")).select("gap", "l_tid", "w0", "w1", "ns")
              .join(pl.concat([inside, before], how="vertical_relaxed"), on=["l_tid", "w0", "w1"]))
-    named = split(parts).select("gap", cause=pl.format("host: {}", "name"), op="op", unit="unit", ns="share")
+    named = split(parts).select("gap", cause=pl.format("host: {}", "name"), op="op", unit="unit", label="label",
+                                ns="share")
     return pl.concat([named, early]).sort("gap", "ns", "cause", descending=[False, True, False])
 
 
@@ -205,7 +212,7 @@ def named_gaps(trace: Trace, gaps: pl.DataFrame) -> pl.DataFrame:
     `host_context` on it); no row for any other trace."""
     if "aligned-sites" not in trace.derived:
         return pl.DataFrame(schema={"gap": gaps.schema["gap"], "cause": pl.String, "op": pl.String, "unit": pl.String,
-                                    "ns": pl.Int64})
+                                    "label": pl.String, "ns": pl.Int64})
     return gap_causes(gaps, trace.gpu, trace.derived["aligned-sites"], trace.derived["aligned-host"])
 
 

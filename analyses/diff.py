@@ -39,7 +39,8 @@ from tracekit.analyses.comms import collective_kernels
 from tracekit.analyses.critical_path import on_path
 from tracekit.analyses.flops import kernel_work
 from tracekit.analyses.launches import launch_rows
-from tracekit.analyses.phases import DATA_LOADING, DATA_PHASE, RUNNER_PHASE, fsdp_phase, launch_context
+from tracekit.analyses.phases import (DATA_LOADING, DATA_PHASE, FSDP_LABEL, MODULE_FORWARD, RUNNER_PHASE, fsdp_phase,
+                                      launch_context)
 from tracekit.analyses.syncs import host_syncs
 from tracekit.analyses.timeline import kept, outermost_ops, timeline, unshared
 from tracekit.core.errors import TraceError
@@ -138,7 +139,7 @@ def all_items(trace: Trace) -> pl.DataFrame:
         gpu = trace.gpu.with_row_index("row").select("row", "dtype", "name").join(names, on="name", how="left")
         joined = (items.join(gpu, on="row", how="left").join(context, on="row", how="left")
                   .with_columns(phase=pl.coalesce("phase", "idle_phase"), op=pl.coalesce("op", "idle_op"),
-                                unit=pl.coalesce("unit", "idle_unit")))
+                                unit=pl.coalesce("unit", "idle_unit"), fsdp=pl.coalesce("fsdp", "idle_fsdp")))
         trace.derived["diff-items"] = joined.select(
             "step", pl.col("category").replace({"memset": "memcpy"}).alias("kind"),
             pl.when(pl.col("row").is_null()).then(pl.col("cause").str.replace(r" \(.*\)$", ""))
@@ -157,7 +158,8 @@ def idle_items(trace: Trace) -> pl.DataFrame:
     naming a DataLoader) is of the phase `data loading`, whatever runs next. In a recording
     named from its full step (`cupti`), an idle segment's cause is the host work that separated
     the launches around it there, split among its names (`align.named_gaps`: `idle_op`,
-    `idle_unit`); a segment that cannot be named keeps its cause."""
+    `idle_unit`, and `idle_fsdp`: its annotation where that is an FSDP label); a segment that
+    cannot be named keeps its cause."""
     segments = unshared(timeline(trace).segments).select(
         "step", "device", "start", "end", "category", "cause").with_row_index("gap")
     named = named_gaps(trace, segments.filter(pl.col("category") == "idle").select("gap", "step", "device", "start", "end"))
@@ -170,7 +172,9 @@ def idle_items(trace: Trace) -> pl.DataFrame:
             .with_columns(cause=pl.coalesce("named_cause", "cause"), ns=pl.coalesce("ns", pl.col("end") - pl.col("start")))
             .with_columns(idle_phase=pl.when(pl.col("cause").str.contains(DATA_LOADING)).then(pl.lit(DATA_PHASE))
                           .otherwise("idle_phase"))
-            .group_by("step", "category", "cause", "idle_phase", idle_op="op", idle_unit="unit")
+            .with_columns(idle_fsdp=pl.when(pl.col("label").str.contains(FSDP_LABEL)
+                                            & (pl.col("label") != MODULE_FORWARD)).then("label"))
+            .group_by("step", "category", "cause", "idle_phase", "idle_fsdp", idle_op="op", idle_unit="unit")
             .agg(share_ns=pl.col("ns").sum()))
 
 

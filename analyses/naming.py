@@ -21,15 +21,18 @@ from tracekit.core.model import Trace
 
 
 def lean_names(lean: Trace, full: Trace) -> pl.DataFrame:
-    """One row per lean GPU activity with a step (`row` into lean.gpu): `op` and `dtype` from the
-    full trace's last step's activity it is aligned with (`full_row`, `align.aligned`; null
-    where none), and `matched`."""
-    source = full.gpu.with_row_index("full_row").join(launch_context(full).select(full_row="row", full_op="op"),
-                                                      on="full_row").select("full_row", "full_op", full_dtype="dtype")
+    """One row per lean GPU activity with a step (`row` into lean.gpu): `op`, `label` (its FSDP
+    label with its unit, `FSDP::pre_forward (blocks.3)`) and `dtype` from the full trace's last
+    step's activity it is aligned with (`full_row`, `align.aligned`; null where none), and
+    `matched`."""
+    context = launch_context(full).select(full_row="row", full_op="op", full_label=pl.when(pl.col("unit").is_null())
+                                          .then("fsdp").otherwise(pl.format("{} ({})", "fsdp", "unit")))
+    source = full.gpu.with_row_index("full_row").join(context, on="full_row").select(
+        "full_row", "full_op", "full_label", full_dtype="dtype")
     mine = lean.gpu.with_row_index("row").select("row", "dtype").join(aligned(lean, full), on="row")
     joined = mine.join(source, on="full_row", how="left").with_columns(matched=pl.col("full_row").is_not_null())
-    return joined.select("row", "full_row", op="full_op", dtype=pl.coalesce("dtype", "full_dtype"),
-                         matched="matched").sort("row")
+    return joined.select("row", "full_row", op="full_op", label="full_label",
+                         dtype=pl.coalesce("dtype", "full_dtype"), matched="matched").sort("row")
 
 
 def named(lean: Trace, full: Trace) -> tuple[int, int]:
@@ -42,7 +45,7 @@ def named(lean: Trace, full: Trace) -> tuple[int, int]:
     if hasattr(lean.derived, "rebased"):  # cached tables: those made from now on are of the named trace
         lean.derived.rebased(f"named from {full.path} {getattr(full.derived, 'entry', '')}")
     lean.derived.clear()
-    lean.derived["lean-names"] = names.select("row", "op")
+    lean.derived["lean-names"] = names.select("row", "op", "label")
     if lean.calls.height == 0:  # a `cupti` recording: its idle gaps are named from the full step
         lean.derived["aligned-sites"], lean.derived["aligned-host"] = host_context(names.select("row", "full_row"), full)
     return int(names["matched"].sum()), names.height

@@ -77,6 +77,9 @@ def test_the_idle_gap_is_split_among_the_host_work_between_the_launches(tmp_path
                    ("host: aten::add", "aten::add", None): 74074,
                    ("host: before aten::add", "aten::add", None): 888889}
     assert not items["name"].str.contains("tracekit#").any()  # no idle time left to the phase mark
+    # an FSDP annotation is the idle part's FSDP label too (`diff --by fsdp`)
+    assert set(items.filter(pl.col("unit") == "blocks.1")["fsdp"]) == {"FSDP::pre_forward"}
+    assert items.filter(pl.col("unit").is_null())["fsdp"].null_count() == items.filter(pl.col("unit").is_null()).height
     # the step's items still sum to its time exactly: its device span, 1 to 8 ms
     assert step_items(trace, 1)["ns"].sum() == step_times(trace)[1] == 7 * MS
 
