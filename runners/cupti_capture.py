@@ -28,7 +28,9 @@ for the calls of that thread only); the writer gives the phase only to activitie
 has that record. One launched by another thread gets its step's External id, no phase, and
 `launching thread: other` in its args (the trace names it `unknown` phase), and is counted.
 Where the capture holds no such record at all, which thread launched what cannot be told:
-every activity is placed by its correlation range, and the trace says so (`threads`).
+every activity is placed by its correlation range, and the trace says so (`threads`). (CUPTI
+may write these records only beside runtime/driver API records, which this capture does not
+enable; the kind CUSTOM2 is one Kineto does not push.)
 
 Losses. A record CUPTI could not time (start = end = 0, "timestamp not collected") is left
 out and counted; so is CUPTI's own count of records it dropped for want of buffer space
@@ -137,7 +139,7 @@ class DeviceCapture:
         for kind in KINDS:
             cupti.activity_enable(getattr(cupti.ActivityKind, kind))
         # this thread's calls, and no other's, get an EXTERNAL_CORRELATION record
-        cupti.activity_push_external_correlation_id(cupti.ExternalCorrelationKind.CUSTOM0, threading.get_native_id())
+        cupti.activity_push_external_correlation_id(cupti.ExternalCorrelationKind.CUSTOM2, threading.get_native_id())
 
     def mark(self) -> None:
         """A 1-byte memset of `MARK_VALUE` on the current stream: its correlation id separates
@@ -152,7 +154,7 @@ class DeviceCapture:
     def stop(self) -> None:
         from cupti import cupti
 
-        cupti.activity_pop_external_correlation_id(cupti.ExternalCorrelationKind.CUSTOM0)
+        cupti.activity_pop_external_correlation_id(cupti.ExternalCorrelationKind.CUSTOM2)
         for kind in KINDS:
             cupti.activity_disable(getattr(cupti.ActivityKind, kind))
         cupti.activity_flush_all(1)
