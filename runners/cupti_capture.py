@@ -237,10 +237,11 @@ def kineto_trace(records: list[dict], blocks: list[list[tuple[int, list[tuple[st
 
 def trace_name(lost: dict) -> str:
     """`tracekit cupti capture`, and what it lost: `; CUPTI dropped N records`, `; N records
-    without timestamps left out` (`lint` reads them)."""
+    without timestamps left out`, `; launching threads not told` (`lint` reads them)."""
     return "tracekit cupti capture" + (f"; CUPTI dropped {lost['dropped_records']} records" if lost["dropped_records"]
                                        else "") + (f"; {lost['untimed_records']} records without timestamps left out"
-                                                   if lost["untimed_records"] else "")
+                                                   if lost["untimed_records"] else "") + \
+        ("; launching threads not told" if lost["threads"] == "not told" else "")
 
 
 def launched_in(correlation: int, ranges: list[tuple[int, int, int]]) -> int | None:

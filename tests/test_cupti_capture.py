@@ -407,6 +407,8 @@ def test_work_another_thread_launched_during_a_phase_keeps_its_step_not_the_phas
     """The runner's thread's calls carry an external correlation record; a copy launched by
     another thread (correlation 24, inside step 1's backward range, none) keeps step 1 but no
     phase (`unknown`), and is counted; before, it was put into the backward."""
+    from tracekit.analyses.lint import trace_findings
+
     records, steps = two_steps()
     records.append({"kind": "memcpy", "start": T0 + 6 * MS, "end": T0 + 6 * MS + 1000, "device_id": 0,
                     "context_id": 1, "stream_id": 9, "correlation_id": 24, "bytes": 4096, "copy_kind": 1,
@@ -420,5 +422,7 @@ def test_work_another_thread_launched_during_a_phase_keeps_its_step_not_the_phas
     assert lost["other_thread_activities"] == 1 and lost["threads"] == "told"
     assert "1 activities launched by other threads" in capsys.readouterr().err
     # without any external record (CUPTI gave none) nothing is told apart, and the trace says so
-    _, doc, _ = through_the_writer(tmp_path, monkeypatch, *two_steps())
+    _, doc, unmarked = through_the_writer(tmp_path, monkeypatch, *two_steps())
     assert doc["tracekitCapture"]["threads"] == "not told"
+    assert "cupti_threads_not_told" in trace_findings(unmarked)["kind"].to_list()
+    assert "cupti_threads_not_told" not in trace_findings(trace)["kind"].to_list()
