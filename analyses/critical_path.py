@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from tracekit.analyses.align import path_gap_items
 from tracekit.analyses.comms import collective_kernels
 from tracekit.analyses.summary import shares_of_span
 from tracekit.analyses.timeline import kept
@@ -291,6 +292,9 @@ def path_split(trace: Trace, g, found: list) -> pl.DataFrame:
                           "path_ns": figures[has].sum(1) - figures[has, CATEGORIES.index("waiting")],
                           **{f"{c}_ns": figures[has, i] for i, c in enumerate(CATEGORIES)}})
     spent = np.flatnonzero(ns > 0)
+    # a device-only capture named from its full step: its stream gaps by their host cause
+    waits = path_gap_items(trace, edge_table(g, ids[spent], ("step", "start", "end", "kind")))
+    spent = np.delete(spent, waits["edge"].unique().to_numpy())
     name = g.name_key(ids[spent])
     first, sums = grouped_sums((k[spent] * len(KINDS) + g.code[ids[spent]]) * (name.max(initial=0) + 1) + name,
                                ns[spent])
@@ -301,6 +305,7 @@ def path_split(trace: Trace, g, found: list) -> pl.DataFrame:
     # (~900 rows: one lazy query of all took twice the time)
     items = (edge_table(g, ids[spent][first], ("step", "category", "kind", "name"))
              .with_columns(ns=pl.lit(pl.Series(sums, dtype=pl.Int64)), name=named).collect(engine=ENGINE)
+             .vstack(waits.drop("edge"))
              .group_by("step", "category", "kind", "name").agg(ns=pl.col("ns").sum())
              .sort("step", "ns", "name", descending=[False, True, False], nulls_last=True)
              .group_by("step", maintain_order=True).agg(items=pl.struct("category", "kind", "name", "ns")))

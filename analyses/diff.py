@@ -34,11 +34,13 @@ from dataclasses import dataclass
 import polars as pl
 
 from tracekit.analyses.aggregate import is_count
+from tracekit.analyses.align import named_gaps
 from tracekit.analyses.comms import collective_kernels
 from tracekit.analyses.critical_path import on_path
 from tracekit.analyses.flops import kernel_work
 from tracekit.analyses.launches import launch_rows
-from tracekit.analyses.phases import DATA_LOADING, DATA_PHASE, RUNNER_PHASE, fsdp_phase, launch_context
+from tracekit.analyses.phases import (DATA_LOADING, DATA_PHASE, FSDP_LABEL, MODULE_FORWARD, RUNNER_PHASE, fsdp_phase,
+                                      launch_context)
 from tracekit.analyses.syncs import host_syncs
 from tracekit.analyses.timeline import kept, outermost_ops, timeline, unshared
 from tracekit.core.errors import TraceError
@@ -136,7 +138,8 @@ def all_items(trace: Trace) -> pl.DataFrame:
         names = trace.gpu.select("name").unique().lazy().with_columns(identity=item_identity(pl.col("name"))).collect(engine=ENGINE)
         gpu = trace.gpu.with_row_index("row").select("row", "dtype", "name").join(names, on="name", how="left")
         joined = (items.join(gpu, on="row", how="left").join(context, on="row", how="left")
-                  .with_columns(phase=pl.coalesce("phase", "idle_phase")))
+                  .with_columns(phase=pl.coalesce("phase", "idle_phase"), op=pl.coalesce("op", "idle_op"),
+                                unit=pl.coalesce("unit", "idle_unit"), fsdp=pl.coalesce("fsdp", "idle_fsdp")))
         trace.derived["diff-items"] = joined.select(
             "step", pl.col("category").replace({"memset": "memcpy"}).alias("kind"),
             pl.when(pl.col("row").is_null()).then(pl.col("cause").str.replace(r" \(.*\)$", ""))
@@ -152,17 +155,27 @@ def idle_items(trace: Trace) -> pl.DataFrame:
     hidden by another step's compute) per (category, cause, phase): a segment belongs to the
     phase of the device's next activity — the work the device was waiting for (`idle_phase`;
     null when nothing follows on the device) —, but time the host spends loading data (a cause
-    naming a DataLoader) is of the phase `data loading`, whatever runs next."""
+    naming a DataLoader) is of the phase `data loading`, whatever runs next. In a recording
+    named from its full step (`cupti`), an idle segment's cause is the host work that separated
+    the launches around it there, split among its names (`align.named_gaps`: `idle_op`,
+    `idle_unit`, and `idle_fsdp`: its annotation where that is an FSDP label); a segment that
+    cannot be named keeps its cause."""
     segments = unshared(timeline(trace).segments).select(
-        "step", "device", "start", "end", "category", "cause")
+        "step", "device", "start", "end", "category", "cause").with_row_index("gap")
+    named = named_gaps(trace, segments.filter(pl.col("category") == "idle").select("gap", "step", "device", "start", "end"))
     following = trace.gpu.with_row_index("next_row").select("next_row", "device", next_start="start").sort("next_start")
     phases = launch_context(trace).select(next_row="row", idle_phase="phase")
     return (segments.sort("end").join_asof(following, left_on="end", right_on="next_start", by="device",
                                            strategy="forward", check_sortedness=False)
             .join(phases, on="next_row", how="left")
+            .join(named.rename({"cause": "named_cause"}), on="gap", how="left")
+            .with_columns(cause=pl.coalesce("named_cause", "cause"), ns=pl.coalesce("ns", pl.col("end") - pl.col("start")))
             .with_columns(idle_phase=pl.when(pl.col("cause").str.contains(DATA_LOADING)).then(pl.lit(DATA_PHASE))
                           .otherwise("idle_phase"))
-            .group_by("step", "category", "cause", "idle_phase").agg(share_ns=(pl.col("end") - pl.col("start")).sum()))
+            .with_columns(idle_fsdp=pl.when(pl.col("label").str.contains(FSDP_LABEL)
+                                            & (pl.col("label") != MODULE_FORWARD)).then("label"))
+            .group_by("step", "category", "cause", "idle_phase", "idle_fsdp", idle_op="op", idle_unit="unit")
+            .agg(share_ns=pl.col("ns").sum()))
 
 
 def host_items(trace: Trace) -> pl.DataFrame:

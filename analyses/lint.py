@@ -30,7 +30,24 @@ def finding(severity: str, kind: str, detail: str, count: int | None = None, ns:
 
 def trace_findings(trace: Trace) -> pl.DataFrame:
     """The findings of one trace, errors first."""
-    return by_severity(load_findings(trace.facts) + steps_findings(trace) + device_findings(trace))
+    return by_severity(load_findings(trace.facts) + steps_findings(trace) + device_findings(trace)
+                       + capture_findings(trace.meta))
+
+
+def capture_findings(meta: dict) -> list[dict]:
+    """`cupti_dropped_records`: a `cupti` recording whose capture CUPTI dropped records of (its
+    buffer full: the steps lack that work); `cupti_threads_not_told` (info): one whose capture
+    could not tell the runner's launches from other threads' — as the runner's writer names
+    them in `traceName`."""
+    import re
+
+    name = meta.get("trace_name") or ""
+    dropped = re.search(r"CUPTI dropped (\d+) records", name)
+    return ([finding("warning", "cupti_dropped_records", f"CUPTI dropped {dropped[1]} records of this recording (its "
+                     "buffer was full): the steps lack that device work", int(dropped[1]))] if dropped else []) + \
+        ([finding("info", "cupti_threads_not_told", "which thread launched each activity is not told: work another "
+                  "thread launched during a phase (a data loader's or an async checkpoint's copies) is counted in "
+                  "that phase")] if "launching threads not told" in name else [])
 
 
 @dataclass

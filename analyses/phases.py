@@ -21,7 +21,8 @@ start ≤ call start, end ≥ call end) give:
   `FullyShardedDataParallel._pre_forward`, `.rate_limiter`, … — with its unit (the FQN in
   parentheses) split off into `unit`;
 - `op`: the CPU op that launched it (same External id); in a `lean` trace, where there is none,
-  the one `naming.named` copied from the full step (`derived["lean-names"]`); for an activity
+  the one `naming.named` copied from the full step (`derived["lean-names"]`, which gives its
+  FSDP label too where the trace has none: a `cupti` recording's); for an activity
   without an External id that any CPU op has (MTIA's, some runtimes'), the innermost CPU op
   enclosing its launching call on the call's thread.
 """
@@ -88,10 +89,12 @@ def made_launch_context(trace: Trace) -> pl.DataFrame:
                  .filter(pl.col("o_tid") == pl.col("c_tid"))
                  .sort("row", *INNERMOST_FIRST, descending=[False, True, False, True])
                  .group_by("row", maintain_order=True).agg(pl.col("enclosing").first()))
-    named = trace.derived.get("lean-names", pl.DataFrame(schema={"row": pl.UInt32, "op": pl.String}))
+    named = trace.derived.get("lean-names", pl.DataFrame(schema={"row": pl.UInt32, "op": pl.String,
+                                                                 "label": pl.String}))
     return (launches.select("row", "ext_id", "c_tid").join(fsdp, on="row", how="left").join(coarse, on="row", how="left")
             .join(by_runner, on="row", how="left").join(launcher, on="ext_id", how="left")
-            .join(named.rename({"op": "named_op"}), on="row", how="left").join(enclosing, on="row", how="left")
+            .join(named.rename({"op": "named_op", "label": "named_label"}), on="row", how="left")
+            .join(enclosing, on="row", how="left").with_columns(label=pl.coalesce("label", "named_label"))
             .with_columns(op=pl.coalesce("op", "named_op", "enclosing"),
                 phase=pl.when(pl.col("runner_phase").is_not_null()).then(pl.col("runner_phase"))
                 .when(pl.col("optimizer")).then(pl.lit("optimizer"))

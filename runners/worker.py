@@ -416,15 +416,16 @@ class Recording:
     def finish(self) -> dict:
         if self.note:
             log(self.rank, f"{self.variant}: recorded in device mode, not cupti: {self.note}")
-        steps, out = self.cfg["profile_steps"], self.out
+        steps, out, lost = self.cfg["profile_steps"], self.out, {}
         if self.mode == "cupti":
             tmp = temporary(self.path)
             numbers = iter(range(1, steps * len(self.recorded) + 1))
-            write_trace(tmp, self.capture, [[(next(numbers), marks) for marks in r["wall_marks"]]
-                                            for r in self.recorded], self.device)
+            lost = write_trace(tmp, self.capture, [[(next(numbers), marks) for marks in r["wall_marks"]]
+                                                   for r in self.recorded], self.device)
             os.replace(tmp, self.path)
         main = {**joined(self.recorded), "trace": str(self.path.relative_to(out)), "rounds": len(self.recorded),
-                "steps_per_round": steps, **({"capture_note": self.note} if self.note else {})}
+                "steps_per_round": steps, **({"capture_note": self.note} if self.note else {}),
+                **({"dropped_records": lost["dropped_records"]} if lost else {})}
         control = joined(self.controls)
         kept = [main]
         if self.mode in ("cupti", "device", "lean"):

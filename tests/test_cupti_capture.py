@@ -142,7 +142,7 @@ def test_the_runner_alternates_rounds_and_writes_one_trace_of_their_steps(tmp_pa
 
     class Capture:
         def __init__(self, device):
-            self.records, self.on = [], False
+            self.records, self.on, self.dropped = [], False, 0
             state["capture"] = self
 
         def start(self):
@@ -355,3 +355,74 @@ def test_a_device_only_captures_critical_path_says_its_gaps_are_not_explained():
     assert "stream gap, launch not recorded" in waits(cupti) and "stream order" not in waits(cupti)
     device = tracekit.load(REAL.parent / "h200x1-device" / "fsdp2" / "rank0.pt.trace.json.gz")
     assert device.calls.height > 0 and "stream gap, launch not recorded" not in waits(device)
+
+
+class Recorded:
+    """A finished capture as `write_trace` reads it: its records and CUPTI's dropped count."""
+
+    def __init__(self, records, dropped=0):
+        self.records, self.dropped = records, dropped
+
+
+def through_the_writer(tmp_path, monkeypatch, records, steps, dropped=0):
+    """`write_trace` of the records (the writer the runner calls), then the trace loaded."""
+    from tracekit.runners import cupti_capture
+
+    monkeypatch.setattr(cupti_capture, "trace_meta", lambda device: {})
+    path = tmp_path / "rank0.pt.trace.json.gz"
+    lost = cupti_capture.write_trace(path, Recorded(records, dropped), [steps], None)
+    with gzip.open(path, "rt") as f:
+        return lost, json.load(f), tracekit.load(path)
+
+
+def test_a_record_cupti_could_not_time_is_left_out_counted_and_warned(tmp_path, monkeypatch, capsys):
+    """A kernel with start = end = 0 (CUPTI: timestamp not collected) among the two steps:
+    before, the trace's base time became 0 and step 1's GPU span ~1.8e12 ms; now the record
+    is left out, the base is the second before the first timed record, and it is said."""
+    records, steps = two_steps()
+    records.append({**kernel("untimed", 14, 0, 0), "start": 0, "end": 0})
+    lost, doc, trace = through_the_writer(tmp_path, monkeypatch, records, steps)
+    assert doc["baseTimeNanoseconds"] == (T0 - 3 * MS) // 10**9 * 10**9  # the warm-up kernel, at −3 ms
+    assert lost["untimed_records"] == 1 and "untimed" not in trace.gpu["name"].to_list()
+    span = trace.gpu.filter(pl.col("step") == 1).select((pl.col("end").max() - pl.col("start").min()) / MS).item()
+    assert span == pytest.approx(11.8)  # 0.2 to 12.0 ms: the late optimizer kernel is step 1's
+    assert "1 records CUPTI could not time (start = end = 0) left out" in capsys.readouterr().err
+
+
+def test_records_cupti_dropped_are_counted_warned_and_linted(tmp_path, monkeypatch, capsys):
+    """CUPTI's dropped count (12, as `DeviceCapture.stop` reads it) reaches the runner, stderr,
+    the trace's name and `lint`'s `cupti_dropped_records` warning."""
+    from tracekit.analyses.lint import trace_findings
+
+    lost, doc, trace = through_the_writer(tmp_path, monkeypatch, *two_steps(), dropped=12)
+    assert lost["dropped_records"] == 12 and doc["tracekitCapture"]["dropped_records"] == 12
+    assert "CUPTI dropped 12 records" in capsys.readouterr().err
+    found = trace_findings(trace).filter(pl.col("kind") == "cupti_dropped_records")
+    assert found.select("severity", "count").rows() == [("warning", 12)]
+    _, _, clean = through_the_writer(tmp_path, monkeypatch, *two_steps())
+    assert "cupti_dropped_records" not in trace_findings(clean)["kind"].to_list()
+
+
+def test_work_another_thread_launched_during_a_phase_keeps_its_step_not_the_phase(tmp_path, monkeypatch, capsys):
+    """The runner's thread's calls carry an external correlation record; a copy launched by
+    another thread (correlation 24, inside step 1's backward range, none) keeps step 1 but no
+    phase (`unknown`), and is counted; before, it was put into the backward."""
+    from tracekit.analyses.lint import trace_findings
+
+    records, steps = two_steps()
+    records.append({"kind": "memcpy", "start": T0 + 6 * MS, "end": T0 + 6 * MS + 1000, "device_id": 0,
+                    "context_id": 1, "stream_id": 9, "correlation_id": 24, "bytes": 4096, "copy_kind": 1,
+                    "src_kind": 2, "dst_kind": 3})
+    records += [{"kind": "external", "correlation_id": r["correlation_id"], "external_id": 610}
+                for r in records if r["correlation_id"] != 24]
+    lost, _, trace = through_the_writer(tmp_path, monkeypatch, records, steps)
+    gpu = trace.gpu.with_row_index("row").join(launch_context(trace), on="row")
+    got = {c: (s, p) for c, s, p in gpu.select("correlation", "step", "phase").iter_rows()}
+    assert got[24] == (1, "unknown") and got[22] == (1, "backward") and got[51] == (2, "forward")
+    assert lost["other_thread_activities"] == 1 and lost["threads"] == "told"
+    assert "1 activities launched by other threads" in capsys.readouterr().err
+    # without any external record (CUPTI gave none) nothing is told apart, and the trace says so
+    _, doc, unmarked = through_the_writer(tmp_path, monkeypatch, *two_steps())
+    assert doc["tracekitCapture"]["threads"] == "not told"
+    assert "cupti_threads_not_told" in trace_findings(unmarked)["kind"].to_list()
+    assert "cupti_threads_not_told" not in trace_findings(trace)["kind"].to_list()

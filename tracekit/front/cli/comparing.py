@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from functools import partial
 from pathlib import Path
 
 import click
@@ -204,6 +205,15 @@ def report_command(out, baseline, plot_path, fmt, layout):
     show_report(out, fmt, layout, baseline, plot_path)
 
 
+def named_then_prepared(run, variants: list[str], prepared=None) -> None:
+    """`prepared(run, variants)` after each of the run's traces was named from the full step
+    beside it (`named_beside`), so that a report's diffs and critical paths name what a
+    `cupti` recording does not hold, as `diff` and `critical-path` do."""
+    for trace in run.traces:
+        named_beside(trace)
+    prepared(run, variants)
+
+
 def show_report(out, fmt: str, layout=None, baseline: str | None = None, plot_path=None) -> None:
     """The variants side by side with their noise and fidelity, warnings, then each one's
     exact diff against the baseline (top items, the mean rank); in JSON one object
@@ -217,7 +227,7 @@ def show_report(out, fmt: str, layout=None, baseline: str | None = None, plot_pa
     from tracekit.front.views import Layout
 
     layout = layout or Layout()
-    manifest, runs = load_profile(out, then=prepared)
+    manifest, runs = load_profile(out, then=partial(named_then_prepared, prepared=prepared))
     try:
         base = base_variant(manifest, baseline)
     except ValueError as e:
