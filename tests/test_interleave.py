@@ -77,7 +77,7 @@ def test_recorded_rounds_alternate_the_variants_and_each_trace_numbers_its_round
 
     class Capture:
         def __init__(self, device):
-            self.records, self.on = [], False
+            self.records, self.on, self.dropped = [], False, 0
 
         def start(self):
             self.on = True
