@@ -256,8 +256,9 @@ def gib(n: float) -> str:
 
 def memory_lead(delta: pl.DataFrame, a: str, b: str, shown: int = 3) -> str | None:
     """`B's peak is X lower than A's (mean rank; in backward, A's in forward): unsharded
-    parameters −2.40 GiB, activations +0.50 GiB` — the categories whose Δ is largest, up to
-    `shown`, leaving out those under 1 % of the peak Δ; None without a peak row."""
+    parameters −2.40 GiB, activations +0.50 GiB` — the categories of the allocated bytes
+    (slack is not among them) whose Δ is largest, up to `shown`, leaving out those under 1 % of
+    the peak Δ; None without a peak row."""
     peak = delta.filter(pl.col("kind") == "peak")
     if peak.height == 0:
         return None
@@ -268,7 +269,8 @@ def memory_lead(delta: pl.DataFrame, a: str, b: str, shown: int = 3) -> str | No
         head = f"{b}'s peak equals {a}'s ({gib(row['b_bytes'])}, mean rank; {where})"
     else:
         head = f"{b}'s peak is {gib(abs(d))} {'higher' if d > 0 else 'lower'} than {a}'s (mean rank; {where})"
-    parts = (delta.filter((pl.col("kind") == "category") & (pl.col("delta_bytes").abs() >= 0.01 * max(abs(d), 1)))
+    parts = (delta.filter((pl.col("kind") == "category") & (pl.col("name") != "slack")
+                          & (pl.col("delta_bytes").abs() >= 0.01 * max(abs(d), 1)))
              .sort(pl.col("delta_bytes").abs(), descending=True).head(shown))
     named = [f"{LABELS[n]} {'+' if x > 0 else '−'}{gib(abs(x))}" for n, x in parts.select("name", "delta_bytes").iter_rows()]
-    return head + (": " + ", ".join(named) if named else "")
+    return head + (": " + ", ".join(named) if named else "") + "."

@@ -77,12 +77,13 @@ def reserved_frame(rows: list[tuple]) -> pl.DataFrame:
 
 
 def short_path(name: str) -> str:
-    """A source file from its package on (`torch/nn/modules/linear.py`), else its last two parts
-    (`runners/model.py`)."""
+    """An absolute source file from its package on (`torch/nn/modules/linear.py`), else its last
+    two parts (`runners/model.py`); a relative one as it is (Kineto's own are relative to the
+    import path)."""
     for cut in ("site-packages/", "dist-packages/"):
         if cut in name:
             return name.split(cut, 1)[1]
-    return "/".join(name.split("/")[-2:])
+    return "/".join(name.split("/")[-2:]) if name.startswith("/") else name
 
 
 def frame_text(frame: dict) -> str:
@@ -374,3 +375,13 @@ def memory_beside(trace_path) -> Path | None:
     rank = name.split(".", 1)[0]
     found = Path(str(trace_path)).parent / "memory" / f"{rank}.json.gz"
     return found if rank.startswith("rank") and found.is_file() else None
+
+
+def records_near(path) -> list[MemoryRecord]:
+    """The runner's memory records of what `path` names — a variant's folder, or one rank's trace
+    file in it (that rank's record) — none where there are none."""
+    path = Path(str(path))
+    if path.is_file():
+        beside = memory_beside(path)
+        return [read_json(beside)] if beside else []
+    return [read_json(f) for f in record_files(path)] if path.is_dir() and (path / "memory").is_dir() else []
