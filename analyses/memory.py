@@ -50,6 +50,7 @@ class MemoryAnswer:
     categories: pl.DataFrame  # category, bytes, pct, count: live at the peak (slack: reserved − allocated)
     phase_categories: pl.DataFrame  # phase, category, bytes: live at each phase's own peak
     largest: pl.DataFrame  # origin, op, category, bytes, count: the live allocations at the peak by origin
+    origins: pl.DataFrame  # origin, category, bytes: every origin of the bytes live at the peak
     notes: list[str] = field(default_factory=list)
 
 
@@ -181,6 +182,7 @@ def memory_answer(record: MemoryRecord, top: int = 10) -> MemoryAnswer:
         per_phase.append(by_category(live_at(blocks, pt), pb).select(pl.lit(name).alias("phase"), "category", "bytes"))
     largest = (at_peak.group_by("origin", "op", "category").agg(pl.col("bytes").sum(), count=pl.len())
                .sort("bytes", "origin", "op", descending=[True, False, False], nulls_last=True).head(top))
+    origins = at_peak.group_by("origin", "category").agg(pl.col("bytes").sum())
     peak_row = {"bytes": peak, "at_ms": ms(t), "phase": phase[0] if phase.len() else None,
                 "reserved_bytes": reserved, "slack_bytes": None if reserved is None else reserved - peak,
                 "allocator_peak_bytes": record.allocator_peak_bytes}
@@ -190,7 +192,7 @@ def memory_answer(record: MemoryRecord, top: int = 10) -> MemoryAnswer:
                         pl.DataFrame(phases, schema=phase_schema, orient="row"),
                         categories, pl.concat(per_phase) if per_phase else
                         pl.DataFrame(schema={"phase": pl.String, "category": pl.String, "bytes": pl.Int64}),
-                        largest, list(record.notes))
+                        largest, origins, list(record.notes))
 
 
 def peak_table(answers: list[MemoryAnswer]) -> pl.DataFrame:
@@ -219,15 +221,15 @@ def mean_categories(answers: list[MemoryAnswer]) -> dict[str, float]:
 def mean_origins(answers: list[MemoryAnswer]) -> dict[tuple[str, str], float]:
     sums: dict[tuple[str, str], float] = {}
     for a in answers:
-        for o, c, size in a.largest.select("origin", "category", "bytes").iter_rows():
+        for o, c, size in a.origins.select("origin", "category", "bytes").iter_rows():
             sums[o, c] = sums.get((o, c), 0.0) + size
     return {k: v / len(answers) for k, v in sums.items()} if answers else {}
 
 
 def memory_delta(a: list[MemoryAnswer], b: list[MemoryAnswer]) -> pl.DataFrame:
-    """B − A at the peak, the mean rank: one row for the peak, then one per category either side
-    has (`kind` peak/category), then one per origin among either side's largest (`kind`
-    origin; an origin outside one side's `top` counts 0 there): `name`, `a_bytes`, `b_bytes`,
+    """B − A at the peak, the mean rank (whole bytes): one row for the peak, then one per
+    category either side has (`kind` peak/category), then one per origin whose bytes differ
+    (`kind` origin, `origin [category]`, largest |Δ| first): `name`, `a_bytes`, `b_bytes`,
     `delta_bytes`; the peak row also has each side's peak phase."""
     ma, mb = mean_categories(a), mean_categories(b)
     phase = lambda side: ", ".join(sorted({x.peak["phase"] or "unknown" for x in side}))  # noqa: E731
@@ -240,7 +242,8 @@ def memory_delta(a: list[MemoryAnswer], b: list[MemoryAnswer]) -> pl.DataFrame:
              for o, c in sorted(set(oa) | set(ob))]
     frame = pl.DataFrame(rows, schema={"kind": pl.String, "name": pl.String, "a_bytes": pl.Float64,
                                        "b_bytes": pl.Float64, "a_phase": pl.String, "b_phase": pl.String})
-    frame = frame.with_columns(delta_bytes=pl.col("b_bytes") - pl.col("a_bytes"))
+    frame = frame.with_columns(pl.col("a_bytes", "b_bytes").round(0).cast(pl.Int64)) \
+        .with_columns(delta_bytes=pl.col("b_bytes") - pl.col("a_bytes"))
     origins = frame.filter(pl.col("kind") == "origin").sort(pl.col("delta_bytes").abs(), "name",
                                                               descending=[True, False])
     return pl.concat([frame.filter(pl.col("kind") != "origin"), origins.filter(pl.col("delta_bytes") != 0)])
