@@ -275,5 +275,6 @@ def memory_lead(delta: pl.DataFrame, a: str, b: str, shown: int = 3) -> str | No
     parts = (delta.filter((pl.col("kind") == "category") & (pl.col("name") != "slack")
                           & (pl.col("delta_bytes").abs() >= 0.01 * max(abs(d), 1)))
              .sort(pl.col("delta_bytes").abs(), descending=True).head(shown))
-    named = [f"{LABELS[n]} {'+' if x > 0 else '−'}{gib(abs(x))}" for n, x in parts.select("name", "delta_bytes").iter_rows()]
+    named = [f"{LABELS[n]} {'+' if x > 0 else '−'}{gib(abs(x))}"
+             for n, x in parts.select("name", "delta_bytes").iter_rows()]
     return head + (": " + ", ".join(named) if named else "") + "."

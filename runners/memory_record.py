@@ -29,7 +29,6 @@ from pathlib import Path
 import torch
 
 from tracekit.core import memory_files
-from tracekit.core.memory_files import MARK_FUNCTION
 
 from .clock import PHASES, PhaseClock
 
@@ -38,23 +37,32 @@ RECORD_NAME = "memory/rank{rank}.json.gz"
 TRACE_NAME = "memory/rank{rank}.pt.trace.json.gz"
 
 
-def memory_step(step, model, optimizer, device: torch.device, folder: Path, rank: int, variant: str) -> dict:
+def memory_step(step, optimizer, device: torch.device, folder: Path, rank: int, variant: str) -> dict:
     """Run `step(clock)` once with its allocations recorded into `folder` (the variant's
     folder); the manifest's figures: where the record is, the allocator's peak over the step
-    (CUDA), and the bytes of state tagged."""
+    (CUDA), and the bytes of state tagged — or `memory_error`, one line, where the recording
+    could not be read back (the step itself ran as any other: an error in it is the variant's)."""
     state = State(optimizer)
     try:
         if device.type == "cuda":
-            record = on_cuda(step, device)
+            snapshot, peak = on_cuda(step, device)
         else:
-            record = on_cpu(step, device, folder / TRACE_NAME.format(rank=rank))
+            doc = on_cpu(step, device, folder / TRACE_NAME.format(rank=rank))
     finally:
         state.remove()
-    backward_end = record.phases.filter(record.phases["phase"] == "backward")["end_ns"].item()
-    record = memory_files.with_state(record, state.taken, backward_end)
-    record.rank, record.variant = rank, variant
-    path = folder / RECORD_NAME.format(rank=rank)
-    memory_files.write_record(record, path)
+    try:  # reading back what was recorded: a mistake here costs the record, not the variant's figures
+        if device.type == "cuda":
+            record, marks = memory_files.from_snapshot(snapshot, "snapshot", device.index or 0)
+            record = memory_files.with_phases(record, marks, PHASES[:3])
+            record.allocator_peak_bytes = peak
+        else:
+            record = memory_files.from_kineto(doc, folder / TRACE_NAME.format(rank=rank))
+        backward = record.phases.filter(record.phases["phase"] == "backward")["end_ns"]
+        record = memory_files.with_state(record, state.taken, backward[0] if backward.len() else record.end_ns)
+        record.rank, record.variant = rank, variant
+        memory_files.write_record(record, folder / RECORD_NAME.format(rank=rank))
+    except Exception as e:
+        return {"memory_error": f"{type(e).__name__}: {e}".splitlines()[0]}
     tagged = {tag: sum(size for _, size, t in state.taken if t == tag) for tag in ("param", "grad", "optimizer")}
     return {"memory_record": str(Path(folder.name) / RECORD_NAME.format(rank=rank)),
             "memory_step_peak_allocated_bytes": record.allocator_peak_bytes, "memory_state_bytes": tagged}
@@ -62,15 +70,12 @@ def memory_step(step, model, optimizer, device: torch.device, folder: Path, rank
 
 def phase_mark(device: torch.device) -> None:
     """A marker in the allocator's history: a one-byte allocation, freed at once (its frame's
-    name, `MARK_FUNCTION`, tells the reader)."""
+    name, `memory_files.MARK_FUNCTION`, tells the reader)."""
     torch.empty(1, dtype=torch.uint8, device=device)
 
 
-assert phase_mark.__name__ == MARK_FUNCTION
-
-
-def on_cuda(step, device: torch.device) -> memory_files.MemoryRecord:
-    """The step with the allocator's history on; its record, phases from the marks."""
+def on_cuda(step, device: torch.device) -> tuple[dict, int]:
+    """The step with the allocator's history on: (the allocator's snapshot, its peak over the step)."""
     torch.cuda.synchronize(device)
     torch.cuda.reset_peak_memory_stats(device)
     torch.cuda.memory._record_memory_history(max_entries=MAX_ENTRIES, stacks="python", device=device)
@@ -80,14 +85,11 @@ def on_cuda(step, device: torch.device) -> memory_files.MemoryRecord:
         snapshot = torch.cuda.memory._snapshot(device)
     finally:
         torch.cuda.memory._record_memory_history(enabled=None, device=device)
-    record, marks = memory_files.from_snapshot(snapshot, "snapshot", device.index or 0)
-    record = memory_files.with_phases(record, marks, PHASES[:3])
-    record.allocator_peak_bytes = torch.cuda.max_memory_allocated(device)
-    return record
+    return snapshot, torch.cuda.max_memory_allocated(device)
 
 
-def on_cpu(step, device: torch.device, trace: Path) -> memory_files.MemoryRecord:
-    """The step under torch.profiler with its memory events; the trace kept at `trace`."""
+def on_cpu(step, device: torch.device, trace: Path) -> dict:
+    """The step under torch.profiler with its memory events; the trace (kept at `trace`)."""
     from torch.profiler import ProfilerActivity, profile
 
     trace.parent.mkdir(parents=True, exist_ok=True)
@@ -100,7 +102,7 @@ def on_cpu(step, device: torch.device, trace: Path) -> memory_files.MemoryRecord
     with gzip.open(trace, "wt", compresslevel=6) as f:
         json.dump(doc, f, separators=(",", ":"))
     tmp.unlink()
-    return memory_files.from_kineto(doc, trace)
+    return doc
 
 
 class State:

@@ -304,7 +304,7 @@ def run_variant(variant: str, cfg: dict, rank: int, device: torch.device, out: P
         result.update(recorded_figures(step, bookmark(), cfg, device, out, variant, rank))
         result["recorded_to_timed"] = round(statistics.median(result["profiled_step_ms"]) / statistics.median(times), 3)
     if record and cfg.get("memory"):  # one more step, its allocations recorded (memory_record.py)
-        result.update(memory_step(step, model, optimizer, device, out / variant, rank, variant))
+        result.update(memory_step(step, optimizer, device, out / variant, rank, variant))
     return result
 
 

@@ -67,6 +67,13 @@ def snapshot(extra: int = 0) -> dict:
     return {"segments": segments, "device_traces": [trace]}
 
 
+def test_the_runners_marker_is_the_one_the_reader_knows():
+    from tracekit.core.memory_files import MARK_FUNCTION
+    from tracekit.runners.memory_record import phase_mark
+
+    assert phase_mark.__name__ == MARK_FUNCTION == MARK[0]["name"]
+
+
 def answer_of(snap: dict, tags=True):
     record, marks = from_snapshot(snap, "synthetic")
     assert marks == [10_000, 20_000, 30_000, 40_000]
@@ -113,7 +120,7 @@ def test_memory_reads_a_snapshot_pickle_and_refuses_what_is_not_one(tmp_path):
     path.write_bytes(pickle.dumps(snapshot()))
     result = CliRunner().invoke(main, ["memory", str(path), "--format", "json"])
     assert result.exit_code == 0, result.output
-    rank = json.loads(result.output)["ranks"][0]
+    rank = json.loads(result.stdout)["ranks"][0]
     assert rank["peak"]["bytes"] == 17 * MiB and rank["peak"]["phase"] is None  # a user's snapshot: no marks
     bad = tmp_path / "code.pickle"
     bad.write_bytes(pickle.dumps(Path("x")))  # names a class: refused, not run
@@ -168,10 +175,10 @@ def test_model_state_at_the_peak_agrees_with_the_parameter_count(run, variant):
 def test_memory_verb_fits_100_columns_and_reads_the_cpu_step_trace(run):
     result = CliRunner().invoke(main, ["memory", str(run)])
     assert result.exit_code == 0, result.output
-    assert max(map(len, result.output.splitlines())) <= 100
+    assert max(map(len, result.stdout.splitlines())) <= 100
     trace = run / "fsdp2" / "memory" / "rank0.pt.trace.json.gz"
     result = CliRunner().invoke(main, ["memory", str(trace), "--format", "json"])
-    rank = json.loads(result.output)["ranks"][0]
+    rank = json.loads(result.stdout)["ranks"][0]
     assert [p["phase"] for p in rank["phases"]] == ["forward", "backward", "optimizer"]
     assert any(row["op"] for row in rank["largest"])  # the profiler's view names the ops
 
@@ -179,13 +186,13 @@ def test_memory_verb_fits_100_columns_and_reads_the_cpu_step_trace(run):
 def test_report_gives_each_variants_peak_against_the_baseline(run):
     result = CliRunner().invoke(main, ["report", str(run), "--format", "json"])
     assert result.exit_code == 0, result.output
-    memory = json.loads(result.output)["memory"]
+    memory = json.loads(result.stdout)["memory"]
     peaks = {r["variant"]: r["peak_bytes"] for r in memory["variants"]}
     assert set(peaks) == set(VARIANTS) and peaks["fsdp2"] < peaks["ddp"]
     assert [(d["a"], d["b"]) for d in memory["deltas"]] == [("ddp", "fsdp1"), ("ddp", "fsdp2")]
     assert memory["deltas"][1]["lead"].startswith("fsdp2's peak is ") and "lower than ddp's" in \
         memory["deltas"][1]["lead"]
-    table = CliRunner().invoke(main, ["report", str(run)]).output
+    table = CliRunner().invoke(main, ["report", str(run)]).stdout
     assert "memory at the peak" in table and max(map(len, table.splitlines())) <= 100
 
 
@@ -196,7 +203,8 @@ def test_export_has_a_memory_counter_per_rank_and_variant(run, tmp_path):
     trace = PerfettoTrace.FromString(out.read_bytes())
     tracks = {p.track_descriptor.uuid: p.track_descriptor for p in trace.packet if p.HasField("track_descriptor")}
     processes = {t.uuid: t.process.process_name for t in tracks.values() if t.HasField("process")}
-    counters = {u: processes[t.parent_uuid] for u, t in tracks.items() if t.name == "tracekit: memory allocated (bytes)"}
+    counters = {u: processes[t.parent_uuid] for u, t in tracks.items()
+                if t.name == "tracekit: memory allocated (bytes)"}
     assert sorted(counters.values()) == sorted(f"memory step · rank {r} · {v}" for v in VARIANTS for r in (0, 1))
     peaks = {(a.variant, a.rank): a.peak["bytes"] for a in map(memory_answer, load_memory(run))}
     for uuid, name in counters.items():
@@ -222,14 +230,14 @@ def test_diff_attributes_the_peak_delta_to_the_injected_buffer(held_pair):
     a, b = (p / "ddp" for p in held_pair)
     result = CliRunner().invoke(main, ["diff", str(a), str(b), "--format", "json"])
     assert result.exit_code == 0, result.output
-    rows = json.loads(result.output)["memory"]
+    rows = json.loads(result.stdout)["memory"]
     peak = next(r for r in rows if r["kind"] == "peak")
     assert peak["delta_bytes"] == pytest.approx(example.HELD_BYTES, rel=0.01)
     activations = next(r for r in rows if r["kind"] == "category" and r["name"] == "activations")
     assert activations["delta_bytes"] == pytest.approx(example.HELD_BYTES, rel=0.01)
     top = next(r for r in rows if r["kind"] == "origin")
     assert "held_buffer.py" in top["name"] and top["delta_bytes"] == pytest.approx(example.HELD_BYTES, rel=0.01)
-    table = CliRunner().invoke(main, ["diff", str(a), str(b)]).output
+    table = CliRunner().invoke(main, ["diff", str(a), str(b)]).stdout
     assert "B's peak is 8.00 MiB higher than A's" in table and max(map(len, table.splitlines())) <= 100
 
 

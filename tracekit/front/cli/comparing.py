@@ -187,8 +187,9 @@ def diff(paths, steps, rank, options, top, by, ranks, plot_path, fmt, layout):
     if fmt == "json" and memory:
         from tracekit.front.render import full_diff_doc, json_text
 
-        return emit(json_text({**full_diff_doc(a, b, result, ranks, lead + [memory[1]]), "memory": memory[0].to_dicts()}))
-    emit(render_diff(a, b, result, fmt, layout, ranks, lead + ([memory[1]] if memory else [])))
+        emit(json_text({**full_diff_doc(a, b, result, ranks, lead + [memory[1]]), "memory": memory[0].to_dicts()}))
+    else:
+        emit(render_diff(a, b, result, fmt, layout, ranks, lead + ([memory[1]] if memory else [])))
     if memory and fmt in ("table", "md"):
         emit(f"\n{DELTA_HEAD}\n{render_frame(shown_delta(memory[0]), fmt, 'memory.delta', layout)}")
     if plot_path:

@@ -156,4 +156,4 @@ def sorted_variants(out) -> list[str]:
         return []
 
 
-MEMORY_HEAD = "memory at the peak of the memory step (mean rank; made_of: B − A by category, `tracekit memory OUT`):"
+MEMORY_HEAD = "memory at the peak of the memory step (mean rank; made_of: B − A by category; tracekit memory OUT):"
