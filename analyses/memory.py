@@ -226,15 +226,28 @@ def mean_origins(answers: list[MemoryAnswer]) -> dict[tuple[str, str], float]:
     return {k: v / len(answers) for k, v in sums.items()} if answers else {}
 
 
+def mean_phase_peaks(answers: list[MemoryAnswer]) -> dict[str, float]:
+    """Each phase's peak bytes, the mean over `answers` (a phase some rank lacks counts 0 there)."""
+    sums: dict[str, float] = {}
+    for a in answers:
+        for phase, size in a.phases.select("phase", "peak_bytes").iter_rows():
+            sums[phase] = sums.get(phase, 0.0) + size
+    return {k: v / len(answers) for k, v in sums.items()}
+
+
 def memory_delta(a: list[MemoryAnswer], b: list[MemoryAnswer]) -> pl.DataFrame:
-    """B − A at the peak, the mean rank (whole bytes): one row for the peak, then one per
-    category either side has (`kind` peak/category), then one per origin whose bytes differ
+    """B − A at the peak, the mean rank (whole bytes): one row for the peak, then one per phase
+    (`kind` phase: the phase's own peak), one per category either side has at the peak (`kind`
+    category), then one per origin whose bytes differ
     (`kind` origin, `origin [category]`, largest |Δ| first): `name`, `a_bytes`, `b_bytes`,
     `delta_bytes`; the peak row also has each side's peak phase."""
     ma, mb = mean_categories(a), mean_categories(b)
     phase = lambda side: ", ".join(sorted({x.peak["phase"] or "unknown" for x in side}))  # noqa: E731
     rows = [{"kind": "peak", "name": "peak", "a_bytes": ma.get("peak", 0.0), "b_bytes": mb.get("peak", 0.0),
              "a_phase": phase(a), "b_phase": phase(b)}]
+    pa, pb = mean_phase_peaks(a), mean_phase_peaks(b)
+    rows += [{"kind": "phase", "name": p, "a_bytes": pa.get(p, 0.0), "b_bytes": pb.get(p, 0.0)}
+             for p in dict.fromkeys([*pa, *pb])]
     rows += [{"kind": "category", "name": c, "a_bytes": ma.get(c, 0.0), "b_bytes": mb.get(c, 0.0)}
              for c in CATEGORIES if c in ma or c in mb]
     oa, ob = mean_origins(a), mean_origins(b)

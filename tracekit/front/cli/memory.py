@@ -113,14 +113,15 @@ def signed(n: float) -> str:
 
 
 def shown_delta(delta, origins: int = 5):
-    """`memory_delta` for a table: the peak and category rows (categories by their names),
+    """`memory_delta` for a table: the peak, phase and category rows (categories by their names),
     the `origins` largest origin rows, the Δ as signed text."""
     import polars as pl
 
     from tracekit.analyses.memory import LABELS
 
     rows = pl.concat([delta.filter(pl.col("kind") != "origin"), delta.filter(pl.col("kind") == "origin").head(origins)])
-    return rows.select("kind", pl.col("name").replace(LABELS), "a_bytes", "b_bytes",
+    name = pl.when(pl.col("kind") == "category").then(pl.col("name").replace(LABELS)).otherwise(pl.col("name"))
+    return rows.select("kind", name.alias("name"), "a_bytes", "b_bytes",
                        pl.col("delta_bytes").map_elements(signed, return_dtype=pl.String).alias("delta"))
 
 
