@@ -33,6 +33,7 @@ COMM = r"_fsdp_collectives\.py\(|distributed_c10d\.py\(|c10d::|FSDP::(all_gather
        r"_use_low_precision_shard|_runtime_utils\.py\(\d+\): _reduce_grad"
 OPTIMIZER = r"torch/optim/"
 PYTHON_FRAME = r"^[^<\s][^<]*\.py\(\d+\): "
+EARLIEST = -(2 ** 62)  # the time of what was live before any event of a record
 NO_FRAME = "(no Python frame: the autograd engine or a C++ path)"
 OP = r"^(?:[a-z0-9_]+::[^<]* < )*([a-z0-9_]+::[^<]*?)(?: < |$)"  # the outermost op of the ops innermost in a stack
 
@@ -83,8 +84,9 @@ def categorized(record: MemoryRecord) -> pl.DataFrame:
     comm; allocated before the record → before; then by lifetime, where the record has phases:
     made in forward and alive past its end → activations; in a record with no tags (a user's
     file), made under `torch/optim/` and never freed → optimizer, made in backward with no
-    Python frame and alive past backward's end → grads; any other → temporary. Without phases
-    the lifetime rules cannot hold: unattributed."""
+    Python frame and alive past backward's end → grads; any other → temporary. Without a
+    forward phase (no phases, or a trace's steps only) the lifetime rules cannot hold:
+    unattributed."""
     phases, blocks = record.phases, record.blocks
     ends = dict(zip(phases["phase"].to_list(), phases["end_ns"].to_list()))
     untagged = blocks["tag"].null_count() == blocks.height
@@ -93,7 +95,7 @@ def categorized(record: MemoryRecord) -> pl.DataFrame:
             .when(pl.col("stack").str.contains(UNSHARDED)).then(pl.lit("params_unsharded"))
             .when(pl.col("stack").str.contains(COMM)).then(pl.lit("comm"))
             .when(pl.col("alloc_ns").is_null()).then(pl.lit("before")))
-    if phases.height == 0:
+    if "forward" not in ends:  # no phases, or steps only (a user's trace)
         rule = rule.otherwise(pl.lit("unattributed"))
     else:
         rule = rule.when((pl.col("alloc_phase") == "forward") & alive_past("forward")).then(pl.lit("activations"))
@@ -110,14 +112,13 @@ def categorized(record: MemoryRecord) -> pl.DataFrame:
 
 def live_curve(blocks: pl.DataFrame) -> pl.DataFrame:
     """Allocated bytes after each alloc and free: `t_ns`, `allocated_bytes` (time order), with a
-    first row at the earliest time holding what was live before any event."""
+    first row at `EARLIEST` holding what was live before any event."""
     before = int(blocks.filter(pl.col("alloc_ns").is_null())["bytes"].sum())
     events = pl.concat([
         blocks.filter(pl.col("alloc_ns").is_not_null()).select(t_ns="alloc_ns", change="bytes"),
         blocks.filter(pl.col("free_ns").is_not_null()).select(t_ns="free_ns", change=-pl.col("bytes")),
     ]).sort("t_ns", maintain_order=True)
-    first = events["t_ns"].min() if events.height else 0
-    return pl.concat([pl.DataFrame({"t_ns": [first - 1], "allocated_bytes": [before]}),
+    return pl.concat([pl.DataFrame({"t_ns": [EARLIEST], "allocated_bytes": [before]}),
                       events.select("t_ns", allocated_bytes=before + pl.col("change").cum_sum())])
 
 

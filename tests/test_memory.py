@@ -253,3 +253,22 @@ def test_the_memory_record_is_small(run):
     for path in run.glob("*/memory/rank?.json.gz"):
         assert path.stat().st_size < 32 * 1024
         assert json.loads(gzip.decompress(path.read_bytes()))["format"] == "tracekit-memory"
+
+
+WILD_BERT = ROOT / "tests" / "data" / "wild" / "tracelens" / "h100" / "gaunernst_bert-small-uncased__1016001.json.gz"
+
+
+def test_a_wild_kineto_trace_peaks_where_the_allocators_own_total_does():
+    """A trace from elsewhere (TraceLens' test data, H100, profile_memory): the peak rebuilt from
+    the events' bytes equals the largest `Total Allocated` the allocator itself wrote into them
+    over the step, and the reserved bytes there its `Total Reserved`."""
+    doc = json.loads(gzip.decompress(WILD_BERT.read_bytes()))
+    step = next(e for e in doc["traceEvents"] if str(e.get("name", "")).startswith("ProfilerStep#"))
+    cuda = [e["args"] for e in doc["traceEvents"] if e.get("name") == "[memory]" and e["args"].get("Device Type") == 1
+            and step["ts"] <= e["ts"] <= step["ts"] + step["dur"]]
+    top = max(cuda, key=lambda a: a["Total Allocated"])
+    result = CliRunner().invoke(main, ["memory", str(WILD_BERT), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    rank = json.loads(result.stdout)["ranks"][0]
+    assert rank["peak"]["bytes"] == top["Total Allocated"] and rank["peak"]["reserved_bytes"] == top["Total Reserved"]
+    assert [p["phase"] for p in rank["phases"]] == [f"step {step['name'].split('#')[1]}"]

@@ -217,7 +217,8 @@ STACK_CATEGORIES = ("cpu_op", "python_function", "user_annotation")
 def from_kineto(trace: dict, path) -> MemoryRecord:
     """The record of a Kineto trace's `[memory]` events (of its CUDA device with the most, else
     the CPU), each with the chain of ops, Python frames and annotations around it on its thread,
-    and its `tracekit#<phase>` annotations as phases. On CUDA, memory allocated before the
+    and its `tracekit#<phase>` annotations as phases (without any, its `ProfilerStep#<n>` as
+    `step <n>`). On CUDA, memory allocated before the
     recording began (the allocator's `Total Allocated` at the first event less its bytes) is one
     block alive throughout (the CPU's total is left out: it counts only what a profiler with
     `profile_memory` saw allocated, and keeps what was freed while none ran); an allocation
@@ -259,8 +260,7 @@ def from_kineto(trace: dict, path) -> MemoryRecord:
         - sum(r[1] for r in rows if r[2] is None)
     if earlier > 0 and device[0] != 0:  # the CPU's total counts only what profiling saw, and keeps what it freed unseen
         rows.append((None, earlier, None, None, BEFORE, None))
-    phases = sorted(((e["name"].split("#", 1)[1], ns(e["ts"]), ns(e["ts"] + e.get("dur", 0))) for e in events
-                     if e.get("ph") == "X" and str(e.get("name", "")).startswith("tracekit#")), key=lambda p: p[1])
+    phases = marked_spans(events, "tracekit#", ns) or marked_spans(events, "ProfilerStep#", ns, "step ")
     reserved = [(ns(memory[i]["ts"]), int(memory[i]["args"].get("Total Reserved", 0))) for i in order]
     reserved = reserved if any(r for _, r in reserved) else []
     start = min([ns(memory[order[0]]["ts"])] + [p[1] for p in phases])
@@ -268,6 +268,15 @@ def from_kineto(trace: dict, path) -> MemoryRecord:
     rank = (trace.get("distributedInfo") or {}).get("rank")
     return MemoryRecord(str(path), "kineto", blocks_frame(rows), phases_frame(phases), reserved_frame(reserved),
                         start, end, rank=rank, device="cpu" if device[0] == 0 else f"cuda:{device[1]}")
+
+
+def marked_spans(events: list[dict], prefix: str, ns, name: str = "") -> list[tuple[str, int, int]]:
+    """(`name` + what follows `prefix`, start, end) of the X events whose name starts with
+    `prefix` on the host (not their copies on the device's timeline, `gpu_user_annotation`), in
+    time order: the runner's `tracekit#<phase>`, or `ProfilerStep#<n>` as `step <n>`."""
+    return sorted(((name + e["name"][len(prefix):], ns(e["ts"]), ns(e["ts"] + e.get("dur", 0))) for e in events
+                   if e.get("ph") == "X" and e.get("cat") != "gpu_user_annotation"
+                   and str(e.get("name", "")).startswith(prefix)), key=lambda p: p[1])
 
 
 def with_phases(record: MemoryRecord, marks: list[int], names: tuple[str, ...]) -> MemoryRecord:

@@ -246,6 +246,7 @@ def write_memory(writer: PerfettoWriter, file: str, trace: Trace) -> None:
     shift = -(trace.meta.get("base_time_ns") or 0)
     process = writer.process(f"memory step · rank {trace.rank} · {Path(file).parent.name}")
     curve = live_curve(record.blocks)
+    curve = curve.with_columns(t_ns=curve["t_ns"].clip(record.start_ns))  # what was live before, from the start
     writer.counter(writer.track(process, "tracekit: memory allocated (bytes)", 1, counter=True),
                    curve["t_ns"].to_numpy(), curve["allocated_bytes"].to_numpy(), shift)
     if record.reserved.height:
