@@ -24,6 +24,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import time
 from pathlib import Path
 
 import torch
@@ -40,9 +41,11 @@ TRACE_NAME = "memory/rank{rank}.pt.trace.json.gz"
 def memory_step(step, optimizer, device: torch.device, folder: Path, rank: int, variant: str) -> dict:
     """Run `step(clock)` once with its allocations recorded into `folder` (the variant's
     folder); the manifest's figures: where the record is, the allocator's peak over the step
-    (CUDA), and the bytes of state tagged — or `memory_error`, one line, where the recording
+    (CUDA), the bytes of state tagged and what the recorded step took with its recording (ms,
+    wall clock, drained at its end: its cost against `step_ms`) — or `memory_error`, one line, where the recording
     could not be read back (the step itself ran as any other: an error in it is the variant's)."""
     state = State(optimizer)
+    began = time.perf_counter()
     try:
         if device.type == "cuda":
             snapshot, peak = on_cuda(step, device)
@@ -50,6 +53,7 @@ def memory_step(step, optimizer, device: torch.device, folder: Path, rank: int, 
             doc = on_cpu(step, device, folder / TRACE_NAME.format(rank=rank))
     finally:
         state.remove()
+    wall_ms = round((time.perf_counter() - began) * 1000, 3)
     try:  # reading back what was recorded: a mistake here costs the record, not the variant's figures
         if device.type == "cuda":
             record, marks = memory_files.from_snapshot(snapshot, "snapshot", device.index or 0)
@@ -62,10 +66,11 @@ def memory_step(step, optimizer, device: torch.device, folder: Path, rank: int, 
         record.rank, record.variant = rank, variant
         memory_files.write_record(record, folder / RECORD_NAME.format(rank=rank))
     except Exception as e:
-        return {"memory_error": f"{type(e).__name__}: {e}".splitlines()[0]}
+        return {"memory_error": f"{type(e).__name__}: {e}".splitlines()[0], "memory_step_wall_ms": wall_ms}
     tagged = {tag: sum(size for _, size, t in state.taken if t == tag) for tag in ("param", "grad", "optimizer")}
     return {"memory_record": str(Path(folder.name) / RECORD_NAME.format(rank=rank)),
-            "memory_step_peak_allocated_bytes": record.allocator_peak_bytes, "memory_state_bytes": tagged}
+            "memory_step_peak_allocated_bytes": record.allocator_peak_bytes, "memory_state_bytes": tagged,
+            "memory_step_wall_ms": wall_ms}
 
 
 def phase_mark(device: torch.device) -> None:
