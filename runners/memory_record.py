@@ -102,12 +102,10 @@ def on_cpu(step, device: torch.device, trace: Path) -> dict:
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True) as prof:
         step(PhaseClock(device))
     prof.export_chrome_trace(str(tmp))
-    with open(tmp) as f:
-        doc = json.load(f)
-    with gzip.open(trace, "wt", compresslevel=6) as f:
-        json.dump(doc, f, separators=(",", ":"))
+    raw = tmp.read_bytes()
+    trace.write_bytes(gzip.compress(raw, compresslevel=6))  # the exported bytes, compressed at once
     tmp.unlink()
-    return doc
+    return json.loads(raw)
 
 
 class State:

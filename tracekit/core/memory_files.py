@@ -316,8 +316,7 @@ def write_record(record: MemoryRecord, path: Path) -> None:
                       "stack": [index[s] for s in record.blocks["stack"].to_list()]}}
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    with gzip.open(tmp, "wt", compresslevel=6) as f:
-        json.dump(doc, f, separators=(",", ":"))
+    tmp.write_bytes(gzip.compress(json.dumps(doc, separators=(",", ":")).encode(), compresslevel=6))
     tmp.replace(path)
 
 
