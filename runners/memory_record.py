@@ -29,8 +29,6 @@ from pathlib import Path
 
 import torch
 
-from tracekit.core import memory_files
-
 from .clock import PHASES, PhaseClock
 
 MAX_ENTRIES = 1_000_000  # allocator history entries kept (a step of large/16 makes tens of thousands)
@@ -44,6 +42,8 @@ def memory_step(step, optimizer, device: torch.device, folder: Path, rank: int, 
     (CUDA), the bytes of state tagged and what the recorded step took with its recording (ms,
     wall clock, drained at its end: its cost against `step_ms`) — or `memory_error`, one line, where the recording
     could not be read back (the step itself ran as any other: an error in it is the variant's)."""
+    from tracekit.core import memory_files  # polars: imported in the worker, never in the server it forks from
+
     state = State(optimizer)
     began = time.perf_counter()
     try:
