@@ -10,9 +10,11 @@ The recorded steps come from the same rotation: in each recorded round every var
 control block and a recorded block (`worker.Recording`), in the round's order, and after the
 last round a control block each; then each variant's `full` naming step.
 
-A variant's memory figures: the peak above what every variant held when its blocks began, plus
-what it holds itself between steps (`Trainee.resident_bytes`): the other variants' parameters
-and optimizer state are on the device too, and are not its.
+The memory step (`--memory`) of each variant comes last, each variant built again alone: the
+others' state would otherwise be in its record. A variant's timed memory figures: the peak
+above what every variant held when its blocks began, plus what it holds itself between steps
+(`Trainee.resident_bytes`): the other variants' parameters and optimizer state are on the
+device too, and are not its.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import statistics
 import torch
 
 from .clock import PHASES, columns
+from .memory_record import memory_step
 from .worker import Progress, Recording, Trainee, release_memory, synchronize
 
 
@@ -93,7 +96,22 @@ def run_interleaved(variants: list[str], cfg: dict, rank: int, device: torch.dev
             results[variant].update(figures)
             results[variant]["recorded_to_timed"] = round(
                 statistics.median(figures["profiled_step_ms"]) / statistics.median(results[variant]["step_ms"]["all"]), 3)
+    if record and cfg.get("memory"):
+        trainees.clear()
+        for variant in variants:
+            results[variant].update(memory_alone(variant, cfg, rank, device, out, progress))
     return results
+
+
+def memory_alone(variant: str, cfg: dict, rank: int, device: torch.device, out, progress) -> dict:
+    """The memory step (`runners/memory_record.py`) of `variant` built again alone, once the
+    side-by-side variants are gone, and warmed up: what it allocates is its own, not the other
+    variants' resident state."""
+    release_memory(device)
+    trainee = Trainee(variant, cfg, rank, device)
+    trainee.progress = progress
+    trainee.warm_up()
+    return memory_step(trainee.step, trainee.optimizer, device, out / variant, rank, variant)
 
 
 def recorded_rounds(trainees: dict[str, Trainee], cfg: dict, device: torch.device, out, rank: int) -> dict[str, dict]:

@@ -52,6 +52,7 @@ from .counters import RuntimeCounts
 from .clock import PHASES, PhaseClock, columns
 from .cupti_capture import DeviceCapture, why_unavailable, write_trace
 from .manifest import INTERLEAVED, write_json_atomically, write_manifest
+from .memory_record import memory_step
 from .parallelize import after_optimizer_step, parallelize, precision_path, why_skipped
 from .recording import marks_written, profiler, write_marks
 from .variants import CONTROL, VARIANTS, base_variant
@@ -342,6 +343,8 @@ def run_variant(variant: str, cfg: dict, rank: int, device: torch.device, out: P
         trainee.progress.now(f"recording {cfg['profile_steps']} step(s)")
         result.update(recorded_figures(trainee.step, trainee.bookmark(), cfg, device, out, variant, rank))
         result["recorded_to_timed"] = round(statistics.median(result["profiled_step_ms"]) / statistics.median(times), 3)
+    if record and cfg.get("memory"):  # one more step, its allocations recorded (memory_record.py)
+        result.update(memory_step(trainee.step, trainee.optimizer, device, out / variant, rank, variant))
     return result
 
 

@@ -86,7 +86,8 @@ def below(path: Path, depth: int) -> list[dict]:
 
 def beside(path: Path) -> set[Path]:
     """What a verb reads beside a trace file (its naming step, the manifests of a profile output
-    it may be in: `loading.manifest_near`, `cli.common.named_beside`) or beside a run folder
+    it may be in: `loading.manifest_near`, `cli.common.named_beside`; its rank's memory record,
+    `memory_files.memory_beside`) or beside a run folder
     (the manifest above it), for the path as given and as resolved."""
     found = set()
     for where in {path, path.resolve()}:
@@ -94,7 +95,8 @@ def beside(path: Path) -> set[Path]:
             found.add(where.parent / "manifest.json")
         else:
             found.update((where.parent / "names" / where.name, where.parent / "manifest.json",
-                          where.parent.parent / "manifest.json"))
+                          where.parent.parent / "manifest.json",
+                          where.parent / "memory" / f"{where.name.split('.', 1)[0]}.json.gz"))  # memory_beside
     return found
 
 

@@ -66,13 +66,13 @@ DEPTH = 4  # folders below a PATH searched for traces
 
 def runs_in(location, depth: int = DEPTH) -> list[str]:
     """The runs under `location`: itself where it is a file or a directory with trace files of
-    its own, and every directory below it (up to `depth` levels, not a recording's `names/`)
+    its own, and every directory below it (up to `depth` levels, not a recording's `names/` or `memory/`)
     that holds trace files — a profile output's variants (its `manifest.json` is not a trace),
     a folder of traces at mixed depths —, sorted; `location` itself where none does."""
     if not is_dir(location):
         return [str(location)]
     own = [f for f in trace_files(location) if name(f) != "manifest.json"]
-    below = [run for d in subdirectories(location) if name(d) != "names"
+    below = [run for d in subdirectories(location) if name(d) not in ("names", "memory")
              for run in (runs_in(d, depth - 1) if depth > 0 else []) if run != d or trace_files(d)]
     return ([str(location)] if own or not below else []) + below
 

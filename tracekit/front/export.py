@@ -21,6 +21,8 @@ Per rank, one process with these tracks:
   kernel, or the kind of wait), args step, category, kind;
 - counters `tracekit: GPU activities running` and `tracekit: collectives in flight`, from the
   trace-scope timeline's counts.
+Beside a rank whose memory step was recorded (`tracekit profile`), a process `memory step ·
+rank r · <variant>` with counters of the bytes allocated and reserved over that step.
 """
 
 from __future__ import annotations
@@ -230,6 +232,28 @@ def write_trace(writer: PerfettoWriter, trace: Trace, label: str, shift: int) ->
                                *counter_values(on_device, pl.col("n_comm")), shift)
 
 
+def write_memory(writer: PerfettoWriter, file: str, trace: Trace) -> None:
+    """The memory step recorded beside a rank's trace (`<variant>/memory/rank<r>.json.gz`), if
+    any: a process `memory step · rank r · <variant>` with counters of the bytes allocated and
+    reserved, on the trace's clock (the record's wall-clock ns less the trace's base time)."""
+    from tracekit.analyses.memory import live_curve
+    from tracekit.core.memory_files import memory_beside, read_json
+
+    beside = memory_beside(file)
+    if beside is None:
+        return
+    record = read_json(beside)
+    shift = -(trace.meta.get("base_time_ns") or 0)
+    process = writer.process(f"memory step · rank {trace.rank} · {Path(file).parent.name}")
+    curve = live_curve(record.blocks)
+    curve = curve.with_columns(t_ns=curve["t_ns"].clip(record.start_ns))  # what was live before, from the start
+    writer.counter(writer.track(process, "tracekit: memory allocated (bytes)", 1, counter=True),
+                   curve["t_ns"].to_numpy(), curve["allocated_bytes"].to_numpy(), shift)
+    if record.reserved.height:
+        writer.counter(writer.track(process, "tracekit: memory reserved (bytes)", 2, counter=True),
+                       record.reserved["t_ns"].to_numpy(), record.reserved["reserved_bytes"].to_numpy(), shift)
+
+
 def write_atomically(path, write) -> None:
     """Call write(file) on a temporary file beside `path`, then rename it over `path`."""
     path = Path(path)
@@ -266,6 +290,7 @@ def export_traces(paths: list, out, options: dict, rank: int | None = None) -> t
             for trace in traces:
                 if rank is None or trace.rank == rank:
                     write_trace(writer, trace, f"rank {trace.rank} · {'/'.join(file.rstrip('/').rsplit('/', 2)[-2:])}", 0)
+                    write_memory(writer, file, trace)
                     written += 1
         if rank is not None and not written:
             raise TraceError(", ".join(map(str, paths)), f"no trace of rank {rank}")

@@ -11,6 +11,7 @@ import click
 
 from tracekit.core.errors import UsageError
 
+from .memory import DELTA_HEAD, MEMORY_HEAD, compared, shown_delta, variants_memory
 from .common import (analysed_runs, counted, emit, existing, format_option, load_options, load_traces, location, main,
                      named_beside, new_picture, of_ranks, rank_option, render_frame, say, shout, steps_choice,
                      table_layout, wrote)
@@ -183,7 +184,15 @@ def diff(paths, steps, rank, options, top, by, ranks, plot_path, fmt, layout):
 
     _, _, result = diffed(a, b, steps, rank, top, by, options, ranks=ranks)
     names = side_names(a, b)
-    emit(render_diff(a, b, result, fmt, layout, ranks, diff_lead(result, *names, by)))
+    lead, memory = diff_lead(result, *names, by), compared(a, b, *names, rank)  # memory: the memory step's records
+    if fmt == "json" and memory:
+        from tracekit.front.render import full_diff_doc, json_text
+
+        emit(json_text({**full_diff_doc(a, b, result, ranks, lead + [memory[1]]), "memory": memory[0].to_dicts()}))
+    else:
+        emit(render_diff(a, b, result, fmt, layout, ranks, lead + ([memory[1]] if memory else [])))
+    if memory and fmt in ("table", "md"):
+        emit(f"\n{DELTA_HEAD}\n{render_frame(shown_delta(memory[0]), fmt, 'memory.delta', layout)}")
     if plot_path:
         from tracekit.front.plot import waterfall
 
@@ -244,12 +253,21 @@ def show_report(out, fmt: str, layout=None, baseline: str | None = None, plot_pa
         warnings += [f"{b} − {a}: {w}"
                      for w in result.warnings + with_real(result, manifest, a, manifest, b, sides=False)]
     leads = {pair: diff_lead(result, *pair) for pair, result in diffs.items()}
+    memory = variants_memory(out, base)  # the memory step's records, where there are any
+    for pair, (_, line) in (memory[1] if memory else {}).items():
+        leads[pair] = leads.get(pair, []) + [line]
     if fmt == "json":
         emit(json_text({"variants": table.to_dicts(), "phases": phases.to_dicts(), "critical_path": critical.to_dicts(),
                          "diffs": [full_diff_doc(a, b, result, "sum", leads[a, b]) for (a, b), result in diffs.items()],
+                         **({"memory": {"variants": memory[0].to_dicts(),
+                                        "deltas": [{"a": a, "b": b, "lead": line, "rows": d.to_dicts()}
+                                                   for (a, b), (d, line) in memory[1].items()]}} if memory else {}),
                          "warnings": warnings}, indent=1))
     else:
         emit(render_frame(table, fmt, "report", layout))
+        if fmt in ("table", "md") and memory:
+            click.echo(f"\n{MEMORY_HEAD}")
+            emit(render_frame(memory[0], fmt, "report.memory", layout))
         if fmt in ("table", "md") and (manifest["config"].get("repeats") or 1) > 1:
             click.echo("(step_ms: the median of every repeat's timed steps pooled; d_step_ms: B − A of each\n"
                        "repeat's medians, averaged over repeats: it need not equal the step_ms difference;\n"

@@ -71,6 +71,9 @@ from .comparing import show_report
               help="Sequential: run the whole variant matrix this many times, the order alternated (A B, B A, ...); "
                    "the report's intervals are then across repeats. Traces are recorded in the last repeat.")
 @click.option("--with-stack", is_flag=True, help="Record Python stacks in the trace (full mode).")
+@click.option("--memory", type=click.Choice(["on", "off"]), default="on", show_default=True,
+              help="One more step per variant with every allocation recorded (<variant>/memory/; "
+                   "`tracekit memory OUT`).")
 @click.option("--checkpoint", type=click.Choice(["sync", "async"]), default=None,
               help="Save model and optimizer state with torch.distributed.checkpoint during the timed steps.")
 @click.option("--checkpoint-every", type=int, default=5, show_default=True, help="Timed steps between saves.")
@@ -94,6 +97,7 @@ def profile(out, variants, preset, blocks, hidden, heads, seq, batch, overwrite,
     from tracekit.runners.launch import make_config, prepare_out, profile as run_profile, refuse_existing_out
 
     refuse_existing_out(Path(out), overwrite)
+    options["memory"] = options["memory"] == "on"
     cfg = make_config({"out": str(out), "variants": [v.strip() for v in variants.split(",") if v.strip()],
                        "preset": preset, "overrides": {"blocks": blocks, "hidden": hidden, "heads": heads,
                                                        "seq": seq, "batch": batch}, **options})
