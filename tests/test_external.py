@@ -60,3 +60,50 @@ def test_two_rank_run_directory():
     assert [t.rank for t in run.traces] == [0, 1]
     assert all(t.steps.height == 2 for t in run.traces)
     assert all(t.gpu.filter(pl.col("category") == "comm").height > 0 for t in run.traces)
+
+
+def test_collective_sizes_come_from_the_nccl_annotations_where_the_kernels_have_none():
+    """HTA's TraceDiff pair (2022 schema): the NCCL kernels carry no sizes, their
+    `record_param_comms` none either; each `nccl:all_reduce` annotation holds its tensor's
+    `Input Dims` and `Input type`. `diff`'s collectives give each side's all-reduce bytes as
+    the raw JSON's annotations in the compared step say (3 × float: 200,037,204 B; was 0 B)."""
+    import gzip
+    import json
+    import math
+
+    from click.testing import CliRunner
+
+    from tracekit.front.cli import main
+
+    a, b = (EXTERNAL / "trace_diff" / side / f"{side}.json.gz" for side in ("control", "test"))
+    doc = json.loads(CliRunner().invoke(main, ["diff", "--format", "json", str(a), str(b)]).stdout)
+
+    def annotated_bytes(path, step):
+        events = json.loads(gzip.open(path).read())["traceEvents"]
+        (window,) = [e for e in events if e.get("name") == f"ProfilerStep#{step}"]
+        sizes = {"float": 4}
+        return sum(math.prod(e["args"]["Input Dims"][0]) * sizes[e["args"]["Input type"][0]] for e in events
+                   if e.get("name") == "nccl:all_reduce" and window["ts"] <= e["ts"] < window["ts"] + window["dur"])
+
+    (all_reduce,) = [c for c in doc["collectives"] if c["kind"] == "all_reduce"]
+    assert all_reduce["a_bytes"] == annotated_bytes(a, doc["step"]) > 0
+    assert all_reduce["b_bytes"] == annotated_bytes(b, doc["b_step"]) > 0
+
+
+def test_annotated_collective_sizes_agree_with_the_kernels_own():
+    """The H200 DDP traces hold both: the args Kineto copies onto each NCCL kernel (and its
+    `record_param_comms` op) and the `nccl:all_reduce` annotation around its launch. With the
+    args taken away, every kernel's size and dtype from its annotation are those of its args."""
+    import dataclasses
+
+    from tracekit.analyses.comms import collective_kernels
+
+    for trace in tracekit.load(DATA / "h200x2-small" / "ddp", cache=False).traces:
+        own = collective_kernels(trace).select("row", "dtype", "bytes")
+        sizeless = {"in_nelems": pl.lit(None, pl.Int64), "out_nelems": pl.lit(None, pl.Int64),
+                    "dtype": pl.lit(None, pl.String)}  # on the kernels and their record_param_comms ops
+        bare = dataclasses.replace(trace, gpu=trace.gpu.with_columns(**sizeless),
+                                   ops=trace.ops.with_columns(**sizeless), derived={})
+        annotated = collective_kernels(bare).select("row", "dtype", "bytes")
+        assert own.height == 14 and own["bytes"].null_count() == 0
+        assert annotated.sort("row").equals(own.sort("row"))
