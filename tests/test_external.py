@@ -107,3 +107,29 @@ def test_annotated_collective_sizes_agree_with_the_kernels_own():
         annotated = collective_kernels(bare).select("row", "dtype", "bytes")
         assert own.height == 14 and own["bytes"].null_count() == 0
         assert annotated.sort("row").equals(own.sort("row"))
+
+
+def test_syncs_outside_the_steps_are_in_the_trace_scope():
+    """HTA's ns-resolution trace: its one `cudaDeviceSynchronize` comes after the last
+    `ProfilerStep#N`. `syncs` says there is none *in these steps* (not "in these traces") and
+    names `--scope trace`, which lists it: the raw JSON's count and duration."""
+    import gzip
+    import json
+
+    from click.testing import CliRunner
+
+    from tracekit.front.cli import main
+
+    (path,) = [p for p in FILES if "ns_resolution_trace" in str(p)]
+    events = json.loads(gzip.open(path).read())["traceEvents"]
+    syncs = [e for e in events if e.get("cat") == "cuda_runtime" and e["name"] == "cudaDeviceSynchronize"]
+    step_ends = max(e["ts"] + e["dur"] for e in events if e.get("name", "").startswith("ProfilerStep#"))
+    assert len(syncs) == 1 and syncs[0]["ts"] > step_ends  # what the test is about
+
+    stepped = " ".join(CliRunner().invoke(main, ["syncs", str(path)]).stdout.split())  # unwrapped
+    assert "in these steps" in stepped and "--scope trace" in stepped and "in these traces" not in stepped
+    doc = json.loads(CliRunner().invoke(main, ["syncs", "--scope", "trace", "--format", "json", str(path)]).stdout)
+    ((whole,),) = [t["steps"] for t in doc["traces"]]
+    ((call,),) = [whole["calls"]]
+    assert whole["step"] is None
+    assert (call["api"], call["count"], call["blocked_ns"]) == ("cudaDeviceSynchronize", 1, round(syncs[0]["dur"] * 1000))
