@@ -133,3 +133,43 @@ def test_syncs_outside_the_steps_are_in_the_trace_scope():
     ((call,),) = [whole["calls"]]
     assert whole["step"] is None
     assert (call["api"], call["count"], call["blocked_ns"]) == ("cudaDeviceSynchronize", 1, round(syncs[0]["dur"] * 1000))
+
+
+def test_an_op_that_does_not_enclose_the_launch_is_not_its_launcher():
+    """HTA's AlexNet trace gives every device activity its correlation id as External id; 17 of
+    those ids are also unrelated CPU ops' (`aten::detach` 30 s before the copy, `aten::view`
+    10.9 s after it). An op that does not enclose the launching call did not launch it: each
+    activity's op is, by a brute force over the raw JSON, the op with its External id that
+    encloses the call on the call's thread, else the innermost op that does — all 16
+    `cudaMemcpyAsync` copies are `aten::copy_`'s."""
+    import gzip
+    import json
+    from collections import Counter
+
+    from tracekit.analyses.phases import launch_context
+
+    (path,) = [p for p in FILES if "alexnet" in str(p)]
+    events = json.loads(gzip.open(path).read())["traceEvents"]
+    ops = [e for e in events if e.get("cat") == "cpu_op" and e.get("ph") == "X"]
+    calls = {e["args"]["correlation"]: e for e in events if e.get("cat") == "cuda_runtime"}
+
+    def around(op, call):
+        return op["tid"] == call["tid"] and op["ts"] <= call["ts"] and op["ts"] + op["dur"] >= call["ts"] + call["dur"]
+
+    expected, collided = Counter(), Counter()
+    for e in events:
+        if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and e["args"].get("correlation") in calls:
+            call = calls[e["args"]["correlation"]]
+            named = [o for o in ops if o["args"].get("External id") == e["args"].get("External id")]
+            launcher = [o for o in named if around(o, call)] or [o for o in ops if around(o, call)]
+            best = min(launcher, key=lambda o: (-o["ts"], o["ts"] + o["dur"]))
+            expected[e["name"], best["name"]] += 1
+            if named and not any(around(o, call) for o in named):
+                collided[e["cat"], call["name"], best["name"]] += 1
+    assert collided == {("gpu_memcpy", "cudaMemcpyAsync", "aten::copy_"): 16,
+                        ("kernel", "cudaLaunchKernel", "aten::uniform_"): 1}
+
+    trace = tracekit.load(path)
+    context = launch_context(trace)
+    got = Counter(zip(trace.gpu["name"], context["op"]))
+    assert got == expected
