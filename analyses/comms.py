@@ -90,19 +90,16 @@ def made_collective_kernels(trace: Trace) -> pl.DataFrame:
         kernels = collective_ops(trace).with_columns(
             stream=pl.lit(None, pl.Int64), device=pl.lit(None, pl.Int64), correlation=pl.col("start"),
             exposed_ns=pl.lit(None, pl.Int64), launched=pl.lit(True), row=pl.lit(None, pl.UInt32),
-            a_dtype=pl.lit(None, pl.String),
-            a_nelems=pl.lit(None, pl.Int64))
+            a_dtype=pl.lit(None, pl.String), a_nelems=pl.lit(None, pl.Int64))
     n = pl.col("group_size").cast(pl.Float64)
     factor = (pl.when(pl.col("coll_kind").is_in(["all_gather", "reduce_scatter", "all_to_all", "gather", "scatter"]))
               .then((n - 1) / n).when(pl.col("coll_kind") == "all_reduce").then(2 * (n - 1) / n).otherwise(1.0))
-    def size(nelems: pl.Expr, dtype: pl.Expr) -> pl.Expr:
-        return nelems * dtype.replace_strict(DTYPE_BYTES, default=None)
-    own = size(pl.max_horizontal("in_nelems", "out_nelems"), pl.col("dtype"))
+    own = message_bytes(pl.max_horizontal("in_nelems", "out_nelems"), pl.col("dtype"))
     out = kernels.select(
         "row", "step", "device", pl.col("pg_name").fill_null("?").alias("pg"),
         pl.col("pg_ranks").str.extract_all(r"\d+").cast(RANKS).alias("pg_ranks"),
         "coll_kind", pl.when(own.is_null()).then(pl.coalesce("dtype", "a_dtype")).otherwise("dtype").alias("dtype"),
-        "group_size", pl.coalesce(own, size(pl.col("a_nelems"), pl.col("a_dtype"))).alias("bytes"),
+        "group_size", pl.coalesce(own, message_bytes(pl.col("a_nelems"), pl.col("a_dtype"))).alias("bytes"),
         "stream", "start", "end", "correlation", (pl.col("end") - pl.col("start")).alias("kernel_ns"), "exposed_ns",
         "launched",
     ).with_columns(algbw_gbps=pl.when(pl.col("kernel_ns") > 0).then(pl.col("bytes") / pl.col("kernel_ns")),
@@ -112,6 +109,11 @@ def made_collective_kernels(trace: Trace) -> pl.DataFrame:
            .with_columns(busbw_gbps=pl.col("algbw_gbps") * pl.col("busbw_factor")))
     seq = pl.when(pl.col("launched")).then(pl.col("launched").cast(pl.Int64).cum_sum().over("pg") - 1)
     return out.sort("correlation", "start").with_columns(seq=seq).drop("correlation", "launched")
+
+
+def message_bytes(nelems: pl.Expr, dtype: pl.Expr) -> pl.Expr:
+    """Elements × the dtype's size in bytes; null where either is unknown."""
+    return nelems * dtype.replace_strict(DTYPE_BYTES, default=None)
 
 
 def annotated_sizes(trace: Trace, kernels: pl.DataFrame) -> pl.DataFrame:
@@ -130,7 +132,8 @@ def annotated_sizes(trace: Trace, kernels: pl.DataFrame) -> pl.DataFrame:
     ).collect(engine=ENGINE)
     calls = trace.calls.select("correlation", c_tid="tid", c_start="start", c_end="end").unique("correlation")
     launched = kernels.select("row", "coll_kind", "correlation").join(calls, on="correlation")
-    fits = (pl.col("o_kind") == pl.col("coll_kind")) | ((pl.col("coll_kind") == "send_recv") & (pl.col("o_kind") == "all_to_all"))
+    fits = ((pl.col("o_kind") == pl.col("coll_kind"))
+            | ((pl.col("coll_kind") == "send_recv") & (pl.col("o_kind") == "all_to_all")))
     return (launched.join_where(annotations, pl.col("o_start") <= pl.col("c_start"), pl.col("o_end") >= pl.col("c_end"))
             .filter((pl.col("o_tid") == pl.col("c_tid")) & fits)
             .sort("row", *INNERMOST_FIRST, descending=[False, True, False, True])
@@ -171,7 +174,8 @@ def census(kernels: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
             kernels = kernels.with_columns(pl.lit(None, dtype).alias(column))
     rows = (kernels.filter(pl.col("step").is_not_null())
             .group_by("step", "pg", pl.col("coll_kind").alias("kind"), "dtype", "device", "stream")
-            .agg(count=pl.len().cast(pl.Int64), bytes=pl.when(pl.col("bytes").null_count() == 0).then(pl.col("bytes").sum()), kernel_ns=pl.col("kernel_ns").sum(),
+            .agg(count=pl.len().cast(pl.Int64), bytes=pl.when(pl.col("bytes").null_count() == 0).then(pl.col("bytes").sum()),
+                 kernel_ns=pl.col("kernel_ns").sum(),
                  exposed_ns=known_sum("exposed_ns"),
                  busbw_factor=pl.col("busbw_factor").first(),
                  transfer_ns=known_sum("transfer_ns"), wait_ns=known_sum("wait_ns"),

@@ -90,9 +90,9 @@ def made_launch_context(trace: Trace) -> pl.DataFrame:
                    & (pl.col("o_end") >= pl.col("c_end")))
     launcher = innermost(called.join(cpu, on="ext_id").filter(around_call)).rename({"enclosing": "op"})
     unlinked = called.join(launcher, on="row", how="anti")
-    enclosing = innermost(unlinked.drop("ext_id").join_where(
+    around = unlinked.drop("ext_id").join_where(  # an interval join; thread after
         cpu.drop("ext_id"), pl.col("o_start") <= pl.col("c_start"), pl.col("o_end") >= pl.col("c_end"))
-                          .filter(pl.col("o_tid") == pl.col("c_tid")))
+    enclosing = innermost(around.filter(pl.col("o_tid") == pl.col("c_tid")))
     named = trace.derived.get("lean-names", pl.DataFrame(schema={"row": pl.UInt32, "op": pl.String}))
     return (launches.select("row", "ext_id", "c_tid").join(fsdp, on="row", how="left").join(coarse, on="row", how="left")
             .join(by_runner, on="row", how="left").join(launcher, on="row", how="left")
