@@ -136,7 +136,9 @@ def all_items(trace: Trace) -> pl.DataFrame:
                           how="diagonal_relaxed")
         # lazy: the identity's expression repeats its parts, which a query works out once (2x faster)
         names = trace.gpu.select("name").unique().lazy().with_columns(identity=item_identity(pl.col("name"))).collect(engine=ENGINE)
-        gpu = trace.gpu.with_row_index("row").select("row", "dtype", "name").join(names, on="name", how="left")
+        dtypes = collective_kernels(trace).select("row", "dtype")  # a collective's, where its annotation says it
+        gpu = (trace.gpu.with_row_index("row").select("row", "name").join(names, on="name", how="left")
+               .join(dtypes, on="row", how="left"))
         joined = (items.join(gpu, on="row", how="left").join(context, on="row", how="left")
                   .with_columns(phase=pl.coalesce("phase", "idle_phase"), op=pl.coalesce("op", "idle_op"),
                                 unit=pl.coalesce("unit", "idle_unit"), fsdp=pl.coalesce("fsdp", "idle_fsdp")))
@@ -259,7 +261,7 @@ def made_material(trace: Trace, by: str) -> Material:
         count=pl.len().cast(pl.Int64), blocked_ns=pl.col("blocked_ns").sum()))
     colls = kept(trace, "diff-material-collectives", lambda: collective_kernels(trace).group_by(
         "step", pl.col("coll_kind").alias("kind")).agg(
-        count=pl.len().cast(pl.Int64), bytes=pl.col("bytes").sum(), exposed_ns=pl.col("exposed_ns").sum()))
+        count=pl.len().cast(pl.Int64), bytes=sum_if_known("bytes"), exposed_ns=pl.col("exposed_ns").sum()))
     launches = kept(trace, "diff-material-launches", lambda: launch_rows(trace).filter(
         pl.col("step").is_not_null()).group_by("step", "api").agg(
         count=pl.len().cast(pl.Int64), call_ns=pl.col("call_ns").sum()))
@@ -343,7 +345,10 @@ def side_by_side(a: pl.DataFrame, a_step: int, b: pl.DataFrame, b_step: int, key
         picked = frame.lazy().filter(pl.col("step") == step).drop("step")
         return picked.rename({c: f"{prefix}_{c}" for c in frame.columns if c not in (*key, "step")})
     both = side(a, a_step, "a").join(side(b, b_step, "b"), on=key, how="full", coalesce=True, nulls_equal=True)
-    return both.with_columns(pl.exclude(key).fill_null(0)).sort(key, nulls_last=True).collect(engine=ENGINE)
+    sizes = [c for c in both.collect_schema().names() if c in ("a_bytes", "b_bytes")]  # unknown stays null
+    absent = [pl.when(pl.col(f"{c[0]}_count").is_null()).then(0).otherwise(pl.col(c)).alias(c) for c in sizes]
+    return (both.with_columns(absent).with_columns(pl.exclude(*key, *sizes).fill_null(0))
+            .sort(key, nulls_last=True).collect(engine=ENGINE))
 
 
 def diff_pair(a: Material, b: Material, a_step: int, b_step: int, top: int, by: str,
@@ -624,4 +629,12 @@ def phase_attribution(diff: Diff, ranks: int = 1) -> pl.DataFrame:
 
 
 def summed_by(frames: list[pl.DataFrame], key: str) -> pl.DataFrame:
-    return pl.concat(frames, how="diagonal_relaxed").group_by(key).agg(pl.all().sum()).sort(key)
+    """Per `key`, every column summed over the frames; a size (`*_bytes`) null where one is unknown."""
+    both = pl.concat(frames, how="diagonal_relaxed")
+    return both.group_by(key).agg(sum_if_known(c) if c.endswith("_bytes") else pl.col(c).sum()
+                                  for c in both.columns if c != key).sort(key)
+
+
+def sum_if_known(column: str) -> pl.Expr:
+    """The sum, or null (unknown, never 0) where any value is unknown."""
+    return pl.when(pl.col(column).null_count() == 0).then(pl.col(column).sum())

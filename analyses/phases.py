@@ -20,11 +20,14 @@ start ≤ call start, end ≥ call end) give:
   `fsdp::all_gather_copy_in`, `FSDP::post_backward_reduce (…)`…, FSDP1
   `FullyShardedDataParallel._pre_forward`, `.rate_limiter`, … — with its unit (the FQN in
   parentheses) split off into `unit`;
-- `op`: the CPU op that launched it (same External id); in a `lean` trace, where there is none,
-  the one `naming.named` copied from the full step (`derived["lean-names"]`, which gives its
-  FSDP label too where the trace has none: a `cupti` recording's); for an activity
-  without an External id that any CPU op has (MTIA's, some runtimes'), the innermost CPU op
-  enclosing its launching call on the call's thread.
+- `op`: the CPU op that launched it: the one with its External id that encloses its launching
+  call on the call's thread (an op that does not enclose the call did not launch it: 2022-era
+  traces give device activities their correlation id as External id, which unrelated CPU ops
+  may carry); in a `lean` trace, where there is none, the one `naming.named` copied from the
+  full step (`derived["lean-names"]`, which gives its FSDP label too where the trace has none:
+  a `cupti` recording's); else (no External id that such an op has: MTIA's, some runtimes', a
+  collision) the innermost CPU op enclosing its launching call on the call's thread. Device
+  work whose launching call is not in the trace has no launching thread, and no op.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import polars as pl
 
 from tracekit.analyses.timeline import INNERMOST_FIRST, kept
 from tracekit.core.model import ENGINE, Trace
+from tracekit.core.steps import RUNNER_PHASE
 
 FSDP_LABEL = r"^(FSDP::|fsdp::|FullyShardedDataParallel\.)"
 MODULE_FORWARD = "FullyShardedDataParallel.forward"
@@ -40,7 +44,6 @@ BACKWARD = r"(?i)backward|^autograd::engine::evaluate_function"
 DATA_LOADING = r"(?i)dataloader"  # `enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__`, …
 DATA_PHASE = "data loading"
 MARKERS = FSDP_LABEL + r"|^Optimizer\.(step|zero_grad)#|" + BACKWARD + "|" + DATA_LOADING
-RUNNER_PHASE = r"^tracekit#(forward|backward|optimizer|checkpoint)$"  # runners/clock.py
 
 
 def launch_context(trace: Trace) -> pl.DataFrame:
@@ -79,20 +82,21 @@ def made_launch_context(trace: Trace) -> pl.DataFrame:
     by_runner = pl.concat([by_runner, uncalled])
     autograd = autograd_threads(trace.ops)
     signs = runner.height > 0 or marks.height > 0  # the trace says anything of its phases
-    # lazy (here and below): only the columns selected of the rows kept are copied
-    launcher = trace.ops.lazy().filter(pl.col("cat") == "cpu_op").select("ext_id", op=pl.col("name")).unique("ext_id").collect(engine=ENGINE)
-    unlinked = launches.filter(pl.col("c_start").is_not_null()
-                               & ~pl.col("ext_id").is_in(launcher["ext_id"].drop_nulls().implode()).fill_null(False))
+    # lazy: only the columns selected of the rows kept are copied
     cpu = trace.ops.lazy().with_row_index("o_row").filter(pl.col("cat") == "cpu_op").select(
-        "o_row", o_tid="tid", o_start="start", o_end="end", enclosing=pl.col("name")).collect(engine=ENGINE)
-    enclosing = (unlinked.join_where(cpu, pl.col("o_start") <= pl.col("c_start"), pl.col("o_end") >= pl.col("c_end"))
-                 .filter(pl.col("o_tid") == pl.col("c_tid"))
-                 .sort("row", *INNERMOST_FIRST, descending=[False, True, False, True])
-                 .group_by("row", maintain_order=True).agg(pl.col("enclosing").first()))
+        "o_row", "ext_id", o_tid="tid", o_start="start", o_end="end", enclosing=pl.col("name")).collect(engine=ENGINE)
+    called = launches.filter(pl.col("c_start").is_not_null())
+    around_call = ((pl.col("o_tid") == pl.col("c_tid")) & (pl.col("o_start") <= pl.col("c_start"))
+                   & (pl.col("o_end") >= pl.col("c_end")))
+    launcher = innermost(called.join(cpu, on="ext_id").filter(around_call)).rename({"enclosing": "op"})
+    unlinked = called.join(launcher, on="row", how="anti")
+    around = unlinked.drop("ext_id").join_where(  # an interval join; thread after
+        cpu.drop("ext_id"), pl.col("o_start") <= pl.col("c_start"), pl.col("o_end") >= pl.col("c_end"))
+    enclosing = innermost(around.filter(pl.col("o_tid") == pl.col("c_tid")))
     named = trace.derived.get("lean-names", pl.DataFrame(schema={"row": pl.UInt32, "op": pl.String,
                                                                  "label": pl.String}))
     return (launches.select("row", "ext_id", "c_tid").join(fsdp, on="row", how="left").join(coarse, on="row", how="left")
-            .join(by_runner, on="row", how="left").join(launcher, on="ext_id", how="left")
+            .join(by_runner, on="row", how="left").join(launcher, on="row", how="left")
             .join(named.rename({"op": "named_op", "label": "named_label"}), on="row", how="left")
             .join(enclosing, on="row", how="left").with_columns(label=pl.coalesce("label", "named_label"))
             .with_columns(op=pl.coalesce("op", "named_op", "enclosing"),
@@ -104,6 +108,12 @@ def made_launch_context(trace: Trace) -> pl.DataFrame:
                 fsdp=pl.col("label").str.replace(r" \(.*\)$", ""),
                 unit=pl.col("label").str.extract(r"\((.*)\)$", 1))
             .select("row", "phase", "fsdp", "unit", "op").sort("row"))
+
+
+def innermost(pairs: pl.DataFrame) -> pl.DataFrame:
+    """row, enclosing: of each row's (launch, CPU op) pairs, the innermost op's name."""
+    return (pairs.sort("row", *INNERMOST_FIRST, descending=[False, True, False, True])
+            .group_by("row", maintain_order=True).agg(pl.col("enclosing").first()))
 
 
 def autograd_threads(ops: pl.DataFrame) -> list:

@@ -15,6 +15,10 @@
   are device-side records of synchronisation, not host waits: the ledger lists them apart, as
   `cuda_sync: <name>` with no blocked or idle time, blamed on the ops around the call they
   belong to (one entry per step and name), and counts them in `cuda_sync_events.<name>`.
+- scope `step` (default): the calls each step made (a record: its call's step). Scope
+  `trace`: the whole trace as one row, step null — every host sync, in a step or not (a
+  `cudaDeviceSynchronize` before the first step), and every cuda_sync record, its call in the
+  trace or not (blamed where it is).
 """
 
 from __future__ import annotations
@@ -56,39 +60,48 @@ def blame_chains(intervals: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
             .group_by("call", maintain_order=True).agg(blame=pl.col("o_name")))
 
 
-def device_syncs(trace: Trace) -> pl.DataFrame:
-    """The CUPTI cuda_sync records whose call is in a step, as ledger rows: step, api
-    (`cuda_sync: <name>`), blame (of their call), innermost (null: one group per name),
-    blocked_ns and gpu_idle_ns null."""
+def device_syncs(trace: Trace, scope: str = "step") -> pl.DataFrame:
+    """The CUPTI cuda_sync records whose call is in a step (scope `trace`: every one, step
+    null), as ledger rows: step, api (`cuda_sync: <name>`), blame (of their call, where it is
+    in the trace), innermost (null: one group per name), blocked_ns and gpu_idle_ns null."""
     calls = trace.calls.select("correlation", "step", "tid", "start", "end").unique("correlation")
-    records = (trace.marks.filter(pl.col("cat") == "cuda_sync").select("name", "correlation")
-               .join(calls, on="correlation").filter(pl.col("step").is_not_null()).with_row_index("call"))
+    records = trace.marks.filter(pl.col("cat") == "cuda_sync").select("name", "correlation")
+    if scope == "step":
+        records = records.join(calls, on="correlation").filter(pl.col("step").is_not_null())
+    else:
+        records = records.join(calls, on="correlation", how="left").with_columns(step=pl.lit(None, pl.Int64))
+    records = records.with_row_index("call")
     return records.join(blame_chains(records, trace.ops), on="call", how="left").select(
         "step", api=pl.lit("cuda_sync: ") + pl.col("name"),
         blame=pl.col("blame").fill_null(pl.lit([], dtype=pl.List(pl.String))),
         innermost=pl.lit(None, pl.String), blocked_ns=pl.lit(None, pl.Int64), gpu_idle_ns=pl.lit(None, pl.Int64))
 
 
-def cuda_sync_events(trace: Trace) -> pl.DataFrame:
-    """(step, name, n): CUPTI cuda_sync records, in the step of the call they belong to."""
+def cuda_sync_events(trace: Trace, scope: str = "step") -> pl.DataFrame:
+    """(step, name, n): CUPTI cuda_sync records, in the step of the call they belong to (scope
+    `trace`: every one, step null)."""
     marks = trace.marks.filter(pl.col("cat") == "cuda_sync")
-    steps = trace.calls.select("correlation", "step").unique("correlation")
-    return (marks.join(steps, on="correlation", how="left").filter(pl.col("step").is_not_null())
-            .group_by("step", "name").agg(n=pl.len()).sort("step", "name"))
+    if scope == "step":
+        steps = trace.calls.select("correlation", "step").unique("correlation")
+        marks = marks.join(steps, on="correlation", how="left").filter(pl.col("step").is_not_null())
+    else:
+        marks = marks.with_columns(step=pl.lit(None, pl.Int64))
+    return marks.group_by("step", "name").agg(n=pl.len()).sort("step", "name")
 
 
-def sync_ledger(trace: Trace) -> pl.DataFrame:
-    """One row per step: `calls` = [{api, count, blocked_ns, gpu_idle_ns, blame, chains}], one
+def sync_ledger(trace: Trace, scope: str = "step") -> pl.DataFrame:
+    """One row per step (scope `trace`: one row, step null, of the whole trace): `calls` =
+    [{api, count, blocked_ns, gpu_idle_ns, blame, chains}], one
     entry per (api, innermost blame) of the host syncs, biggest blocked time first, then one
     per cuda_sync record name (`device_syncs`), ties by the larger count, then api and
     innermost in alphabetical order; `blame` is the group's most
     frequent chain and `chains` = [{blame, count, blocked_ns}] every distinct chain in it (the
     FSDP1 rate limiter inside `_pre_forward` in the forward and inside the backward prefetch
     in the backward); `cuda_sync_events.<name>` counts."""
-    host = host_syncs(trace).filter(pl.col("step").is_not_null()).with_columns(
-        innermost=pl.col("blame").list.first())
+    host = host_syncs(trace).with_columns(innermost=pl.col("blame").list.first())
+    host = host.filter(pl.col("step").is_not_null()) if scope == "step" else host.with_columns(step=pl.lit(None, pl.Int64))
     syncs = pl.concat([host.select("step", "api", "blame", "innermost", "blocked_ns", "gpu_idle_ns"),
-                       device_syncs(trace)])
+                       device_syncs(trace, scope)])
     chains = (syncs.group_by("step", "api", "innermost", "blame")
               .agg(count=pl.len().cast(pl.Int64), blocked_ns=known_sum("blocked_ns"))
               .sort("count", "blocked_ns", pl.col("blame").list.join(" < "), descending=[True, True, False],
@@ -103,7 +116,8 @@ def sync_ledger(trace: Trace) -> pl.DataFrame:
                     nulls_last=True))  # ties (device syncs: no blocked time) by name: the same order every run
     per_step = groups.group_by("step", maintain_order=True).agg(
         calls=pl.struct("api", "count", "blocked_ns", "gpu_idle_ns", "blame", "chains"))
-    table = trace.steps.select("step").join(per_step, on="step", how="left").with_columns(
+    steps = trace.steps.select("step") if scope == "step" else pl.DataFrame({"step": [None]}, schema={"step": pl.Int64})
+    table = steps.join(per_step, on="step", how="left", nulls_equal=True).with_columns(
         pl.col("calls").fill_null(pl.lit([], dtype=per_step.schema["calls"])))
-    events = cuda_sync_events(trace).rename({"name": "key"})
+    events = cuda_sync_events(trace, scope).rename({"name": "key"})
     return count_columns(table, events, "cuda_sync_events", sorted(set(events["key"]))).sort("step")

@@ -114,6 +114,25 @@ def test_sync_ledger_blame_and_gpu_idle(tmp_path):
     assert row["cuda_sync_events.Event Sync"] == 1
 
 
+def test_cuda_sync_records_without_their_calls_are_in_the_trace_scope(tmp_path):
+    """No `ProfilerStep#N` (the whole trace is step 0) and no runtime call of the two
+    `cuda_sync` records in the trace: step scope has no call to place them by (none listed);
+    scope `trace` lists both, one row with step null, and counts them."""
+    def record(name, ts, corr):
+        return {"ph": "X", "cat": "cuda_sync", "name": name, "pid": 0, "tid": 7, "ts": ts, "dur": 1.0,
+                "args": {"correlation": corr, "cuda_sync_kind": name, "stream": 7, "device": 0}}
+
+    events = [*synth.launched("k", 1.0, 10.0, 30.0, corr=1), record("Event Sync", 50.0, 2),
+              record("Stream Wait Event", 60.0, 3)]
+    trace = tracekit.load(synth.write(tmp_path, "t.json", synth.doc(events)))
+    assert sync_ledger(trace)["calls"].to_list() == [[]]
+    (row,) = sync_ledger(trace, "trace").to_dicts()
+    assert row["step"] is None
+    assert sorted((c["api"], c["count"], c["blocked_ns"]) for c in row["calls"]) == [
+        ("cuda_sync: Event Sync", 1, None), ("cuda_sync: Stream Wait Event", 1, None)]
+    assert (row["cuda_sync_events.Event Sync"], row["cuda_sync_events.Stream Wait Event"]) == (1, 1)
+
+
 def test_sync_ledger_orders_ties_by_name():
     """Blocked time (largest first, unknown last), then count, then api: a total order, so that
     the same trace gives the same answer every run. The HTA trace's device syncs (no blocked

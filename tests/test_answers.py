@@ -620,14 +620,19 @@ def test_comms_shows_what_tells_look_alike_rows_apart():
     rows = {tuple(line.split()[:4]) for line in lines[2:]}
     assert len(rows) == len(lines) - 2  # every row tells itself apart
     assert "dtype" not in cli("comms", DATA / "h200x2-small" / "ddp").stdout.splitlines()[0]
-    # HTA's 16-rank trace: three send/recv rows of one step, on streams 84, 285 and 363 (its JSON)
+    # HTA's 16-rank trace: send/recv rows of one step on streams 84, 285 and 363, and on stream 84
+    # of three dtypes (the all-to-alls' annotations say them) and one unknown (its JSON)
     path = DATA / "external" / "hta-tests-data" / "negative_queue_length_values_check" / "rank0.json.gz"
-    streams = [c["stream"] for c in json.loads(cli("comms", "--steps", "550", "--format", "json", path).stdout)
-               ["traces"][0]["steps"][0]["collectives"]]
+    collectives = json.loads(cli("comms", "--steps", "550", "--format", "json", path).stdout)["traces"][0]["steps"][0][
+        "collectives"]
     lines = cli("comms", "--steps", "550", path).stdout.splitlines()
     lines = lines[:next((i for i, line in enumerate(lines) if line.startswith("(not shown")), len(lines))]
-    assert lines[0].split()[:3] == ["rank", "kind", "stream"] and [int(x.split()[2]) for x in lines[2:]] == streams
-    assert sorted(streams) == [84, 285, 363]
+    assert lines[0].split()[:4] == ["rank", "kind", "dtype", "stream"]
+    at = lines[0].index("stream")  # the columns are right-aligned under their names: the text above ends there
+    cells = [(x[lines[0].index("dtype"):at].strip() or None, int(x[at:at + len("stream")])) for x in lines[2:]]
+    assert cells == [(c["dtype"], c["stream"]) for c in collectives]
+    assert sorted({c["stream"] for c in collectives}) == [84, 285, 363]
+    assert {c["dtype"] for c in collectives if c["stream"] == 84} == {None, "Int", "Long"}
 
 
 def test_timeline_picture_puts_every_rank_on_one_scale(tmp_path, monkeypatch):

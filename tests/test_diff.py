@@ -346,3 +346,26 @@ def test_both_sides_read_together_are_each_their_own_run(tmp_path):
     nested = cli(outer / "inner", outer)  # B holds A: A is fsdp1's ranks, B both folders'
     assert [(r["rank"], r["a_step_ns"]) for r in nested["ranks"]] == [
         (d.rank, d.a_step_ns) for d in alone(fsdp1, ddp).per_rank]
+
+
+def test_a_collective_of_unknown_size_is_null_not_zero(tmp_path):
+    """A's all-reduce kernel carries no size and nothing around its launch states one: its
+    bytes are unknown (null in JSON), never 0 B; B's, with its args, is
+    1024 floats; a kind a side does not have is 0 collectives of 0 B."""
+    bare = synth.kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)", 10.0, 20.0, 2,
+                        stream=21)
+    a = [synth.step(1, 0.0, 500.0), synth.call("cuLaunchKernelEx", 2.0, 1, 2, cat="cuda_driver"), bare]
+    b = [synth.step(1, 0.0, 500.0), *synth.nccl("all_reduce", 2.0, 10.0, 20.0, corr=2, nelems=1024)]
+    paths = [synth.write(tmp_path, f"{n}.json", synth.doc(e)) for n, e in (("a", a), ("b", b))]
+    result = CliRunner().invoke(main, ["diff", "--format", "json", *map(str, paths)])
+    (coll,) = json.loads(result.stdout)["collectives"]
+    assert (coll["kind"], coll["a_count"], coll["a_bytes"], coll["b_count"], coll["b_bytes"]) == \
+        ("all_reduce", 1, None, 1, 4096)
+    result = CliRunner().invoke(main, ["diff", "--format", "json", *map(str, reversed(paths))])
+    (coll,) = json.loads(result.stdout)["collectives"]
+    assert (coll["a_bytes"], coll["b_bytes"]) == (4096, None)
+    empty = [synth.step(1, 0.0, 500.0), *synth.launched("k", 1.0, 10.0, 20.0, corr=1)]
+    c = synth.write(tmp_path, "c.json", synth.doc(empty))
+    doc = json.loads(CliRunner().invoke(main, ["diff", "--format", "json", str(paths[0]), str(c)]).stdout)
+    (coll,) = doc["collectives"]
+    assert (coll["a_bytes"], coll["b_count"], coll["b_bytes"]) == (None, 0, 0)

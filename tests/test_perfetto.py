@@ -116,6 +116,23 @@ def test_diff_export_of_steps_that_start_late_in_their_traces(tmp_path):
     assert max(starts.values()) == 2 and min(starts) >= 0
 
 
+def test_diff_export_of_cpu_only_traces_aligns_their_step_windows(tmp_path):
+    """Two CPU-only traces (`tests/data/gloo-cpu`): no device work to start a span, so each
+    side's compared step starts where its CPU window does; both `ProfilerStep#2` slices (the
+    compared step, the median of steps 1-2) start at one time (was a TypeError: no device start)."""
+    a, b = (DATA / "gloo-cpu" / f"rank{r}.pt.trace.json.gz" for r in (0, 1))
+    out = tmp_path / "diff.pftrace"
+    result = CliRunner().invoke(main, ["export", "--diff", str(a), str(b), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    tracks, events = decode(out)
+    steps = {u for u, t in tracks.items() if t.name == "tracekit: steps"}
+    begins = {(e.track_event.name, e.timestamp) for e in events if e.track_event.track_uuid in steps
+              and e.track_event.type == TrackEvent.TYPE_SLICE_BEGIN}
+    assert len(steps) == 2 and ("ProfilerStep#2", 1_000_000_000) in begins
+    assert {t for name, t in begins if name == "ProfilerStep#2"} == {1_000_000_000}
+    assert {name for name, t in begins if t < 1_000_000_000} == {"ProfilerStep#1"}
+
+
 def test_bad_input_writes_nothing(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text('{"traceEvents": [')

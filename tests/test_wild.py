@@ -352,3 +352,35 @@ def test_two_real_ranks_fused_read_as_their_own_files(tmp_path):
 
     for verb in ("summary", "syncs", "comms", "overlap", "breakdown"):
         assert figures(fused, verb) == figures(apart, verb), verb
+
+
+def test_launchless_kernels_are_orphans_whatever_range_their_external_id_names(tmp_path):
+    """An event-replay trace (ROCm): a replayed `aten::convolution_backward` launches 2 MIOpen
+    kernels (their `hipLaunchKernel` calls in the trace); 3 more kernels run inside the step
+    with correlation ids whose calls are not in the trace, their External id that of the
+    replayed op (roctracer fills it from the range open at the time). Device work with no
+    launching call has no launching thread: the 3 are in no step and have no op, and `lint`
+    names them (`orphan_gpu_work`); the op launched 2."""
+    from tracekit.analyses.phases import launch_context
+
+    def launched(name, corr, call_ts, ts):
+        call = synth.call("hipLaunchKernel", call_ts, 1.0, corr, cat="cuda_runtime")
+        call["args"]["External id"] = 5
+        kernel = synth.kernel(name, ts, 10.0, corr)
+        kernel["args"]["External id"] = 5
+        return [call, kernel]
+
+    replayed = [synth.kernel(f"MIOpenConvBwdWeights{i}", 200.0 + 20 * i, 10.0, 900 + i) for i in range(3)]
+    for k in replayed:
+        k["args"]["External id"] = 5
+    events = [synth.step(1, 0.0, 1000.0), synth.op("aten::convolution_backward", 10.0, 100.0, **{"External id": 5}),
+              *launched("MIOpenConvBwdData", 1, 20.0, 120.0), *launched("MIOpenConvBwdBias", 2, 40.0, 140.0),
+              *replayed]
+    trace = tracekit.load(synth.write(tmp_path, "replay.json", synth.doc(events)), cache=False)
+    ops = dict(zip(trace.gpu["name"], launch_context(trace)["op"]))
+    steps = dict(zip(trace.gpu["name"], trace.gpu["step"]))
+    assert {n: (steps[n], ops[n]) for n in steps} == {
+        "MIOpenConvBwdData": (1, "aten::convolution_backward"), "MIOpenConvBwdBias": (1, "aten::convolution_backward"),
+        **{f"MIOpenConvBwdWeights{i}": (None, None) for i in range(3)}}
+    (orphans,) = trace_findings(trace).filter(pl.col("kind") == "orphan_gpu_work").to_dicts()
+    assert orphans["count"] == 3

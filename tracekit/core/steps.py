@@ -4,11 +4,15 @@ A step is the CPU window of a `ProfilerStep#N` annotation. A runtime/driver call
 belongs to the step whose window holds its start. A GPU activity belongs to the step of the
 call that launched it (same `correlation`), not to the step whose window it runs in: when
 the GPU lags, a step's kernels run during the next step's window. An activity whose launching
-call is not in the trace (a `cupti` recording holds no calls) belongs to the step of the CPU
-range its `External id` names (the runner's phase annotation it was launched in). An activity that carries
-no correlation id at all (MTIA's DMA transfers) cannot be linked to a launch: it belongs to
-the step whose window holds its start. A trace with no `ProfilerStep#N` is one step,
-numbered 0, spanning the whole trace; then every GPU activity belongs to it.
+call is not in the trace has no launching thread, so no step: it is an orphan (`lint`'s
+`orphan_gpu_work`), whatever CPU range its time or its `External id` overlaps (roctracer and
+Kineto fill that id from whatever range was open) — but for a `cupti` recording of tracekit's
+runner, which holds no calls by design and gives each activity the External id of the
+runner's phase annotation (`tracekit#<phase>`) it was launched in: the step of that
+annotation. An activity that carries no correlation id at all (MTIA's DMA transfers) cannot
+be linked to a launch: it belongs to the step whose window holds its start. A trace with no
+`ProfilerStep#N` is one step, numbered 0, spanning the whole trace; then every GPU activity
+belongs to it.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import polars as pl
 
 PROFILER_STEP = r"^ProfilerStep#(\d+)$"
+RUNNER_PHASE = r"^tracekit#(forward|backward|optimizer|checkpoint)$"  # runners/clock.py
 
 
 def steps_table(ops: pl.DataFrame) -> pl.DataFrame:
@@ -54,7 +59,8 @@ def assign_steps(steps: pl.DataFrame, gpu: pl.DataFrame, calls: pl.DataFrame, op
         return gpu.with_columns(step=pl.lit(0, dtype=pl.Int64)), calls, ops
     launched = (calls.filter(pl.col("correlation").is_not_null()).select("correlation", "step", called=pl.lit(True))
                 .unique("correlation", keep="first"))
-    enclosing = ops.filter(pl.col("ext_id").is_not_null()).select("ext_id", ext_step="step").unique("ext_id", keep="first")
+    phases = ops.filter(pl.col("ext_id").is_not_null() & pl.col("name").str.contains(RUNNER_PHASE))
+    enclosing = phases.select("ext_id", ext_step="step").unique("ext_id", keep="first")
     gpu = (gpu.join(launched, on="correlation", how="left", maintain_order="left")
            .join(enclosing, on="ext_id", how="left", maintain_order="left"))
     by_window = step_of(gpu.select("start"), steps)["step"]

@@ -311,7 +311,7 @@ def export_diff(a_traces: list[Trace], b_traces: list[Trace], diff: RunDiff, lab
         for trace in traces:
             shown = by_rank.get(trace.rank, diff.together)
             step = shown.a_step if side == "a" else shown.b_step
-            sides.append((side, trace, label, shown, trace.gpu.filter(pl.col("step") == step)["start"].min()))
+            sides.append((side, trace, label, shown, step_span_start(trace, step)))
     # every side's step span starts at one time: 1 s, or later where a step starts later into its
     # trace (a recording in rounds), so that no event lands before 0
     base = max(1_000_000_000, *(start for *_, start in sides))
@@ -323,6 +323,16 @@ def export_diff(a_traces: list[Trace], b_traces: list[Trace], diff: RunDiff, lab
             if trace.rank in by_rank:
                 _item_tracks(writer, trace, shown.a_items if side == "a" else shown.b_items, top_items, side, shift)
     write_atomically(out, write)
+
+
+def step_span_start(trace: Trace, step: int | None) -> int:
+    """Where a step's span starts (ns from the trace's origin): its first device activity,
+    else (a CPU-only trace) its CPU window's start, else (no such step) the origin."""
+    gpu_start = trace.gpu.filter(pl.col("step") == step)["start"].min()
+    if gpu_start is not None:
+        return gpu_start
+    window = trace.steps.filter(pl.col("step") == step)["cpu_start"]
+    return window.item(0) if window.len() else 0
 
 
 def _item_tracks(writer, trace, items: pl.DataFrame, top_items: pl.DataFrame, side: str, shift: int) -> None:

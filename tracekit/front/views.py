@@ -17,7 +17,7 @@ import os
 import re
 import shutil
 import textwrap
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from itertools import combinations
 
@@ -79,7 +79,8 @@ VIEWS = {
                   aliases={"calls.api": "api", "calls.count": "count", "calls.blocked_ns": "blocked_ns",
                            "calls.gpu_idle_ns": "gpu_idle_ns", "calls.blame": "blame", "calls.chains": "chains"},
                   chains=("calls.blame",),
-                  empty="no host-blocking calls (cudaDeviceSynchronize, cudaStreamSynchronize, …) in these traces"),
+                  empty="no host-blocking calls (cudaDeviceSynchronize, cudaStreamSynchronize, …) or cuda_sync "
+                        "records in these steps (`--scope trace`: the whole trace)"),
     "comms": View(("run", "rank", "step", "agg", "pg", "kind", "dtype", "device", "stream", "count", "bytes", "kernel_ms",
                    "exposed_ms", "busbw_gbps", "wait_ms"),
                   aliases={f"collectives.{c}": c for c in
@@ -130,6 +131,8 @@ VIEWS = {
     "diff.launches": View(("api", "a_count", "a_call_ms", "b_count", "b_call_ms")),
     "diff.collectives": View(("kind", "a_count", "a_bytes", "a_exposed_ms", "b_count", "b_bytes", "b_exposed_ms")),
 }
+VIEWS["syncs.trace"] = replace(VIEWS["syncs"], empty="no host-blocking calls (cudaDeviceSynchronize, "
+                               "cudaStreamSynchronize, …) or cuda_sync records in these traces")
 
 
 def shown_name(raw: str, view: View) -> str:

@@ -28,12 +28,18 @@ def summary(paths, steps, agg, rank, fmt, layout, options, scope):
 
 
 @verb
-def syncs(paths, steps, agg, rank, fmt, layout, options):
+@click.option("--scope", type=click.Choice(["step", "trace"]), default="step", show_default=True,
+              help="Per step (the calls each step made); or the whole trace as one row, step null: every "
+                   "host-blocking call and cuda_sync record, in a step or not.")
+def syncs(paths, steps, agg, rank, fmt, layout, options, scope):
     """Host-blocking calls (cudaEventSynchronize & co.) with blocked time, GPU idle time and
     blame: the enclosing CPU ops, innermost first. CUPTI cuda_sync records are counted apart."""
+    from functools import partial
+
     from tracekit.analyses.syncs import sync_ledger
 
-    emit(render(per_step(paths, rank, options, sync_ledger, steps, agg), fmt, "syncs", layout))
+    report = per_step(paths, rank, options, partial(sync_ledger, scope=scope), steps, agg)
+    emit(render(report, fmt, "syncs" if scope == "step" else "syncs.trace", layout))
 
 
 @verb
