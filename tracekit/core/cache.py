@@ -1,27 +1,28 @@
 """The trace cache: a loaded trace's tables, kept on disk so that later commands skip decoding.
 
-An entry is a folder named by a hash of the trace's identity — its path (or URL), size,
-inode, modification and change times (a URL: its ETag, Last-Modified and the like,
-`files.identity`), the classification options (`--comm-kernel`), the decoder that made it
-(`decoder`: the native one or msgspec's) and the code that made its tables (`fingerprint`: a
-hash of every file of the core, the native extension among them, and of the analyses, whose
-tables are kept too), so that no entry made by other code is ever read: no number to bump —
-holding each table as Arrow IPC (zstd, `ipc.write_table`; read from its bytes,
-`ipc.table_from`) and `trace.json` (what else a `Trace` holds, and each table's CRC-32). The analyses' own intermediate tables (the timeline) go there
-too: `Trace.derived` is a `Derived`, which writes each table an analysis keeps in it to the
-entry and reads it back in a later command, so an analysis itself does no I/O; a table made
-after the trace was named from another one (`naming.named`) is kept under that one's identity
-too (`Derived.rebased`), so a table made before naming is never read back after it; a table made
-from all of a run's traces (the critical path with the run's collective arrivals) is kept in each
-trace's entry under a key naming the run's traces and their entries (`critical_path.run_identity`).
-It is written to a temporary folder (`.tmp-…`) and renamed into place, so a reader never
-sees half an entry; a temporary folder that a killed process left behind counts as an entry
-for `cache info`, `cache clear` and the size bound. Every file proves itself: `trace.json` and
-each derived table end with the CRC-32 of what precedes it (`sealed`), and `trace.json` holds
-each table's; a file whose bytes do not match (a flipped bit, a truncated write) is a miss —
-the entry is written again, a derived table made again — never an answer. The cache is `TRACEKIT_CACHE_DIR`, else the user's cache
-folder (`~/.cache/tracekit` on Linux), and is kept under `TRACEKIT_CACHE_MAX_GB` (default 20)
-by removing the entries used least recently. `TRACEKIT_NO_CACHE=1` (or `--no-cache`) skips it.
+An entry is a folder named by a hash of the trace's identity — its path (or URL), size, inode,
+modification and change times (a URL: its ETag, Last-Modified and the like, `files.identity`),
+the classification options (`--comm-kernel`), the decoder that made it (`decoder`: the native
+one or msgspec's) and the code that made its tables (`fingerprint`: a hash of every file of the
+core, the native extension among them, and of the analyses, whose tables are kept too), so that
+no entry made by other code is ever read (no number to bump by hand). It holds each table as
+Arrow IPC (zstd, `ipc.write_table`; read from its bytes, `ipc.table_from`) and `trace.json`
+(what else a `Trace` holds, and each table's CRC-32). The analyses' own intermediate tables (the
+timeline) go there too: `Trace.derived` is a `Derived`, which writes each table an analysis
+keeps in it to the entry and reads it back in a later command, so an analysis itself does no
+I/O; a table made after the trace was named from another one (`naming.named`) is kept under that
+one's identity too (`Derived.rebased`), so a table made before naming is never read back after
+it; a table made from all of a run's traces (the critical path with the run's collective
+arrivals) is kept in each trace's entry under a key naming the run's traces and their entries
+(`critical_path.run_identity`). It is written to a temporary folder (`.tmp-…`) and renamed into
+place, so a reader never sees half an entry; a temporary folder that a killed process left
+behind counts as an entry for `cache info`, `cache clear` and the size bound. Every file proves
+itself: `trace.json` and each derived table end with the CRC-32 of what precedes it (`sealed`),
+and `trace.json` holds each table's; a file whose bytes do not match (a flipped bit, a truncated
+write) is a miss — the entry is written again, a derived table made again — never an answer. The
+cache is `TRACEKIT_CACHE_DIR`, else the user's cache folder (`~/.cache/tracekit` on Linux), and
+is kept under `TRACEKIT_CACHE_MAX_GB` (default 20) by removing the entries used least recently.
+`TRACEKIT_NO_CACHE=1` (or `--no-cache`) skips it.
 
 The same folder keeps whole commands' answers (`answers/`, `answers.py`): they count towards the
 bound, and `cache info`/`cache clear` show and remove them with the traces. Importing this module
