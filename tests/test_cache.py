@@ -312,3 +312,19 @@ def test_a_small_table_is_kept_as_a_stream_a_large_one_as_a_file_and_both_read_b
         assert cache.opened(sealed[:-1]) is None and cache.opened(sealed[:len(sealed) // 2]) is None
         back = ipc.table_from(stored)
         assert back.schema == frame.schema and back.equals(frame)
+
+
+def test_a_kept_answer_with_a_flipped_byte_is_not_an_answer(tmp_path, monkeypatch):
+    """A kept answer is a cache entry too: one byte flipped anywhere in its file and it is not
+    printed (the command runs), where a JSON that still parsed was printed before."""
+    from tracekit.core import answers
+
+    monkeypatch.setenv("TRACEKIT_CACHE_DIR", str(tmp_path / "cache"))
+    answers.write("k", [("stdout", "count 1\n")])
+    path = tmp_path / "cache" / cache.ANSWERS / "k.json"
+    assert answers.read("k")["output"] == [["stdout", "count 1\n"]]
+    for at in range(path.stat().st_size):
+        flipped(path, at)
+        assert answers.read("k") is None, at
+        flipped(path, at)  # put back
+    assert answers.read("k") is not None
