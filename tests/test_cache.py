@@ -1,9 +1,13 @@
-"""The trace cache: a hit gives the same trace and the same output, a changed file or another
-schema is a miss, a corrupt entry is ignored and written again, --no-cache skips it."""
+"""The trace cache: a hit gives the same trace and the same output, a changed file, another
+decoder or other code is a miss, a corrupt entry is ignored and written again, --no-cache skips it."""
 
 import json
 import os
+import shutil
+from pathlib import Path
 
+import polars as pl
+import pytest
 import synth
 from click.testing import CliRunner
 
@@ -40,7 +44,7 @@ def test_a_hit_gives_the_same_output_without_decoding(tmp_path, monkeypatch):
     assert json.loads(with_other_path)["traces"][0]["path"] == os.path.relpath(path)
 
 
-def test_a_changed_file_another_schema_or_no_cache_is_a_miss(tmp_path, monkeypatch):
+def test_a_changed_file_other_code_or_no_cache_is_a_miss(tmp_path, monkeypatch):
     monkeypatch.setenv("TRACEKIT_CACHE_DIR", str(tmp_path / "cache"))
     path = trace_file(tmp_path)
     first = json.loads(summary_json(path))["traces"][0]["steps"][0]["gpu_span_ns"]
@@ -53,9 +57,46 @@ def test_a_changed_file_another_schema_or_no_cache_is_a_miss(tmp_path, monkeypat
     monkeypatch.setattr(tracekit.core.loading, "decode", lambda *a: decoded.append(1) or real(*a))
     summary_json("--no-cache", path)
     assert decoded == [1]
-    monkeypatch.setattr(cache, "SCHEMA", cache.SCHEMA + 1)
+    monkeypatch.setattr(cache, "fingerprint", lambda: "other code")
     summary_json(path)
     assert decoded == [1, 1]
+
+
+def test_the_key_names_the_decoder_and_the_code(monkeypatch):
+    """Found by a review: an entry made by the native decoder (then wrong) answered with
+    TRACEKIT_NATIVE=0 too; the key now names the decoder, and the code (`fingerprint`: its
+    files' bytes, the native extension's among them), not a number bumped by hand."""
+    identity = {"path": "/x", "size": 1}
+    monkeypatch.setenv("TRACEKIT_NATIVE", "1")
+    native = cache.key(identity, ())
+    monkeypatch.setenv("TRACEKIT_NATIVE", "0")
+    assert cache.key(identity, ()) != native and cache.decoder() == "msgspec"
+    assert not hasattr(cache, "SCHEMA")
+    root = Path(tracekit.core.__file__).parent
+    assert any(p.suffix == ".so" for p in cache.source_files(root))  # the native extension is code too
+
+
+def test_changed_analysis_code_gives_a_fresh_answer_on_the_next_command(tmp_path, monkeypatch):
+    """A table an analysis keeps in the entry (the summary's) is made again once the
+    analysis' code changes: here the function is patched (one kernel more per row) and its
+    file's bytes, which the key hashes. The function patched alone still gets the kept table
+    (what a forgotten bump served before)."""
+    from tracekit.analyses import summary
+
+    monkeypatch.setenv("TRACEKIT_CACHE_DIR", str(tmp_path / "cache"))
+    path = trace_file(tmp_path)
+    before = json.loads(summary_json(path))["traces"][0]["steps"]
+    cache.writer().submit(lambda: None).result()
+    monkeypatch.setattr(summary, "made_summary", lambda trace, scope, real=summary.made_summary:
+                        real(trace, scope).with_columns(pl.col("kernels") + 1))
+    assert json.loads(summary_json(path))["traces"][0]["steps"] == before  # the code's bytes unchanged
+    edited = shutil.copytree(Path(summary.__file__).parent, tmp_path / "analyses")  # the code after the edit
+    with open(edited / "summary.py", "a") as f:
+        f.write("# kernels counted one more\n")
+    monkeypatch.setattr(cache, "code_folders", lambda real=cache.code_folders: {**real(), "tracekit.analyses": edited})
+    monkeypatch.setattr(cache, "fingerprint", cache.fingerprint.__wrapped__)  # computed again, not the kept one
+    after = json.loads(summary_json(path))["traces"][0]["steps"]
+    assert [row["kernels"] for row in after] == [row["kernels"] + 1 for row in before]
 
 
 def test_a_corrupt_entry_is_ignored_and_written_again(tmp_path, monkeypatch):
@@ -67,7 +108,36 @@ def test_a_corrupt_entry_is_ignored_and_written_again(tmp_path, monkeypatch):
     (entry / "gpu.arrow").write_bytes(b"not arrow")
     assert summary_json(path) == cold
     cache.writer().submit(lambda: None).result()
-    assert ipc.whole((entry / "gpu.arrow").read_bytes())  # written again, whole
+    assert cache.read(entry.name) is not None  # written again, whole
+
+
+def flipped(path: Path, at: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[at] ^= 0x5A
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("name", ["trace.json", "gpu.arrow", "ops.arrow", "derived-summary-step.arrow"])
+def test_a_flipped_byte_anywhere_in_an_entry_is_a_miss_never_an_answer(tmp_path, monkeypatch, name):
+    """Found by a review: a byte flipped in an entry was trusted — a count of 91 for 1,
+    altered kernel names, a Rust abort, polars tracebacks. Each file is checked (CRC-32): a
+    flip anywhere is a miss, the answer the fresh one's, and the entry is whole again after
+    that one command."""
+    monkeypatch.setenv("TRACEKIT_CACHE_DIR", str(tmp_path / "cache"))
+    path = trace_file(tmp_path)
+    fresh = summary_json("--no-cache", path)
+    summary_json(path)
+    cache.writer().submit(lambda: None).result()
+    (entry,) = (tmp_path / "cache").iterdir()
+    size = (entry / name).stat().st_size
+    for at in sorted({0, size - 1, *range(0, size, max(1, size // 12))}):
+        flipped(entry / name, at)
+        assert summary_json(path) == fresh, at
+        cache.writer().submit(lambda: None).result()
+        assert cache.read(entry.name) is not None and (entry / name).exists()
+        assert cache.opened((entry / "trace.json").read_bytes()) is not None
+        if name.startswith("derived-"):
+            assert cache.opened((entry / name).read_bytes()) is not None  # made again, whole
 
 
 def test_the_cache_is_bounded_and_can_be_cleared(tmp_path, monkeypatch):
@@ -231,14 +301,30 @@ def test_a_report_reads_each_traces_graph_nodes_once(tmp_path, monkeypatch):
 
 
 def test_a_small_table_is_kept_as_a_stream_a_large_one_as_a_file_and_both_read_back_whole(tmp_path):
-    import polars as pl
-
     small = pl.DataFrame({"name": ["a", "b", None], "ns": [1, 2, 3]}, schema_overrides={"name": pl.Categorical})
     large = pl.DataFrame({"ns": range(ipc.STREAM_BELOW // 8 + 1)})
-    for frame, magic in ((small, ipc.STREAM_END[:4]), (large, ipc.FILE_MAGIC)):
+    for frame, magic in ((small, b"\xff\xff\xff\xff"), (large, ipc.FILE_MAGIC)):
         ipc.write_table(frame, tmp_path / "t.arrow")
         stored = (tmp_path / "t.arrow").read_bytes()
-        assert stored.startswith(magic) and ipc.whole(stored)
-        assert not ipc.whole(stored[:-1]) and not ipc.whole(stored[:len(stored) // 2])
+        assert stored.startswith(magic)
+        sealed = cache.sealed(stored)
+        assert cache.opened(sealed) == stored
+        assert cache.opened(sealed[:-1]) is None and cache.opened(sealed[:len(sealed) // 2]) is None
         back = ipc.table_from(stored)
         assert back.schema == frame.schema and back.equals(frame)
+
+
+def test_a_kept_answer_with_a_flipped_byte_is_not_an_answer(tmp_path, monkeypatch):
+    """A kept answer is a cache entry too: one byte flipped anywhere in its file and it is not
+    printed (the command runs), where a JSON that still parsed was printed before."""
+    from tracekit.core import answers
+
+    monkeypatch.setenv("TRACEKIT_CACHE_DIR", str(tmp_path / "cache"))
+    answers.write("k", [("stdout", "count 1\n")])
+    path = tmp_path / "cache" / cache.ANSWERS / "k.json"
+    assert answers.read("k")["output"] == [["stdout", "count 1\n"]]
+    for at in range(path.stat().st_size):
+        flipped(path, at)
+        assert answers.read("k") is None, at
+        flipped(path, at)  # put back
+    assert answers.read("k") is not None

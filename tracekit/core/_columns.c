@@ -19,7 +19,7 @@
    not what this reads exactly so: malformed JSON, a field of another type than `kineto.Event`
    holds or of a form tracekit converts in Python (a `stream` as text other than a decimal
    integer or a hex address, a list of ranks), an integer beyond int64, text
-   that is not UTF-8. */
+   that is not UTF-8 anywhere (not only in the values it keeps: `utf8`). */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -372,18 +372,22 @@ static int fast_double(const char *p, const char *e, double *out) {
     return 0;
 }
 
+/* ts of at least this many whole µs are 2^62 ns or more (`loading.CLOCK_LIMIT_NS`): beyond any
+   plausible clock, read as 2^62 (the loader drops them, counted), never wrapped. */
+#define CLOCK_LIMIT_US 4611686018427388LL
+#define CLOCK_LIMIT_NS 4611686018427387904LL
+
 /* The ns of the µs number in [p, e) read from its decimal text, as `loading.exact_ns` reads
    it: whole * 1000 + its first four decimals rounded half up (away from zero below 0), where
-   the number has no exponent and the ns fit an int64; else no value. */
+   the number has no exponent (else no value); ±CLOCK_LIMIT_NS from CLOCK_LIMIT_US on. */
 static void exact_ns(Reader *r, const char *p, const char *e) {
     int negative = *p == '-';
     int64_t whole = 0, tenths = 0;
     p += negative;
     for (; p < e && *p != '.'; p++) {
-        if (*p < '0' || *p > '9' || whole > INT64_MAX / 10 - 1) return;
-        whole = whole * 10 + (*p - '0');
+        if (*p < '0' || *p > '9') return;
+        if (whole < CLOCK_LIMIT_US) whole = whole * 10 + (*p - '0'); /* at most 17 digits: no overflow */
     }
-    if (whole > (INT64_MAX - 1000) / 1000) return; /* whole * 1000 + the decimals' 1000 fit */
     int digits = 0;
     for (p += p < e; p < e && digits < 4; p++, digits++) {
         if (*p < '0' || *p > '9') return;
@@ -391,7 +395,7 @@ static void exact_ns(Reader *r, const char *p, const char *e) {
     }
     for (; digits < 4; digits++) tenths *= 10;
     for (; p < e; p++) if (*p < '0' || *p > '9') return;
-    int64_t ns = whole * 1000 + (tenths + 5) / 10;
+    int64_t ns = whole >= CLOCK_LIMIT_US ? CLOCK_LIMIT_NS : whole * 1000 + (tenths + 5) / 10;
     INT(r, I_TS_EXACT) = negative ? -ns : ns;
     VALID(r, V_INT(I_TS_EXACT)) = 1;
 }
@@ -766,10 +770,15 @@ static const char *name_of(int k) {
     return k < N_STR ? STR_NAMES[k] : k < N_STR + N_INT ? INT_NAMES[k - N_STR] : FLT_NAMES[k - N_STR - N_INT];
 }
 
-/* Whether these bytes are UTF-8 (the texts copied from the JSON as they were written). */
+/* Whether these bytes are UTF-8: the whole text, every value and every byte between them, so
+   that a character split across two values, or one in an event this does not keep, leaves the
+   text to msgspec's path, which replaces and counts each such sequence (`loading.readable`) —
+   the one rule of both paths. ASCII is skipped eight bytes at a time. */
 static int utf8(const unsigned char *p, size_t n) {
     const unsigned char *end = p + n;
     while (p < end) {
+        uint64_t word;
+        if (end - p >= 8 && (memcpy(&word, p, 8), !(word & 0x8080808080808080ULL))) { p += 8; continue; }
         if (*p < 0x80) { p++; continue; }
         int more;
         uint32_t cp;
@@ -941,9 +950,9 @@ static PyObject *columns(PyObject *Py_UNUSED(module), PyObject *args) {
     Column *made[MAX_GROUPS][N_VALID];
     memset(made, 0, sizeof made);
     Py_BEGIN_ALLOW_THREADS /* the columns too are made without the interpreter: only their capsules need it */
-    bad = array(&r) || room(&r); /* room: the columns exist even for no rows */
+    bad = !utf8((const unsigned char *)view.buf, (size_t)view.len) || array(&r) || room(&r); /* room: the columns exist even for no rows */
     for (int k = 0; !bad && k < N_STR; k++) /* a view's offset is an int32 */
-        bad = r.str[k].len > INT32_MAX || !utf8((const unsigned char *)r.str[k].p, r.str[k].len);
+        bad = r.str[k].len > INT32_MAX;
     if (!bad && !r.failed) {
         keep_exact(&r, &inexact);
         for (Py_ssize_t row = 0; row < r.rows; row++) {

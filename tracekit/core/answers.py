@@ -15,11 +15,12 @@ The key is a hash of all that the output can depend on:
 - the environment that shapes the output: the terminal's width, whether stdout and stderr are
   terminals and their encodings, COLUMNS, NO_COLOR, the locale, every TRACEKIT_* and POLARS_*
   variable;
-- the code: the cache `SCHEMA`, the size and times of each of tracekit's files, the Python
+- the code: the size and times of each of tracekit's files, the Python
   version and the name and version of every installed distribution, tracekit's own among them
   (an upgrade, or an edit of tracekit's source, gives fresh answers).
 
 A command whose inputs cannot be told without the network (a URL), or cannot be read, has no key.
+A kept answer ends with its CRC-32 (`cache.sealed`): one whose bytes do not match is not an answer.
 """
 
 from __future__ import annotations
@@ -127,7 +128,7 @@ def code() -> dict:
 
     folders = [Path(importlib.util.find_spec(name).submodule_search_locations[0])
                for name in ("tracekit", "tracekit.analyses", "tracekit.runners")]
-    return {"schema": cache.SCHEMA, "python": sys.version,
+    return {"python": sys.version,
             "files": [(str(p), s.st_size, s.st_mtime_ns, s.st_ctime_ns) for folder in folders
                       for p, s in source_files(folder)],
             "distributions": sorted(name for folder in sys.path if os.path.isdir(folder)
@@ -147,10 +148,14 @@ def source_files(folder: Path) -> list[tuple[Path, os.stat_result]]:
 
 
 def read(answer_key: str) -> dict | None:
-    """The kept answer {"output": [[stream, text], …], "status": code}, or None (none, or unreadable)."""
+    """The kept answer {"output": [[stream, text], …], "status": code}, or None (none, or
+    unreadable: corrupt, `cache.opened`)."""
     path = cache.folder() / cache.ANSWERS / f"{answer_key}.json"
     try:
-        answer = json.loads(path.read_text(encoding="utf-8"))
+        text = cache.opened(path.read_bytes())
+        if text is None:
+            return None
+        answer = json.loads(text.decode("utf-8"))
         if not (answer["status"] == 0 and all(s in STREAMS and isinstance(t, str) for s, t in answer["output"])):
             return None
         os.utime(path)  # recently used
@@ -166,7 +171,7 @@ def write(answer_key: str, output: list[tuple[str, str]]) -> None:
     tmp = folder / f".{answer_key}.{os.urandom(16).hex()}.tmp"
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps({"output": merged(output), "status": 0}), encoding="utf-8")
+        tmp.write_bytes(cache.sealed(json.dumps({"output": merged(output), "status": 0}).encode("utf-8")))
         os.replace(tmp, folder / f"{answer_key}.json")
     except OSError:
         tmp.unlink(missing_ok=True)

@@ -1,22 +1,28 @@
 """The trace cache: a loaded trace's tables, kept on disk so that later commands skip decoding.
 
-An entry is a folder named by a hash of the trace's identity — its path (or URL), size,
-inode, modification and change times (a URL: its ETag, Last-Modified and the like,
-`files.identity`), the classification options (`--comm-kernel`) and `SCHEMA`, the version of
-the cached tables and analyses — holding each table as Arrow IPC (zstd, `ipc.write_table`; read
-from its bytes, `ipc.table_from`) and `trace.json` (what else a `Trace` holds). The analyses' own intermediate tables (the timeline) go there
-too: `Trace.derived` is a `Derived`, which writes each table an analysis keeps in it to the
-entry and reads it back in a later command, so an analysis itself does no I/O; a table made
-after the trace was named from another one (`naming.named`) is kept under that one's identity
-too (`Derived.rebased`), so a table made before naming is never read back after it; a table made
-from all of a run's traces (the critical path with the run's collective arrivals) is kept in each
-trace's entry under a key naming the run's traces and their entries (`critical_path.run_identity`).
-It is written to a temporary folder (`.tmp-…`) and renamed into place, so a reader never
-sees half an entry; a temporary folder that a killed process left behind counts as an entry
-for `cache info`, `cache clear` and the size bound. An entry that cannot be read (corrupt, from another version) is ignored
-and written again, never trusted. The cache is `TRACEKIT_CACHE_DIR`, else the user's cache
-folder (`~/.cache/tracekit` on Linux), and is kept under `TRACEKIT_CACHE_MAX_GB` (default 20)
-by removing the entries used least recently. `TRACEKIT_NO_CACHE=1` (or `--no-cache`) skips it.
+An entry is a folder named by a hash of the trace's identity — its path (or URL), size, inode,
+modification and change times (a URL: its ETag, Last-Modified and the like, `files.identity`),
+the classification options (`--comm-kernel`), the decoder that made it (`decoder`: the native
+one or msgspec's) and the code that made its tables (`fingerprint`: a hash of every file of the
+core, the native extension among them, and of the analyses, whose tables are kept too), so that
+no entry made by other code is ever read (no number to bump by hand). It holds each table as
+Arrow IPC (zstd, `ipc.write_table`; read from its bytes, `ipc.table_from`) and `trace.json`
+(what else a `Trace` holds, and each table's CRC-32). The analyses' own intermediate tables (the
+timeline) go there too: `Trace.derived` is a `Derived`, which writes each table an analysis
+keeps in it to the entry and reads it back in a later command, so an analysis itself does no
+I/O; a table made after the trace was named from another one (`naming.named`) is kept under that
+one's identity too (`Derived.rebased`), so a table made before naming is never read back after
+it; a table made from all of a run's traces (the critical path with the run's collective
+arrivals) is kept in each trace's entry under a key naming the run's traces and their entries
+(`critical_path.run_identity`). It is written to a temporary folder (`.tmp-…`) and renamed into
+place, so a reader never sees half an entry; a temporary folder that a killed process left
+behind counts as an entry for `cache info`, `cache clear` and the size bound. Every file proves
+itself: `trace.json` and each derived table end with the CRC-32 of what precedes it (`sealed`),
+and `trace.json` holds each table's; a file whose bytes do not match (a flipped bit, a truncated
+write) is a miss — the entry is written again, a derived table made again — never an answer. The
+cache is `TRACEKIT_CACHE_DIR`, else the user's cache folder (`~/.cache/tracekit` on Linux), and
+is kept under `TRACEKIT_CACHE_MAX_GB` (default 20) by removing the entries used least recently.
+`TRACEKIT_NO_CACHE=1` (or `--no-cache`) skips it.
 
 The same folder keeps whole commands' answers (`answers/`, `answers.py`): they count towards the
 bound, and `cache info`/`cache clear` show and remove them with the traces. Importing this module
@@ -27,18 +33,22 @@ kept answer is printed without them.
 from __future__ import annotations
 
 import atexit
+import functools
 import hashlib
+import importlib.util
 import json
 import os
 import shutil
 import threading
+import zlib
 from pathlib import Path
 
-from .ipc import table_from, whole, write_table
+from .ipc import table_from, write_table
 
 # polars and the trace model (`pl`, `Trace` in the annotations) are imported where they are used
-SCHEMA = 16  # bump when the loaded tables, the analyses' kept tables or their meaning change
+CODE = ("tracekit.core", "tracekit.analyses")  # the packages whose code makes an entry's tables
 TABLES = ("gpu", "calls", "ops", "marks", "steps")
+SEAL = b"\n#crc32 "  # `sealed`: the bytes, this, the CRC-32 of the bytes in 8 hex digits
 ANSWERS = "answers"  # the folder of the kept answers (`answers.py`), one file each
 _writer = None
 _starting = threading.Lock()
@@ -70,6 +80,17 @@ class Derived(dict):
     def _file(self, key: str) -> Path:
         return self.entry / f"derived-{key}{'@' + self.basis if self.basis else ''}.arrow"
 
+    def _stored(self, key: str):
+        """The table kept under `key` in the entry, or None (none, or corrupt: removed)."""
+        try:
+            stored = opened(self._file(key).read_bytes())
+            if stored is not None:
+                return table_from(stored)
+        except Exception:  # unreadable: made again
+            pass
+        self._file(key).unlink(missing_ok=True)
+        return None
+
     def rebased(self, basis: str) -> None:
         """Forget the tables kept so far: those made from now on are made from the trace and
         `basis` (the naming trace's identity, `naming.named`), and are kept under it."""
@@ -80,11 +101,10 @@ class Derived(dict):
         if dict.__contains__(self, key):
             return True
         if isinstance(key, str) and self._file(key).exists():
-            try:
-                dict.__setitem__(self, key, table_from(self._file(key).read_bytes()))
-            except Exception:  # unreadable: computed again
-                return False
-            return True
+            table = self._stored(key)
+            if table is not None:
+                dict.__setitem__(self, key, table)
+                return True
         return False
 
     def __getitem__(self, key):
@@ -104,9 +124,33 @@ def _write_frame(frame: pl.DataFrame, path: Path) -> None:
     tmp = path.with_name(f".{path.name}.{os.urandom(16).hex()}")
     try:
         write_table(frame, tmp)
+        seal(tmp)
         os.replace(tmp, path)
     except OSError:
         tmp.unlink(missing_ok=True)
+
+
+def crc(data) -> str:
+    """The CRC-32 of `data` (bytes-like) in 8 hex digits."""
+    return f"{zlib.crc32(data):08x}"
+
+
+def sealed(data: bytes) -> bytes:
+    """`data` followed by its CRC-32 (`SEAL`), which `opened` checks."""
+    return data + SEAL + crc(data).encode()
+
+
+def seal(path: Path) -> None:
+    """The file at `path` `sealed` in place."""
+    check = crc(path.read_bytes())
+    with open(path, "ab") as f:
+        f.write(SEAL + check.encode())
+
+
+def opened(stored: bytes) -> bytes | None:
+    """The bytes `sealed` sealed, or None where `stored` does not end with their CRC-32."""
+    data, seal, check = stored[:-8 - len(SEAL)], stored[-8 - len(SEAL):-8], stored[-8:]
+    return data if seal == SEAL and check == crc(data).encode() else None
 
 
 def folder() -> Path:
@@ -122,22 +166,64 @@ def enabled() -> bool:
 
 
 def key(identity: dict, comm_kernels: tuple[str, ...]) -> str:
-    text = json.dumps({**identity, "comm_kernels": list(comm_kernels), "schema": SCHEMA}, sort_keys=True)
+    """The entry of the trace of this identity, read with these extra communication kernels
+    by this decoder and this code."""
+    text = json.dumps({**identity, "comm_kernels": list(comm_kernels), "decoder": decoder(),
+                       "code": fingerprint()}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
+def decoder() -> str:
+    """The decoder that makes a trace's tables here: "native" where the extension is built and
+    not turned off (`native.available`, told without importing polars), else "msgspec"."""
+    built = importlib.util.find_spec("tracekit.core._columns") is not None
+    return "native" if built and os.environ.get("TRACEKIT_NATIVE", "1") != "0" else "msgspec"
+
+
+@functools.cache
+def fingerprint() -> str:
+    """A hash of the code that makes an entry's tables: the name and bytes of every file of
+    the `CODE` packages (compiled bytecode aside), found by path, not imported."""
+    digest = hashlib.sha256()
+    for package, root in code_folders().items():
+        for path in source_files(root):
+            digest.update(f"{package}/{path.relative_to(root)}\0".encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:32]
+
+
+def code_folders() -> dict[str, Path]:
+    """Each `CODE` package's folder."""
+    return {package: Path(importlib.util.find_spec(package).submodule_search_locations[0]) for package in CODE}
+
+
+def source_files(folder: Path) -> list[Path]:
+    """Every file under `folder`, in order, `__pycache__` aside."""
+    found = []
+    for entry in os.scandir(folder):
+        if entry.is_dir():
+            if entry.name != "__pycache__":
+                found += source_files(Path(entry.path))
+        else:
+            found.append(Path(entry.path))
+    return sorted(found)
+
+
 def read(entry_key: str) -> Trace | None:
-    """The cached trace, or None (absent, unreadable, or of another schema). Its tables' bytes
-    are read now and each is decoded when first used (`model.StoredTrace`)."""
+    """The cached trace, or None (absent, or a file of it corrupt: `opened`, the tables' CRC-32
+    in `trace.json`). Its tables' bytes are read and checked now and each is decoded when first
+    used (`model.StoredTrace`)."""
     from .model import StoredTrace
 
     entry = folder() / entry_key
     try:
-        info = json.loads((entry / "trace.json").read_text())
-        if info.pop("schema") != SCHEMA:
+        text = opened((entry / "trace.json").read_bytes())
+        if text is None:
             return None
+        info = json.loads(text)
+        sums = info.pop("crc32")
         stored = {name: (entry / f"{name}.arrow").read_bytes() for name in TABLES}
-        if not all(whole(b) for b in stored.values()):
+        if any(crc(stored[name]) != sums[name] for name in TABLES):
             return None
         os.utime(entry / "trace.json")  # recently used
     except Exception:  # a corrupt entry is a miss: it is written again
@@ -158,13 +244,15 @@ def _write(root: Path, entry_key: str, trace: Trace) -> None:
     tmp = root / f".tmp-{os.urandom(16).hex()}"
     try:
         tmp.mkdir(parents=True)
+        sums = {}
         for name in TABLES:
             write_table(getattr(trace, name), tmp / f"{name}.arrow")
+            sums[name] = crc((tmp / f"{name}.arrow").read_bytes())
         info = {"path": trace.path, "rank": trace.rank, "world_size": trace.world_size, "meta": trace.meta,
-                "origin_us": trace.origin_us, "facts": trace.facts, "schema": SCHEMA}
-        (tmp / "trace.json").write_text(json.dumps(info))
+                "origin_us": trace.origin_us, "facts": trace.facts, "crc32": sums}
+        (tmp / "trace.json").write_bytes(sealed(json.dumps(info).encode()))
         target = root / entry_key
-        if target.exists():  # unreadable or of another schema: replaced whole
+        if target.exists():  # corrupt: replaced whole
             shutil.rmtree(target, ignore_errors=True)
         os.replace(tmp, target)
     except OSError:

@@ -1,6 +1,7 @@
-"""Tables as Arrow IPC, the form the trace cache keeps them in (`cache.py`): zstd-compressed, a
-small table as an IPC stream and a larger one as an IPC file. Importing this module is cheap
-(polars comes with the first table read or written)."""
+"""Tables as Arrow IPC, the form the trace cache keeps them in (`cache.py`, which checks their
+bytes before they are read): zstd-compressed, a small table as an IPC stream and a larger one
+as an IPC file. Importing this module is cheap (polars comes with the first table read or
+written)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 # polars (`pl` in the annotations) is imported where it is used
 STREAM_BELOW = 1 << 20  # bytes (`estimated_size`): a smaller table is kept as an IPC stream
-FILE_MAGIC, STREAM_END = b"ARROW1", b"\xff\xff\xff\xff\x00\x00\x00\x00"  # how each form begins, ends
+FILE_MAGIC = b"ARROW1"  # how an IPC file begins
 
 
 def write_table(frame: pl.DataFrame, path: Path) -> None:
@@ -20,12 +21,6 @@ def write_table(frame: pl.DataFrame, path: Path) -> None:
         frame.write_ipc_stream(path, compression="zstd")
     else:
         frame.write_ipc(path, compression="zstd")
-
-
-def whole(stored: bytes) -> bool:
-    """Whether `stored` is a whole table as `write_table` writes it (a file: its magic at both
-    ends; a stream: its end-of-stream marker)."""
-    return stored[:6] == stored[-6:] == FILE_MAGIC or (stored[:4] == STREAM_END[:4] and stored.endswith(STREAM_END))
 
 
 def table_from(stored: bytes) -> pl.DataFrame:

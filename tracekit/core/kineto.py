@@ -141,11 +141,18 @@ class LooseTraceFile(msgspec.Struct):
     traceEvents: list[msgspec.Raw]
 
 
+class Phase(msgspec.Struct):
+    """Only an event's `ph` (`loading._unread`: whether an event the lenient decode refuses was complete)."""
+
+    ph: Any = ""
+
+
 DECODER = msgspec.json.Decoder(TraceFile)
 LOOSE_DECODER = msgspec.json.Decoder(LooseTraceFile)
 EVENTS = msgspec.json.Decoder(list[Event])
 # Floats are kept as their JSON text, so that timestamps decode exactly (`loading.exact_ns`).
 LOOSE_EVENTS = msgspec.json.Decoder(list[LooseEvent], float_hook=str)
+PHASE = msgspec.json.Decoder(Phase)
 
 # Which table each complete ('X') event category goes to, and its normalised name. Kineto's
 # category names, PyTorch 1.8–1.10's older ones (`Kernel`, `Runtime`, `Operator`, …) and

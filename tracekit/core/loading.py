@@ -28,7 +28,7 @@ from .classify import classified
 from .errors import TraceError
 from .executor import cores, in_threads
 from .fused import PROCESS_COLUMNS, per_process, processes
-from .kineto import CATEGORIES, DECODER, EVENTS, LOOSE_DECODER, LOOSE_EVENTS, NO_LOOSE_ARGS, LooseArgs
+from .kineto import CATEGORIES, DECODER, EVENTS, LOOSE_DECODER, LOOSE_EVENTS, NO_LOOSE_ARGS, PHASE, LooseArgs
 from .stream import RAWS, EventStream, Unsplittable
 from .model import ENGINE, Run, Trace
 from .steps import assign_steps, steps_table, whole_trace_step
@@ -36,6 +36,9 @@ from .words import listed
 
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 EXACT_LIMIT_US = 2.0 ** 43  # below this a float64 µs timestamp still rounds to the exact ns
+# A ts or dur of at least this many ns (146 years; epoch ns reach it in 2116) is beyond any
+# plausible clock: the event is dropped and counted (`FAR`), never wrapped around int64.
+CLOCK_LIMIT_NS = 2 ** 62
 
 
 def load(path, *, comm_kernels: tuple[str, ...] = (), cycle: str = "last", cache: bool | None = None) -> Trace | Run:
@@ -148,10 +151,19 @@ def load_traces(path, *, comm_kernels: tuple[str, ...] = (), cache: bool | None 
 def decode(path, comm_kernels: tuple[str, ...]) -> list[Trace]:
     """Decode one Kineto trace file into its traces (one per rank of a fused file) with steps
     assigned: in pieces by several processes (`split.py`) or a block at a time (`stream.py`)
-    where the text allows, else whole."""
+    where the text allows, else whole. JSON nested deeper than msgspec reads (about a
+    thousand levels) is refused, one line."""
+    try:
+        return decoded(path, comm_kernels)
+    except RecursionError:
+        raise TraceError(path, "JSON nested too deeply to read (about 1,000 levels or more)") from None
+
+
+def decoded(path, comm_kernels: tuple[str, ...]) -> list[Trace]:
+    """`decode`'s traces."""
     try:
         parts, doc, facts = in_pieces(path)
-    except (Unsplittable, TraceError, msgspec.DecodeError, OSError, EOFError, ValueError, IsalError):
+    except (Unsplittable, TraceError, msgspec.DecodeError, OSError, EOFError, ValueError, IsalError, RecursionError):
         parts, doc, facts = whole(path)  # which names what is wrong with a bad file
     tables = {name: pl.concat([p[name] for p in parts], how="diagonal_relaxed", rechunk=True).drop("idx", strict=False)
               for name in (*TABLES, "extent")}
@@ -400,6 +412,9 @@ def _top_level(path, raw: bytes):
         if _is_not_a_trace(str(e)):
             raise NotATrace(path, "not a Kineto trace (no traceEvents list)") from None
         facts["metadata"] = str(e)
+    except msgspec.DecodeError as e:
+        raise TraceError(path, f"not valid JSON ({e})") from None
+    try:  # the metadata's odd types skipped: the rest may still not parse (a truncated file)
         return LOOSE_DECODER.decode(raw), facts
     except msgspec.DecodeError as e:
         raise TraceError(path, f"not valid JSON ({e})") from None
@@ -428,14 +443,30 @@ def _decode(text: bytes, facts: dict, exact: bool = False) -> tuple[list, bool]:
             try:
                 events.append(LOOSE_EVENTS.decode(b"[" + one + b"]")[0])
                 objects.append(one)
-            except msgspec.ValidationError:
-                facts["dropped"]["elements that are not event objects"] += 1
+            except msgspec.ValidationError as e:
+                why = _unread(one, str(e))
+                if why:
+                    facts["dropped"][why] += 1
     for e in events:
         if not isinstance(e.args, LooseArgs):
             e.args = NO_LOOSE_ARGS
     if not exact:
         facts["lenient_events"] += _lenient(RAWS.decode(text) if objects is None else objects)
     return events, True
+
+
+def _unread(element: bytes, message: str) -> str | None:
+    """Why an element that even the lenient decode refuses is dropped (msgspec's `message`):
+    not an object; or a complete event with an integer too long for Python to read (thousands
+    of digits): in its ts or dur, it has no numeric one. None: an event that is not complete,
+    not kept anyway."""
+    try:
+        phase = PHASE.decode(element).ph
+    except msgspec.DecodeError:
+        return NOT_OBJECTS
+    if phase != "X":
+        return None
+    return NO_TS if message.endswith(".ts`") else NO_DUR if message.endswith(".dur`") else LONG_INTEGER
 
 
 def _lenient(objects: list) -> int:
@@ -458,13 +489,9 @@ def _chunk_tables(chunk: bytes, facts: dict) -> dict[str, pl.DataFrame]:
     tables = _native_tables(chunk, facts)
     if tables is not None:
         return tables
-    try:
-        events, loose = _decode(chunk, facts)
-    except msgspec.DecodeError as e:
-        if "UTF-8" not in str(e):
-            raise
+    if not chunk.isascii():
         chunk = readable(chunk, facts)
-        events, loose = _decode(chunk, facts)
+    events, loose = _decode(chunk, facts)
     complete = [e for e in events if e.ph == "X"]
     table = _event_table(complete, loose, facts)
     if table is None:  # float timestamps too large to hold their nanoseconds: decode them as text
@@ -560,17 +587,19 @@ def columns_tables(groups: dict[str, pl.DataFrame], facts: dict) -> dict[str, pl
     holds ~30 MB less at the peak of a 195 MB trace's critical path)."""
     engine = ENGINE if sum(frame.height for frame in groups.values()) < IN_MEMORY_ROWS else "auto"
     ts_ns = pl.col("ts_exact").fill_null(float_ns(pl.col("ts")))
-    dur_ns = (pl.col("dur") * 1000).round().cast(pl.Int64, strict=False)
-    usable = ts_ns.is_not_null() & dur_ns.is_not_null()
+    dur_ns = clock_ns(pl.col("dur") * 1000)
+    numbers = ts_ns.is_not_null() & dur_ns.is_not_null()
+    usable = numbers & ~far(ts_ns, dur_ns)
     found = pl.collect_all([frame.lazy().select(
         no_ts=ts_ns.is_null().sum(), no_dur=(ts_ns.is_not_null() & dur_ns.is_null()).sum(),
+        far=(numbers & ~usable).sum(),
         negative=(usable & (dur_ns < 0)).sum(), exact=(usable & (ts_ns.abs() >= int(EXACT_LIMIT_US) * 1000)).sum(),
-        first=ts_ns.filter(usable).min(), last=(ts_ns + dur_ns.clip(lower_bound=0)).filter(usable).max(),
+        first=ts_ns.filter(usable).min(), last=(ts_ns.filter(usable) + dur_ns.filter(usable).clip(lower_bound=0)).max(),
         n=usable.sum()) for frame in groups.values()] + [frame.lazy().filter(usable).group_by("cat").len()
                                                           for frame in groups.values()], engine=engine)
     checks = dict(zip(groups, (c.row(0, named=True) for c in found[:len(groups)])))
     for c in checks.values():
-        for why, n in ((NO_TS, c["no_ts"]), (NO_DUR, c["no_dur"]), (NEGATIVE_DUR, c["negative"])):
+        for why, n in ((NO_TS, c["no_ts"]), (NO_DUR, c["no_dur"]), (FAR, c["far"]), (NEGATIVE_DUR, c["negative"])):
             if n:
                 facts["dropped"][why] += n
         facts["exact_timestamps"] += c["exact"]
@@ -581,7 +610,7 @@ def columns_tables(groups: dict[str, pl.DataFrame], facts: dict) -> dict[str, pl
         """The group's table: cat, name, ts_ns, dur_ns, tid, ext_id, pid, rank_arg and
         `names`, in that order (as `_with_args` makes it)."""
         c, frame = checks[name], groups[name].lazy()
-        if c["no_ts"] or c["no_dur"]:
+        if c["no_ts"] or c["no_dur"] or c["far"]:
             frame = frame.filter(usable)
         return frame.select(pl.col("cat").replace_strict(NORMAL, default=None), "name", ts_ns.alias("ts_ns"),
                             (dur_ns.clip(lower_bound=0) if c["negative"] else dur_ns).alias("dur_ns"), "tid",
@@ -608,7 +637,9 @@ OLD_NAMES = {"Kernel", "Memcpy", "Memset", "Runtime", "Operator"}
 
 def readable(chunk: bytes, facts: dict) -> bytes:
     """The chunk with each byte sequence that is not UTF-8 replaced by U+FFFD (as Python's
-    `errors="replace"` does), counted in `facts["replaced_text"]`."""
+    `errors="replace"` does), counted in `facts["replaced_text"]`: anywhere in the chunk's
+    text, in any field of any event, kept or not, as the native decoder checks it (which leaves
+    such a chunk to this path), so that both give the same tables and the same count."""
     text = chunk.decode("utf-8", "replace")
     facts["replaced_text"] += text.count("\ufffd") - chunk.count("\ufffd".encode())
     return text.encode()
@@ -622,13 +653,14 @@ def _event_table(events: list, loose: bool, facts: dict) -> pl.DataFrame | None:
     ts, dur = values("ts", events), values("dur", events)
     if loose:
         ts_ns = text_ns(strings(ts))
-        dur_ns = (strings(dur).cast(pl.Float64, strict=False) * 1000).round().cast(pl.Int64, strict=False)
+        dur_us = strings(dur).cast(pl.Float64, strict=False)
     else:
         ts_us = pl.Series(ts, dtype=pl.Float64)
         if (ts_us.abs() >= EXACT_LIMIT_US).any():
             return None
         ts_ns = float_ns(ts_us)
-        dur_ns = (pl.Series(dur, dtype=pl.Float64) * 1000).round().cast(pl.Int64, strict=False)
+        dur_us = pl.Series(dur, dtype=pl.Float64)
+    dur_ns = pl.select(clock_ns(pl.lit(dur_us) * 1000)).to_series()
     return _usable(pl.DataFrame({
         "idx": pl.int_range(len(events), dtype=pl.Int64, eager=True),
         "cat": strings(values("cat", events)),
@@ -639,18 +671,28 @@ def _event_table(events: list, loose: bool, facts: dict) -> pl.DataFrame | None:
 
 # Why an event was dropped (or changed), as `facts["dropped"]` counts it.
 NO_TS, NO_DUR = "events without a numeric ts", "events without a numeric dur"
+FAR = "events with a ts or dur beyond any plausible clock (2^62 ns, 146 years)"
 NEGATIVE_DUR = "events with a negative dur (kept, dur taken as 0)"
+NOT_OBJECTS = "elements that are not event objects"
+LONG_INTEGER = "events with an integer too long to read (thousands of digits)"
+
+
+def far(ts_ns, dur_ns):
+    """Whether a ts or dur (int ns, `clock_ns`) is at `CLOCK_LIMIT_NS` or beyond (expressions)."""
+    return (ts_ns.abs() >= CLOCK_LIMIT_NS) | (dur_ns.abs() >= CLOCK_LIMIT_NS)
 
 
 def _usable(table: pl.DataFrame, facts: dict) -> pl.DataFrame:
-    """`table` without the events that have no usable ts or dur (counted), negative durations
-    taken as 0 (counted)."""
-    bad = table.filter(pl.col("ts_ns").is_null() | pl.col("dur_ns").is_null())
+    """`table` without the events that have no usable ts or dur, or one beyond any plausible
+    clock (counted), negative durations taken as 0 (counted)."""
+    ts_ns, dur_ns = pl.col("ts_ns"), pl.col("dur_ns")
+    unusable = ts_ns.is_null() | dur_ns.is_null() | far(ts_ns, dur_ns)
+    bad = table.filter(unusable)
     if bad.height:
-        for why, n in bad.select(pl.when(pl.col("ts_ns").is_null()).then(pl.lit(NO_TS))
-                                 .otherwise(pl.lit(NO_DUR))).to_series().value_counts().rows():
+        for why, n in bad.select(pl.when(ts_ns.is_null()).then(pl.lit(NO_TS)).when(dur_ns.is_null()).then(pl.lit(NO_DUR))
+                                 .otherwise(pl.lit(FAR))).to_series().value_counts().rows():
             facts["dropped"][why] += n
-        table = table.filter(pl.col("ts_ns").is_not_null() & pl.col("dur_ns").is_not_null())
+        table = table.filter(~unusable)
     negative = int((table["dur_ns"] < 0).sum())
     if negative:
         facts["dropped"][NEGATIVE_DUR] += negative
@@ -667,6 +709,14 @@ def float_ns(ts_us: pl.Series) -> pl.Series:
     return ((ts_us - whole) * 1000).round().cast(pl.Int64, strict=False) + whole.cast(pl.Int64, strict=False) * 1000
 
 
+def clock_ns(ns):
+    """Integer ns (rounded) from float ns (an expression): a finite value at `CLOCK_LIMIT_NS`
+    or beyond taken as ±CLOCK_LIMIT_NS (so that `far` finds it: not wrapped, nor null as if
+    it were no number), an infinite one null (`1e999`: no number a double holds)."""
+    return pl.when(ns.is_infinite()).then(None).otherwise(
+        ns.clip(-CLOCK_LIMIT_NS, CLOCK_LIMIT_NS).round().cast(pl.Int64, strict=False))
+
+
 def text_ns(text: pl.Series) -> pl.Series:
     """Absolute integer ns from the text of µs timestamps, row by row as the typed decode's
     floats give them: `float_ns` below `EXACT_LIMIT_US`, `exact_ns` (from the text) at or past
@@ -677,15 +727,17 @@ def text_ns(text: pl.Series) -> pl.Series:
 
 def exact_ns(text: pl.Series) -> pl.Series:
     """Absolute integer ns from the decimal text of a µs timestamp, exactly (rounded to the
-    nearest ns); other number forms (exponents) through a float."""
+    nearest ns); other number forms (exponents) through a float (`clock_ns`). A value at
+    `CLOCK_LIMIT_NS` or beyond is taken as ±CLOCK_LIMIT_NS, never wrapped around int64."""
     parts = text.str.extract_groups(r"^(-?)(\d+)(?:\.(\d*))?$").struct.unnest()
-    sign, whole, frac = parts.get_column(parts.columns[0]), parts.get_column(parts.columns[1]), \
-        parts.get_column(parts.columns[2])
-    tenths = frac.fill_null("").str.pad_end(4, "0").str.slice(0, 4).cast(pl.Int64)
-    ns = whole.cast(pl.Int64) * 1000 + (tenths + 5) // 10
-    ns = pl.select(pl.when(sign == "-").then(-ns).otherwise(ns)).to_series()
-    fallback = (text.cast(pl.Float64, strict=False) * 1000).round().cast(pl.Int64, strict=False)
-    return ns.fill_null(fallback).rename("ts_ns")
+    parts.columns = ["sign", "whole", "frac"]
+    whole = pl.col("whole")
+    tenths = pl.col("frac").fill_null("").str.pad_end(4, "0").str.slice(0, 4).cast(pl.Int64)
+    ns = pl.when(whole.cast(pl.Float64) >= CLOCK_LIMIT_NS / 1000).then(CLOCK_LIMIT_NS) \
+        .otherwise(whole.cast(pl.Int64, strict=False) * 1000 + (tenths + 5) // 10)
+    signed = pl.when(pl.col("sign") == "-").then(-ns).otherwise(ns)
+    fallback = clock_ns(pl.col("text").cast(pl.Float64, strict=False) * 1000)
+    return parts.with_columns(text=text).select(signed.fill_null(fallback).alias("ts_ns")).to_series()
 
 
 def _with_ns(table: pl.DataFrame, origin_us: int) -> pl.DataFrame:

@@ -29,6 +29,8 @@ HEAD_LIMIT = 64 << 20  # `traceEvents` must start within this many bytes
 WHITESPACE = b" \t\r\n"
 NONSPACE = re.compile(rb"[^ \t\r\n]")
 RAWS = msgspec.json.Decoder(list[msgspec.Raw])
+MEMBERS = msgspec.json.Decoder()  # the top level's members after the events (`last_events`)
+RECOVERY = 4  # `last_events` decodes at most this many times the text it is given (and 64 KiB)
 
 
 class Unsplittable(Exception):
@@ -93,7 +95,12 @@ class EventStream:
         buf = bytearray(b" " + body)  # buf[0], before the first "{", becomes the "[" of each piece
         eof, held = False, None
         while True:
-            while (len(buf) < PIECE or buf.rfind(separator) == -1) and not eof:
+            searched = 0  # the separator is not in buf before this (each byte searched once)
+            while not eof:
+                if len(buf) >= PIECE:
+                    if buf.find(separator, searched) != -1:
+                        break
+                    searched = len(buf) - len(separator) + 1
                 block = self.read()
                 eof = not block
                 buf += block
@@ -124,17 +131,37 @@ def nonspace(text: bytes, start: int) -> int:
 def last_events(head: bytes, body: bytes) -> tuple[bytes, bytes]:
     """(the last events as a JSON array's text, the top level without them) from the text
     before `"traceEvents"` and the text from the last events' first `{` to the end: the events
-    end at the `]` after which the rest closes the top-level object and before which they parse."""
+    end at the `]` after which the rest closes the top-level object and before which they parse.
+    Each `]` tried costs the text after it (or before it), so that a text with many `]` that
+    is not such a trace (truncated, trailing garbage) would cost the square of its length: the
+    text decoded is bounded (`RECOVERY`), past which the file is read whole (`Unsplittable`),
+    in time linear in its length."""
+    budget = RECOVERY * len(body) + (64 << 10)
     end = len(body)
     while (end := body.rfind(b"]", 0, end)) != -1:
-        tail = body[end + 1:].strip(WHITESPACE)
-        members = b"{" + tail[1:] if tail[:1] == b"," else b"{}" if tail == b"}" else None
-        if members is None:
+        after = nonspace(body, end + 1)
+        mark = body[after:after + 1]
+        if mark == b"}" and nonspace(body, after + 1) == len(body):
+            tail = members = b"}"
+        elif mark == b",":
+            budget -= len(body) - after
+            tail = body[after:].rstrip(WHITESPACE)
+            members = b"{" + tail[1:]
+        else:
             continue
+        budget -= len(members)
+        if budget < 0:
+            raise Unsplittable
         try:
-            msgspec.json.decode(members)
+            MEMBERS.decode(members if members != b"}" else b"{}")
+        except msgspec.DecodeError:
+            continue
+        budget -= end
+        if budget < 0:
+            raise Unsplittable
+        try:
             RAWS.decode(b"[" + body[:end] + b"]")
         except msgspec.DecodeError:
             continue
-        return b"[" + body[:end] + b"]", head + b'"traceEvents": []' + (tail if tail[:1] == b"," else b"}")
+        return b"[" + body[:end] + b"]", head + b'"traceEvents": []' + tail
     raise Unsplittable
