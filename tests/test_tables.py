@@ -429,3 +429,79 @@ def test_an_identifier_stays_whole_where_column_names_can_make_room():
     for name in ("cudaDeviceGetStreamPriorityRange", "cudaStreamCreateWithFlags"):
         assert [name] in cells, [c for c in cells if len(c) > 1]
     assert max(map(len, text.splitlines())) <= 100
+
+
+def test_the_critical_path_table_shows_the_shares_that_add_up_to_its_span():
+    """The default critical-path table's shares add up to 100 % of the span in every row (each
+    rounded to 0.1): `runtime_pct` and `copy_pct` were not shown, so DDP's rank 0 read 84.2 %
+    (its launches' 15.8 % hidden; 55 % on an MoE trace: issue 67, item 11)."""
+    import polars as pl
+
+    from tracekit.front.views import VIEWS, Layout, chosen
+
+    doc = json.loads(run("critical-path", "--format", "json", DATA / "h200x2-small" / "ddp"))
+    frame = pl.DataFrame([{k: v for k, v in s.items() if k != "items"} for t in doc["traces"] for s in t["steps"]])
+    shares = [c for c in chosen(frame, VIEWS["critical-path"], Layout()).columns if c.endswith("_pct")]
+    table = chosen(frame, VIEWS["critical-path"], Layout()).select(total=pl.sum_horizontal(shares))
+    assert "runtime_pct" in shares and table["total"].is_between(99.7, 100.3).all(), (shares, table)
+    lines = run("critical-path", DATA / "h200x2-small" / "ddp").splitlines()
+    assert "runtime_" in lines[0] and max(map(len, lines)) <= 100
+
+
+def test_a_cpu_only_critical_path_leaves_out_its_zero_shares_saying_so():
+    """The gloo CPU run's critical path is all host and waiting: the shares that are 0.0 in every
+    row are left out with a line naming them, so the shown shares still add up to 100 % and the
+    names have room (`c10d::allgather_` was broken over two lines: issue 67, items 11 and 13)."""
+    lines = run("critical-path", DATA / "gloo-cpu").splitlines()
+    assert lines[0].split()[:5] == ["rank", "step", "span_ms", "host_pct", "wait_pct"]
+    assert lines[-1] == "(not shown, 0.0 in every row: runtime_pct, gpu_pct, comm_pct, copy_pct)"
+    assert any(line.split()[-2:-1] == ["c10d::allgather_"] for line in lines)
+
+
+@pytest.mark.parametrize("args, note", [
+    (("kernels", DATA / "external" / "hta-tests-data" / "triton_example" / "triton_example.json.gz"),
+     "(not shown, blank in every row: pct_peak: no FLOPs from recorded shapes)"),
+    (("kernels", "--by", "op", DATA / "wild" / "tracelens" / "mi210" / "gpu_only_trace" / "gpu_only_trace.json.gz"),
+     "(not shown, blank in every row: coll_kind: no communication in these steps; pct_peak: no FLOPs from "
+     "recorded shapes; op: no CPU op encloses the launches)")], ids=["triton", "gpu-only"])
+def test_a_blank_column_s_note_says_why_it_is_blank(args, note):
+    """Not "nothing here records them" where the reason is no communication, no enclosing op or
+    no FLOPs (issue 67, item 13)."""
+    assert " ".join(run(*args).splitlines()[-2:]).endswith(note)
+
+
+def test_a_share_whole_in_every_step_keeps_its_decimal_on_the_statistic_row():
+    """`summary --agg mean` of the one-GPU H200 run (no communication): `exposed_comm_pct` reads
+    `0.0` on every row, the mean's too (it read `0` there: issue 67, item 13)."""
+    lines = run("summary", "--agg", "mean", DATA / "h200x1-device").splitlines()
+    mean = next(line for line in lines if " mean " in line)
+    assert mean.split()[-1] == "0.0" and all(line.split()[-2] == "0.0" for line in lines[2:5])
+
+
+def test_a_rate_too_small_for_its_decimals_is_not_shown_as_0():
+    """A bus bandwidth of 0.004 GB/s beside 12.5 reads `<0.01`, not `0.0` (issue 67, item 13: 0.0065
+    GB/s read `0.0`)."""
+    import polars as pl
+
+    from tracekit.front.views import table_text
+
+    text = table_text(pl.DataFrame({"kind": ["a", "b", "c"], "busbw_gbps": [0.004, 12.5, 0.0]}))
+    assert [line.split()[-1] for line in text.splitlines()[2:]] == ["<0.01", "12.50", "0.00"]
+
+
+def test_diff_plot_labels_two_kernels_apart():
+    """`diff --plot` labelled an item `kind: name` cut at 60 characters: the BERT H100 trace's
+    three `cutlass::Kernel2<cutlass_80_…>` GEMMs (two alike for 60 characters) got one label.
+    Now each is named as the diff's table names it, short and told apart (issue 67, item 12)."""
+    import gzip
+
+    import polars as pl
+
+    from tracekit.front.plot import item_labels
+
+    path = WILD / "h100" / "gaunernst_bert-small-uncased__1016001.json.gz"
+    names = sorted({e["name"] for e in json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+                    if e.get("cat") == "kernel" and "cutlass::Kernel2<" in e["name"]})
+    assert len(names) == 3 and len({f"compute: {n}"[:60] for n in names}) == 2  # the old labels: two alike
+    labels = item_labels(pl.DataFrame({"kind": "compute", "name": names, "op": "aten::addmm", "phase": "forward"}))
+    assert len(set(labels)) == 3 and all(label.startswith("compute: cutlass::Kernel2<") for label in labels), labels

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import replace
 from functools import partial
 
@@ -127,13 +128,25 @@ def table_of(frame: pl.DataFrame, shown: View, layout: Layout) -> tuple[str, str
         return filled(shown.empty, terminal_width()), ""
     whole = whole_in_steps(picked, frame)
     blank = [] if layout.columns or layout.wide else blank_columns(table)
+    zero = [] if layout.columns or layout.wide else zero_parts(table, shown.parts)
+    table = table.drop(zero)
     text = table_text(table.drop(blank), whole=whole, wide=layout.wide)
     if shown.telling and max(map(len, text.splitlines())) > terminal_width():  # they fit, or --wide shows them
         table = with_figures(chosen(frame, replace(shown, telling={}, default=tuple(
             c for c in shown.default if c not in shown.telling)), layout))
         text = table_text(table.drop([c for c in blank if c in table.columns]), whole=whole, wide=layout.wide)
     above = paths_line(frame) + "\n" if layout.wide and paths_line(frame) else ""
-    return above + text, ("\n" + filled(blank_note(blank), terminal_width()) if blank else "")
+    notes = ([blank_note(blank)] if blank else []) + ([f"(not shown, 0.0 in every row: {', '.join(zero)})"] if zero else [])
+    return above + text, "".join("\n" + filled(note, terminal_width()) for note in notes)
+
+
+def zero_parts(table: pl.DataFrame, parts: tuple[str, ...]) -> list[str]:
+    """The table's `parts` (shares that add up to 100) that are 0 in every row: left out, saying so."""
+    there = [c for c in parts if c in table.columns]
+    if not there or not table.height:
+        return []
+    zero = table.select(pl.col(there).fill_null(0).eq(0).all()).row(0)
+    return [c for c, z in zip(there, zero, strict=True) if z]
 
 
 UNBLANKED = ("run", "rank", "step", "agg", "path", "variant")  # they name the row, blank or not
@@ -149,20 +162,35 @@ def blank_columns(table: pl.DataFrame) -> list[str]:
     return [c for c, blank in zip(candidates, empty, strict=True) if blank]
 
 
+BLANK_WHY = ((r"comm|coll|busbw|algbw|^pg$|transfer|^wait", "no communication in these steps"),
+             (r"^op$", "no CPU op encloses the launches"), (r"tflops|pct_peak", "no FLOPs from recorded shapes"))
+
+
 def blank_note(blank: list[str]) -> str:
-    """The line under a table that left out the columns `blank`, saying why."""
-    why = ": a CPU-only run has no device figures" if "device" in blank else ""
-    return f"(not shown, blank in every row: {', '.join(blank)}; nothing here records them{why})"
+    """The line under a table that left out the columns `blank`, saying why: a CPU-only run
+    (no device), no communication, no enclosing op, no FLOPs, else that nothing records them."""
+    if "device" in blank:
+        return f"(not shown, blank in every row: {', '.join(blank)}; nothing here records them: a CPU-only run " \
+               "has no device figures)"
+    why: dict[str, list[str]] = {}
+    for c in blank:
+        why.setdefault(next((w for pattern, w in BLANK_WHY if re.search(pattern, c)), "nothing here records them"),
+                       []).append(c)
+    return "(not shown, blank in every row: " + "; ".join(f"{', '.join(cs)}: {w}" for w, cs in why.items()) + ")"
 
 
 def whole_in_steps(table: pl.DataFrame, frame: pl.DataFrame) -> set[str]:
     """The table's float columns whose values are whole in every step's row: counts that a
-    statistic row (`agg`: a mean of 4.5) made floats, shown as the integers they are."""
+    statistic row (`agg`: a mean of 4.5) made floats, shown as the integers they are — not a
+    time, share or rate that happens to be whole (a `busy_pct` of 0.0 in every step)."""
     if "agg" not in frame.columns:
         return set()
     steps = table.filter(frame["agg"].is_null())
     return {c for c, t in table.schema.items() if t.is_float() and steps[c].drop_nulls().len() > 0
-            and steps[c].drop_nulls().eq(steps[c].drop_nulls().round(0)).all()}
+            and not MEASURE.search(c) and steps[c].drop_nulls().eq(steps[c].drop_nulls().round(0)).all()}
+
+
+MEASURE = re.compile(r"(?:^|_)(?:ms|pct|gbps|tflops|peak|ci)(?:_|$)")  # a figure no count: never shown as an integer
 
 
 def with_whole_counts(frame: pl.DataFrame) -> pl.DataFrame:
