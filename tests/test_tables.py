@@ -505,3 +505,28 @@ def test_diff_plot_labels_two_kernels_apart():
     assert len(names) == 3 and len({f"compute: {n}"[:60] for n in names}) == 2  # the old labels: two alike
     labels = item_labels(pl.DataFrame({"kind": "compute", "name": names, "op": "aten::addmm", "phase": "forward"}))
     assert len(set(labels)) == 3 and all(label.startswith("compute: cutlass::Kernel2<") for label in labels), labels
+
+
+def test_an_identifier_longer_than_its_line_breaks_between_its_camel_case_words():
+    """Megatron's `LinearWithGradAccumulationAndAsyncCommunication` (48 characters, no `_`, `.`
+    or `::`) in a 40-character column broke as `…AndAsyn` over `cCommunication`: now between
+    its words (issue 67, item 12); a name with a boundary still breaks there."""
+    from tracekit.front.views import wrapped
+
+    assert wrapped("LinearWithGradAccumulationAndAsyncCommunication", 40) == [
+        "LinearWithGradAccumulationAndAsync", "Communication"]
+    assert wrapped("vectorized_elementwise_kernel<AddFunctor>", 33) == ["vectorized_elementwise_kernel<", "AddFunctor>"]
+
+
+def test_mangled_names_alike_are_told_apart_by_their_words_not_the_mangling():
+    """Two (cut) mangled CUTLASS names that no demangler here reads, alike but for their tile
+    sizes: told apart by those values (`cutlass::Kernel [128]`, `[64]`), not by a piece of the
+    mangling (`[9GemmShapeI…28ELi8EEENS]`: issue 67, item 12)."""
+    import polars as pl
+
+    from tracekit.front.views import short_kernel_name
+
+    names = [f"_ZN7cutlass6KernelIN4gemm6kernel10GemmSharedINS1_11threadblock12MmaPipelinedINS1_9GemmShape"
+             f"ILi{m}ELi{n}ELi8EEENS_9transform" for m, n in ((128, 128), (64, 32))]
+    short = pl.DataFrame({"n": names}).select(short_kernel_name(pl.col("n")))["n"].to_list()
+    assert short == ["cutlass::Kernel [128]", "cutlass::Kernel [64]"]

@@ -231,12 +231,35 @@ def told_apart(pairs: pl.Series, longest: int = LONGEST) -> pl.Series:
             alike.setdefault(elided(s, None, longest), set()).add(f)
     marks = {}
     for looks, names in alike.items():
-        words = {f: re.findall(r"[A-Za-z0-9]+", f or "") for f in names}
+        words = {f: name_words(f or "") for f in names}
         places = sorted({first_difference(words[a], words[b]) for a, b in combinations(sorted(names), 2)})
         for f in names if len(names) > 1 else ():
             marks[looks, f] = ", ".join(words[f][i] if i < len(words[f]) else "–" for i in places)
     return pl.Series([elided(s, marks.get((elided(s, None, longest), f)), longest) for s, f in zip(shown, full)],
                      dtype=pl.String)
+
+
+def name_words(name: str) -> list[str]:
+    """A name's words: its runs of letters and digits; of a mangled name no demangler here
+    reads (`_ZN7cutlass6KernelIN4gemm…ILi128E…`), its identifiers and its template arguments'
+    values (`cutlass`, `Kernel`, `gemm`, …, `128`), never the mangling's own letters
+    (`9GemmShapeI…28ELi8EEENS`)."""
+    if not name.startswith("_Z"):
+        return re.findall(r"[A-Za-z0-9]+", name)
+    words, at = [], 0
+    while at < len(name):
+        value = re.match(r"L[a-z](n?\d+)E", name[at:])  # `Li64E`: the int 64
+        skip = re.match(r"S[0-9A-Z]*_|T[0-9]*_", name[at:])  # a substitution, a template parameter
+        size = re.match(r"[1-9]\d*", name[at:])
+        if value:
+            words.append(value.group(1).replace("n", "-"))
+        elif size and not skip:
+            start = at + size.end()
+            words.append(name[start:start + int(size.group())])
+            at = start + int(size.group())
+            continue
+        at += (value or skip).end() if value or skip else 1
+    return words
 
 
 def first_difference(a: list[str], b: list[str]) -> int:
@@ -511,13 +534,19 @@ def words_of(text: str) -> list[str]:
     return [w for w in re.split(r"[^\S\u00a0]+", kept_together(text)) if w]
 
 
+CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z][a-z])")  # a camel-case word's start: `…AndAsync|Communication`
+
+
 def cut_at(word: str, room: int) -> int:
     """Where `word` breaks to fill `room`: after its last token boundary that fits, else (none
-    of at least `PIECE` characters) after its last underscore that fits (`BREAKS`); 0 if none."""
+    of at least `PIECE` characters) after its last underscore that fits (`BREAKS`), else
+    before its last camel-case word that fits (`LinearWithGradAccumulationAndAsync` over
+    `Communication`, not `…AndAsyn` over `cCommunication`); 0 if none."""
     cut = max((m.end() for m in TOKEN_BREAKS.finditer(word) if m.end() <= room), default=0)
     if cut >= PIECE:
         return cut
-    return max((m.end() for m in BREAKS.finditer(word) if m.end() <= room), default=0)
+    cut = max((m.end() for m in BREAKS.finditer(word) if m.end() <= room), default=0)
+    return cut or max((m.start() for m in CAMEL.finditer(word) if PIECE <= m.start() <= room), default=0)
 
 
 def wrapped(text: str, width: int) -> list[str]:
