@@ -434,7 +434,9 @@ def test_an_identifier_stays_whole_where_column_names_can_make_room():
 def test_the_critical_path_table_shows_the_shares_that_add_up_to_its_span():
     """The default critical-path table's shares add up to 100 % of the span in every row (each
     rounded to 0.1): `runtime_pct` and `copy_pct` were not shown, so DDP's rank 0 read 84.2 %
-    (its launches' 15.8 % hidden; 55 % on an MoE trace: issue 67, item 11)."""
+    (its launches' 15.8 % hidden; 55 % on an MoE trace: issue 67, item 11). One row per step
+    with its shares, then the items: both fit 100 columns, the runs' names and `--agg median`
+    too (142 columns when the shares and the items shared one table)."""
     import polars as pl
 
     from tracekit.front.views import VIEWS, Layout, chosen
@@ -445,7 +447,9 @@ def test_the_critical_path_table_shows_the_shares_that_add_up_to_its_span():
     table = chosen(frame, VIEWS["critical-path"], Layout()).select(total=pl.sum_horizontal(shares))
     assert "runtime_pct" in shares and table["total"].is_between(99.7, 100.3).all(), (shares, table)
     lines = run("critical-path", DATA / "h200x2-small" / "ddp").splitlines()
-    assert "runtime_" in lines[0] and max(map(len, lines)) <= 100
+    assert lines[0].split() == ["rank", "span_ms", "host_pct", "runtime_pct", "gpu_pct", "copy_pct", "wait_pct"]
+    assert lines[2].split()[3] == "15.8" and lines[4] == "(not shown, 0.0 in every row: comm_pct)"
+    assert max(map(len, run("critical-path", "--agg", "median", DATA / "h200x2-small").splitlines())) <= 100
 
 
 def test_a_cpu_only_critical_path_leaves_out_its_zero_shares_saying_so():
@@ -453,8 +457,9 @@ def test_a_cpu_only_critical_path_leaves_out_its_zero_shares_saying_so():
     row are left out with a line naming them, so the shown shares still add up to 100 % and the
     names have room (`c10d::allgather_` was broken over two lines: issue 67, items 11 and 13)."""
     lines = run("critical-path", DATA / "gloo-cpu").splitlines()
-    assert lines[0].split()[:5] == ["rank", "step", "span_ms", "host_pct", "wait_pct"]
-    assert lines[-1] == "(not shown, 0.0 in every row: runtime_pct, gpu_pct, comm_pct, copy_pct)"
+    assert lines[0].split() == ["rank", "step", "span_ms", "host_pct", "wait_pct"]
+    assert lines[6] == "(not shown, 0.0 in every row: runtime_pct, gpu_pct, comm_pct, copy_pct)"
+    assert lines[8].split() == ["rank", "step", "category", "name", "ms"]  # then the steps' items
     assert any(line.split()[-2:-1] == ["c10d::allgather_"] for line in lines)
 
 

@@ -83,7 +83,20 @@ def render(report, fmt: str, view: str | None = None, layout: Layout = Layout())
     """The report as text in `fmt`; the table shows `view`'s columns (`views.py`)."""
     if fmt == "json":
         return json_text(json_doc(report))
+    if fmt == "table" and f"{view}.items" in VIEWS and not (layout.columns or layout.wide):
+        return steps_then_items(flat_table(report), view, layout)
     return render_frame(flat_table(report), fmt, view, layout)
+
+
+def steps_then_items(frame: pl.DataFrame, view: str, layout: Layout) -> str:
+    """The default table of a view of steps and their items (critical-path): one row per step
+    with its figures (every share of its span: they add up to 100 %), then the steps' items
+    (`VIEW.items`), so that neither crowds the other's names out of 100 columns."""
+    items = [c for c in frame.columns if c.startswith("items.")]
+    steps = frame.drop(items).unique(maintain_order=True)
+    shown = [part for part in (render_frame(steps, "table", view, layout),
+                               render_frame(frame, "table", f"{view}.items", layout)) if part]
+    return "\n\n".join(shown)
 
 
 def render_frame(frame: pl.DataFrame, fmt: str, view: str | None = None, layout: Layout = Layout()) -> str:
@@ -134,10 +147,20 @@ def table_of(frame: pl.DataFrame, shown: View, layout: Layout) -> tuple[str, str
     if shown.telling and max(map(len, text.splitlines())) > terminal_width():  # they fit, or --wide shows them
         table = with_figures(chosen(frame, replace(shown, telling={}, default=tuple(
             c for c in shown.default if c not in shown.telling)), layout))
-        text = table_text(table.drop([c for c in blank if c in table.columns]), whole=whole, wide=layout.wide)
+        text = table_text(table.drop([c for c in [*blank, *zero] if c in table.columns]), whole=whole, wide=layout.wide)
     above = paths_line(frame) + "\n" if layout.wide and paths_line(frame) else ""
     notes = ([blank_note(blank)] if blank else []) + ([f"(not shown, 0.0 in every row: {', '.join(zero)})"] if zero else [])
+    notes += [] if layout.columns else one_step(frame, table, shown)  # the columns chosen: no line of its own
     return above + text, "".join("\n" + filled(note, terminal_width()) for note in notes)
+
+
+def one_step(frame: pl.DataFrame, table: pl.DataFrame, shown: View) -> list[str]:
+    """The line that names the one step of a per-step table whose `step` column is not shown
+    (it takes one value): `(step 3, the one step here)`; none otherwise."""
+    if "step" not in frame.columns or "step" in table.columns or "agg" not in shown.default or not shown.one_step:
+        return []
+    steps = frame["step"].drop_nulls().unique()
+    return [f"(step {steps[0]}, the one step here)"] if steps.len() == 1 else []
 
 
 def zero_parts(table: pl.DataFrame, parts: tuple[str, ...]) -> list[str]:

@@ -43,6 +43,7 @@ class View:
     telling: dict = field(default_factory=dict)  # default column → the rows' keys: shown only where two
     # rows that share those keys differ in it (the process group, dtype, device of look-alike rows)
     parts: tuple[str, ...] = ()  # default shares that add up to 100: those 0 in every row left out, said so
+    one_step: bool = True  # a line names the one step where the `step` column is not shown (not twice: items)
 
 
 # characters of a kernel's name in a table (more where the table has room): with pct_peak, the default kernels table leaves 45
@@ -104,14 +105,18 @@ VIEWS = {
                      empty="no launches in these steps: no device activity (kernel, memcpy or memset records) with "
                            "its launching runtime or driver call in the trace (CPU-only runs launch none)"),
     "lint": View(("run", "rank", "severity", "kind", "count", "step", "detail"), prose=("detail",)),
+    # the default table: the steps' shares (100 % of the span), then their items (`critical-path.items`)
     "critical-path": View(("run", "rank", "step", "agg", "span_ms", "host_pct", "runtime_pct", "gpu_pct", "comm_pct",
-                           "copy_pct", "wait_pct", "category", "name", "ms"),  # the shares: 100 % of the span
+                           "copy_pct", "wait_pct"),
                           {"host_pct": ("host_ns", "span_ns"), "gpu_pct": ("compute_ns", "span_ns"),
                            "comm_pct": ("comm_ns", "span_ns"), "wait_pct": ("waiting_ns", "span_ns"),
                            "runtime_pct": ("runtime_ns", "span_ns"), "copy_pct": ("copy_ns", "span_ns")},
                           {f"items.{c}": c for c in ("category", "kind", "name", "ns")},
                           kernel_names=("items.name",),
                           parts=("host_pct", "runtime_pct", "gpu_pct", "comm_pct", "copy_pct", "wait_pct")),
+    "critical-path.items": View(("run", "rank", "step", "agg", "category", "name", "ms"),
+                                aliases={f"items.{c}": c for c in ("category", "kind", "name", "ns")},
+                                kernel_names=("items.name",), one_step=False),
     "report": View(("variant", "rank", "step_ms", "d_step_ms", "d_step_ms_ci", "verdict", "peak_mem", "recompiles"),
                    {"busy_pct": ("gpu_busy_ns", SPAN), "exposed_comm_pct": ("exposed_comm_ns", SPAN),
                     "idle_pct": ("idle_ns", SPAN)},
