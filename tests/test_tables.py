@@ -535,3 +535,23 @@ def test_mangled_names_alike_are_told_apart_by_their_words_not_the_mangling():
              f"ILi{m}ELi{n}ELi8EEENS_9transform" for m, n in ((128, 128), (64, 32))]
     short = pl.DataFrame({"n": names}).select(short_kernel_name(pl.col("n")))["n"].to_list()
     assert short == ["cutlass::Kernel [128]", "cutlass::Kernel [64]"]
+
+
+def test_an_interval_of_ms_never_reads_minus_0():
+    """A step's interval clipped at 0 (`max(-0.0, 0.0)` is -0.0) read `[-0.000, …]` in `report`
+    (issue 67, item 13: `step_ms_ci` can read negative); a bound below 0 still reads so."""
+    from tracekit.front.render import interval_text
+
+    assert interval_text([max(-0.0, 0.0), 1.5]) == "[0.000, 1.500]"
+    assert interval_text([-0.0004, 2.0], "+") == "[+0.000, +2.000]" and interval_text([-1.0, 2.0], "+") == "[-1.000, +2.000]"
+
+
+def test_a_decimal_size_stays_with_its_number_when_a_line_wraps():
+    """`2048 MB`, `1.5 GB`, `3.5 x`: a wrapped note never ends a line with the number and starts
+    the next with its unit (only binary sizes and times were kept together: issue 67, item 13)."""
+    from tracekit.front.views import filled
+
+    for width in range(20, 60):
+        lines = filled("tracekit: t.json: the trace holds 2048 MB of events and 1.5 GB of strings, "
+                       "3.5 x the memory", width, "  ").splitlines()
+        assert not [a for a, b in zip(lines, lines[1:]) if a[-1].isdigit() and b.split()[0] in ("MB", "GB", "x")]

@@ -235,8 +235,9 @@ def with_whole_counts(frame: pl.DataFrame) -> pl.DataFrame:
 
 
 def interval_text(bounds, sign: str = "") -> str:
-    """An interval of ms, 3 decimals as every ms figure: `[12.310, 18.582]` (`sign` "+": signed)."""
-    return "[" + ", ".join(f"{b:{sign},.3f}" for b in bounds) + "]"
+    """An interval of ms, 3 decimals as every ms figure: `[12.310, 18.582]` (`sign` "+": signed);
+    a bound that rounds to 0 reads `0.000`, never `-0.000` (a step's interval clipped at -0.0)."""
+    return "[" + ", ".join(f"{0.0 if round(b, 3) == 0 else b:{sign},.3f}" for b in bounds) + "]"
 
 
 MD_CELL = 120  # characters of a Markdown cell at most: longer text has its middle elided

@@ -515,7 +515,8 @@ NARROW = 12  # a text column's width at least, where the table cannot give it it
 WIDE = 2 * WORD  # a text column's width at least where the table is wider than the terminal anyway (--wide)
 # Spaces that never end a line: between a number and its unit (`13.742 ms`, `0.026 / ms`, `1.20 ×`,
 # `3.53 GiB`, `… 3 more`), and in `rank 0`, `step 12`
-KEPT_SPACES = re.compile(r"(?<=\d) (?=(?:ns|µs|us|ms|s|min|%|×|B|KiB|MiB|GiB|TiB|GB/s|TB/s|TFLOP/s|more)(?![\w/]))"
+KEPT_SPACES = re.compile(r"(?<=\d) (?=(?:ns|µs|us|ms|s|min|%|×|x|B|KiB|MiB|GiB|TiB|kB|KB|MB|GB|TB|GB/s|TB/s|MB/s|"
+                         r"TFLOP/s|TFLOPs?|GHz|MHz|more)(?![\w/]))"
                          r"|(?<=\d) (?=/ (?:ns|µs|us|ms|s)\b)|(?<=\d /) (?=(?:ns|µs|us|ms|s)\b)"
                          r"|(?:(?<=\brank)|(?<=\bstep)) (?=\d)|(?<=…) (?=\d+ more)")
 NBSP = "\u00a0"
