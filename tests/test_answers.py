@@ -308,7 +308,7 @@ def test_kernel_names_in_tables_are_base_names_full_in_json_and_wide():
     assert max(map(len, full)) > 500
     lines = cli("kernels", path).stdout.splitlines()
     rows = [line for line in lines[2:] if line.split()[0].isdigit()]
-    assert len(rows) == len(lines) - 2 == len(full)  # one line per kernel, none wrapped
+    assert len(rows) == len(lines) - 3 == len(full)  # one line per kernel, none wrapped; the one step's line
     assert "elementwise_kernel<BinaryFunctor>" in lines[3] or any("elementwise_kernel<BinaryFunctor>" in r for r in rows)
     assert all("(" not in r and "void " not in r for r in rows)
     wide = cli("kernels", "--wide", path, columns=5000).stdout
@@ -831,7 +831,7 @@ def test_one_file_given_twice_is_read_once_and_said():
     path = DATA / "h200x2-blocks4" / "fsdp1" / "rank0.pt.trace.json.gz"
     result = cli("summary", path, path)
     assert result.exit_code == 0, result.output
-    assert len(result.stdout.splitlines()) == 3
+    assert len(result.stdout.splitlines()) == 4 and result.stdout.splitlines()[3].endswith("step 1)")  # the one step
     assert f"tracekit: warning: {path} is given 2 times: read once" in " ".join(
         line.strip() for line in result.stderr.splitlines())
 

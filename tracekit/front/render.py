@@ -156,11 +156,11 @@ def table_of(frame: pl.DataFrame, shown: View, layout: Layout) -> tuple[str, str
 
 def one_step(frame: pl.DataFrame, table: pl.DataFrame, shown: View) -> list[str]:
     """The line that names the one step of a per-step table whose `step` column is not shown
-    (it takes one value): `(step 3, the one step here)`; none otherwise."""
+    (it takes one value): `(not shown, the same in every row: step 3)`; none otherwise."""
     if "step" not in frame.columns or "step" in table.columns or "agg" not in shown.default or not shown.one_step:
         return []
     steps = frame["step"].drop_nulls().unique()
-    return [f"(step {steps[0]}, the one step here)"] if steps.len() == 1 else []
+    return [f"(not shown, the same in every row: step {steps[0]})"] if steps.len() == 1 else []
 
 
 def zero_parts(table: pl.DataFrame, parts: tuple[str, ...]) -> list[str]:
