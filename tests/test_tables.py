@@ -559,3 +559,21 @@ def test_a_decimal_size_stays_with_its_number_when_a_line_wraps():
         lines = filled("tracekit: t.json: the trace holds 2048 MB of events and 1.5 GB of strings, "
                        "3.5 x the memory", width, "  ").splitlines()
         assert not [a for a, b in zip(lines, lines[1:]) if a[-1].isdigit() and b.split()[0] in ("MB", "GB", "x")]
+
+
+def test_a_python_frame_blamed_for_idle_is_named_by_its_file_line_and_function():
+    """A diff's idle item blamed on a BERT module's frame (`cpu_op: …/transformers/models/bert/
+    modeling_bert.py(181): forward`, as TraceLens' BERT trace names its frames): the table, the
+    lead and `--plot` name it `cpu_op: modeling_bert.py(181): forward` — the plot cut the label
+    at 60 characters, dropping `(181): forward` (issue 67, item 12)."""
+    import polars as pl
+
+    from tracekit.front.plot import item_labels
+    from tracekit.front.views import VIEWS, kernel_column
+
+    frame = "cpu_op: /opt/conda/lib/python3.10/site-packages/transformers/models/bert/modeling_bert.py(181): forward"
+    items = pl.DataFrame({"kind": ["idle", "compute"], "name": [frame, "void k<int>(int)"], "op": ["", "aten::mm"],
+                          "phase": ["forward", "forward"]})
+    shown = items.select(kernel_column(pl.col("name"), VIEWS["diff.items"].kernel_kinds))["name"].to_list()
+    assert shown == ["cpu_op: modeling_bert.py(181): forward", "k"]
+    assert item_labels(items)[0] == "idle: cpu_op: modeling_bert.py(181): forward (forward)"

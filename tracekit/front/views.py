@@ -202,11 +202,13 @@ def short_kernel_name(name: pl.Expr, longest: int = LONGEST) -> pl.Expr:
 def kernel_column(name: pl.Expr, kinds: tuple[str, ...] = (), longest: int = LONGEST) -> pl.Expr:
     """A column of names short (`short_kernel_name`): those of the rows whose `kind` is one of
     `kinds` (a diff's compute and memcpy items; the others name an idle cause, a collective, a
-    host op), every row's without `kinds`."""
+    host op: a Python frame among them by its file, line and function, not its path), every
+    row's without `kinds`."""
     if not kinds:
         return short_kernel_name(name, longest)
     kernel = pl.col("kind").is_in(list(kinds))
-    return pl.coalesce(short_kernel_name(pl.when(kernel).then(name), longest), name)
+    frame = name.str.replace(r"^(\w+: )?\S*/(\S+\.py\(\d+\): )", "${1}${2}")  # `cpu_op: modeling_bert.py(181): forward`
+    return pl.coalesce(short_kernel_name(pl.when(kernel).then(name), longest), frame)
 
 
 def mangled_head(name: pl.Expr) -> pl.Expr:
