@@ -128,7 +128,9 @@ def share_decimals(text: str) -> dict[str, set[int]]:
     for k, rule in enumerate(lines):
         if not rule.startswith("─"):
             continue
-        head = list(reversed([line for line in reversed(lines[:k]) if line.strip()][:3]))
+        above = lines[:k][::-1]  # the table's own heading: the lines above its rule, to a blank one or a note
+        head = list(reversed(above[:next((j for j, line in enumerate(above) if not line.strip()
+                                          or line.startswith("(")), len(above))][:3]))
         for m in re.finditer("─+", rule):
             name = "".join(line[m.start():m.end()].strip() for line in head)
             cells = [line[m.start():m.end()].strip() for line in lines[k + 1:] if line.strip()]

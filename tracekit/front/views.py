@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import textwrap
+from collections import Counter
 from dataclasses import dataclass, field
 from functools import partial
 from itertools import combinations
@@ -96,8 +97,8 @@ VIEWS = {
                               "tflops", "pct_peak")},
                     kernel_names=("kernels.name",), empty=DEVICE_ONLY.format("kernels lists"),
                     implied={"coll_kind": "name", "category": "name"}),  # a kernel's name says what it is
-    "launches": View(("run", "rank", "step", "agg", "device", "api", "count", "call_ms", "device_ms", "delay_p50_ms",
-                      "delay_max_ms", "short", "long_calls", "long_delays"),  # delay_p90_ms: --wide
+    "launches": View(("run", "rank", "step", "agg", "device", "api", "count", "call_ms", "delay_p50_ms", "delay_max_ms",
+                      "short", "long_calls", "long_delays"),  # device_ms, delay_p90_ms: --wide
                      aliases={f"apis.{c}": c for c in ("api", "count", "call_ns", "device_ns", "delay_p50_ns",
                                                        "delay_p90_ns", "delay_max_ns", "short", "long_calls",
                                                        "long_delays")},
@@ -352,7 +353,8 @@ def run_names(traces: list[tuple[str, int | None]]) -> dict[str, str]:
     """Each (path, rank)'s run as a table names it: the folder of a trace file (a run
     directory's own name); where two traces of one rank would take one name (two files of a
     folder, or files of folders of one name: `a/ddp/rank0.json`, `b/ddp/rank0.json`), the
-    file's name without `.json`, after as many of its folders as tell them apart (`a/ddp/rank0`)."""
+    file's name without `.json`, after as many of its folders as tell it from the others so
+    named (`a/ddp/rank0`; `h100/Qwen…` beside `mi300/Qwen…`)."""
     def parts(path: str) -> list[str]:
         return re.sub(r"(\.pt)?(\.trace)?\.json(\.gz)?$", "", path.rstrip("/")).split("/")
 
@@ -360,16 +362,16 @@ def run_names(traces: list[tuple[str, int | None]]) -> dict[str, str]:
         whole = path.rstrip("/").split("/")
         return whole[-2] if re.search(r"\.json(\.gz)?$", path) and len(whole) > 1 else whole[-1]
 
-    clashes: dict[tuple, list[str]] = {}
-    for path, rank in traces:
-        clashes.setdefault((folder(path), rank), []).append(path)
-    names = {path: name for (name, _), paths in clashes.items() for path in paths}
-    for paths in (paths for paths in clashes.values() if len(set(paths)) > 1):
-        for k in range(1, max(len(parts(p)) for p in paths) + 1):
-            tails = {p: "/".join(parts(p)[-k:]) for p in paths}
-            if len(set(tails.values())) == len(set(paths)):
-                break
-        names.update(tails)
+    names = {path: folder(path) for path, _ in traces}
+    sharing = Counter((names[path], rank) for path, rank in set(traces))
+    depth = {path: 1 for path, rank in traces if sharing[names[path], rank] > 1}
+    while depth:
+        names.update({path: "/".join(parts(path)[-k:]) for path, k in depth.items()})
+        alike = Counter(names[path] for path in depth)
+        longer = [path for path, k in depth.items() if alike[names[path]] > 1 and k < len(parts(path))]
+        if not longer:
+            break
+        depth.update({path: depth[path] + 1 for path in longer})
     return names
 
 
