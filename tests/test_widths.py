@@ -133,7 +133,9 @@ def share_decimals(text: str) -> dict[str, set[int]]:
                                           or line.startswith("(")), len(above))][:3]))
         for m in re.finditer("─+", rule):
             name = "".join(line[m.start():m.end()].strip() for line in head)
-            cells = [line[m.start():m.end()].strip() for line in lines[k + 1:] if line.strip()]
+            below = lines[k + 1:]
+            body = below[:below.index("")] if "" in below else below  # the table's rows, to its end
+            cells = [line[m.start():m.end()].strip() for line in body if line.strip()]
             places = {len(c.partition(".")[2]) for c in cells if re.fullmatch(r"-?[\d,]+\.\d+", c)}
             if re.search(r"pct|gbps", name) and (len(places) > 1 or max(places, default=0) > 2):
                 odd[name] = places
