@@ -123,3 +123,38 @@ def test_counts_of_things_read_in_the_singular_and_the_plural():
     assert result.exit_code == 2 and result.stderr.strip().endswith("got 1 argument")
     result = CliRunner(env={"COLUMNS": "100"}).invoke(main, ["diff", *[str(FSDP2)] * 4])
     assert result.exit_code == 2 and "got 4 arguments" in result.stderr
+
+
+def test_a_diff_of_two_single_files_is_not_warned_that_they_claim_one_rank():
+    """A and B of `diff` are the two sides, not two ranks of one run: the rank-0 traces of DDP
+    and FSDP1 compared gave `same_rank` on every such diff (issue 67, item 10)."""
+    a, b = (DATA / "h200x2-small" / v / "rank0.trace.json.gz" for v in ("ddp", "fsdp1"))
+    result = CliRunner().invoke(main, ["diff", str(a), str(b)])
+    assert result.exit_code == 0, result.output
+    assert "B − A: +67.312 ms" in result.stdout and "same_rank" not in result.stderr
+
+
+def test_files_of_one_rank_in_folders_of_one_name_are_rows_named_apart(tmp_path):
+    """`summary a/ddp/rank0… b/ddp/rank0…` (two real rank-0 traces, DDP and FSDP1): the warning,
+    and two rows named by as many folders as tell them apart, not two unnamed `rank 0` rows
+    (issue 67, item 10)."""
+    import shutil
+
+    paths = []
+    for side, variant in (("a", "ddp"), ("b", "fsdp1")):
+        (tmp_path / side / "ddp").mkdir(parents=True)
+        paths.append(shutil.copy(DATA / "h200x2-small" / variant / "rank0.trace.json.gz", tmp_path / side / "ddp"))
+    result = CliRunner().invoke(main, ["summary", *paths])
+    assert result.exit_code == 0, result.output
+    assert "same_rank: 2 traces claim rank 0" in result.stderr
+    rows = result.stdout.splitlines()[2:]
+    assert [row.split()[:2] for row in rows] == [["a/ddp/rank0", "0"], ["b/ddp/rank0", "0"], ["(not", "shown,"]]
+
+
+def test_a_table_of_one_step_names_it():
+    """HTA's trace_diff control trace has steps 1009-1014: `summary --steps 1011` shows no step
+    column (one value), so a line names the step (issue 67, item 13: no table said which)."""
+    path = DATA / "external" / "hta-tests-data" / "trace_diff" / "control" / "control.json.gz"
+    lines = run("summary", "--steps", 1011, path).splitlines()
+    assert "step" not in lines[0].split() and lines[-1] == "(not shown, the same in every row: step 1011)"
+    assert "every row: step" not in run("summary", "--steps", "1011-1012", path)

@@ -129,9 +129,11 @@ TRACELENS_QWEN = DATA / "wild" / "tracelens" / "h100" / "Qwen_Qwen1.5-0.5B-Chat_
 
 
 def table_rows(text: str) -> list[list[str]]:
-    """A table's rows, each the lines it takes (a row starts where its first column has text)."""
+    """A table's rows, each the lines it takes (a row starts where its first column has text),
+    to its end (a blank line) and without the notes under it (`(not shown, …)`)."""
     lines = text.splitlines()
     body = lines[[i for i, line in enumerate(lines) if line.startswith("─")][0] + 1:]
+    body = [line for line in (body[:body.index("")] if "" in body else body) if not line.startswith("(")]
     rows = []
     for line in body:
         if line[:1] != " " or line.lstrip()[:1].isdigit() and line[:4].strip():
@@ -176,6 +178,7 @@ def column_pieces(text: str, name: str) -> list[list[str]]:
     """Per table row, the text of column `name` on each of its lines (its extent: its rule)."""
     import re
 
+    text = next(block for block in text.split("\n\n") if name in block.splitlines()[0].split())  # its table
     lines = text.splitlines()
     rule = next(line for line in lines if line.startswith("─"))
     extents = [m.span() for m in re.finditer("─+", rule)]
@@ -227,8 +230,8 @@ def test_names_break_at_boundaries_not_mid_identifier(args):
     `<`, `…`… (`FullyShardedDataParallel.` over `_post_backward_hook`, never
     `FullyShardedDataParallel._po` over `st_backward_hook`), and never inside a run of letters
     and digits, camel case included (`cudaDevice` over `Synchronize`, `…z_coop` over `B_NNT`:
-    issue 27, D3)."""
-    text, doc = run(*args), json.loads(run(*args, "--format", "json"))
+    issue 27, D3). critical-path at 60 columns: its items' table has room for them at 100."""
+    text, doc = run(*args, columns=60 if args[0] == "critical-path" else 100), json.loads(run(*args, "--format", "json"))
     if args[0] == "diff":
         text = text[text.index("kind     name"):].split("\n\n")[0]
     names = shown_names(args[0], doc) | {f"{n} more items" for n in range(1000)}
@@ -413,7 +416,8 @@ def test_a_name_is_elided_only_where_two_lines_of_its_column_cannot_hold_it():
              for s in t["steps"] for i in s["items"]}
     assert "FullyShardedDataParallel._pre_backward_prefetch" in names
     cells = ["".join(p) for p in column_pieces(text, "name")]
-    width = len(next(r for h, r in zip(text.splitlines()[0].split(), text.splitlines()[1].split()) if h == "name"))
+    items = next(block for block in text.split("\n\n") if "name" in block.splitlines()[0].split()).splitlines()
+    width = len(next(r for h, r in zip(items[0].split(), items[1].split()) if h == "name"))
     assert "FullyShardedDataParallel._pre_backward_prefetch" in cells
     assert not [c for c in cells if "…" in c and len(c) <= 2 * width - 4]
 
@@ -429,3 +433,147 @@ def test_an_identifier_stays_whole_where_column_names_can_make_room():
     for name in ("cudaDeviceGetStreamPriorityRange", "cudaStreamCreateWithFlags"):
         assert [name] in cells, [c for c in cells if len(c) > 1]
     assert max(map(len, text.splitlines())) <= 100
+
+
+def test_the_critical_path_table_shows_the_shares_that_add_up_to_its_span():
+    """The default critical-path table's shares add up to 100 % of the span in every row (each
+    rounded to 0.1): `runtime_pct` and `copy_pct` were not shown, so DDP's rank 0 read 84.2 %
+    (its launches' 15.8 % hidden; 55 % on an MoE trace: issue 67, item 11). One row per step
+    with its shares, then the items: both fit 100 columns, the runs' names and `--agg median`
+    too (142 columns when the shares and the items shared one table)."""
+    import polars as pl
+
+    from tracekit.front.views import VIEWS, Layout, chosen
+
+    doc = json.loads(run("critical-path", "--format", "json", DATA / "h200x2-small" / "ddp"))
+    frame = pl.DataFrame([{k: v for k, v in s.items() if k != "items"} for t in doc["traces"] for s in t["steps"]])
+    shares = [c for c in chosen(frame, VIEWS["critical-path"], Layout()).columns if c.endswith("_pct")]
+    table = chosen(frame, VIEWS["critical-path"], Layout()).select(total=pl.sum_horizontal(shares))
+    assert "runtime_pct" in shares and table["total"].is_between(99.7, 100.3).all(), (shares, table)
+    lines = run("critical-path", DATA / "h200x2-small" / "ddp").splitlines()
+    assert lines[0].split() == ["rank", "span_ms", "host_pct", "runtime_pct", "gpu_pct", "copy_pct", "wait_pct"]
+    assert lines[2].split()[3] == "15.8" and lines[4] == "(not shown, 0.0 in every row: comm_pct)"
+    assert max(map(len, run("critical-path", "--agg", "median", DATA / "h200x2-small").splitlines())) <= 100
+
+
+def test_a_cpu_only_critical_path_leaves_out_its_zero_shares_saying_so():
+    """The gloo CPU run's critical path is all host and waiting: the shares that are 0.0 in every
+    row are left out with a line naming them, so the shown shares still add up to 100 % and the
+    names have room (`c10d::allgather_` was broken over two lines: issue 67, items 11 and 13)."""
+    lines = run("critical-path", DATA / "gloo-cpu").splitlines()
+    assert lines[0].split() == ["rank", "step", "span_ms", "host_pct", "wait_pct"]
+    assert lines[6] == "(not shown, 0.0 in every row: runtime_pct, gpu_pct, comm_pct, copy_pct)"
+    assert lines[8].split() == ["rank", "step", "category", "name", "ms"]  # then the steps' items
+    assert any(line.split()[-2:-1] == ["c10d::allgather_"] for line in lines)
+
+
+@pytest.mark.parametrize("args, note", [
+    (("kernels", DATA / "external" / "hta-tests-data" / "triton_example" / "triton_example.json.gz"),
+     "(not shown, blank in every row: pct_peak: no FLOPs from recorded shapes)"),
+    (("kernels", "--by", "op", DATA / "wild" / "tracelens" / "mi210" / "gpu_only_trace" / "gpu_only_trace.json.gz"),
+     "(not shown, blank in every row: coll_kind: no communication in these steps; pct_peak: no FLOPs from "
+     "recorded shapes; op: no CPU op encloses the launches)")], ids=["triton", "gpu-only"])
+def test_a_blank_column_s_note_says_why_it_is_blank(args, note):
+    """Not "nothing here records them" where the reason is no communication, no enclosing op or
+    no FLOPs (issue 67, item 13)."""
+    assert note in " ".join(run(*args).splitlines())
+
+
+def test_a_share_whole_in_every_step_keeps_its_decimal_on_the_statistic_row():
+    """`summary --agg mean` of the one-GPU H200 run (no communication): `exposed_comm_pct` reads
+    `0.0` on every row, the mean's too (it read `0` there: issue 67, item 13)."""
+    lines = run("summary", "--agg", "mean", DATA / "h200x1-device").splitlines()
+    mean = next(line for line in lines if " mean " in line)
+    assert mean.split()[-1] == "0.0" and all(line.split()[-2] == "0.0" for line in lines[2:5])
+
+
+def test_a_rate_too_small_for_its_decimals_is_not_shown_as_0():
+    """A bus bandwidth of 0.004 GB/s beside 12.5 reads `<0.01`, not `0.0` (issue 67, item 13: 0.0065
+    GB/s read `0.0`)."""
+    import polars as pl
+
+    from tracekit.front.views import table_text
+
+    text = table_text(pl.DataFrame({"kind": ["a", "b", "c"], "busbw_gbps": [0.004, 12.5, 0.0]}))
+    assert [line.split()[-1] for line in text.splitlines()[2:]] == ["<0.01", "12.50", "0.00"]
+
+
+def test_diff_plot_labels_two_kernels_apart():
+    """`diff --plot` labelled an item `kind: name` cut at 60 characters: the BERT H100 trace's
+    three `cutlass::Kernel2<cutlass_80_…>` GEMMs (two alike for 60 characters) got one label.
+    Now each is named as the diff's table names it, short and told apart (issue 67, item 12)."""
+    import gzip
+
+    import polars as pl
+
+    from tracekit.front.plot import item_labels
+
+    path = WILD / "h100" / "gaunernst_bert-small-uncased__1016001.json.gz"
+    names = sorted({e["name"] for e in json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+                    if e.get("cat") == "kernel" and "cutlass::Kernel2<" in e["name"]})
+    assert len(names) == 3 and len({f"compute: {n}"[:60] for n in names}) == 2  # the old labels: two alike
+    labels = item_labels(pl.DataFrame({"kind": "compute", "name": names, "op": "aten::addmm", "phase": "forward"}))
+    assert len(set(labels)) == 3 and all(label.startswith("compute: cutlass::Kernel2<") for label in labels), labels
+
+
+def test_an_identifier_longer_than_its_line_breaks_between_its_camel_case_words():
+    """Megatron's `LinearWithGradAccumulationAndAsyncCommunication` (48 characters, no `_`, `.`
+    or `::`) in a 40-character column broke as `…AndAsyn` over `cCommunication`: now between
+    its words (issue 67, item 12); a name with a boundary still breaks there."""
+    from tracekit.front.views import wrapped
+
+    assert wrapped("LinearWithGradAccumulationAndAsyncCommunication", 40) == [
+        "LinearWithGradAccumulationAndAsync", "Communication"]
+    assert wrapped("vectorized_elementwise_kernel<AddFunctor>", 33) == ["vectorized_elementwise_kernel<", "AddFunctor>"]
+
+
+def test_mangled_names_alike_are_told_apart_by_their_words_not_the_mangling():
+    """Two (cut) mangled CUTLASS names that no demangler here reads, alike but for their tile
+    sizes: told apart by those values (`cutlass::Kernel [128]`, `[64]`), not by a piece of the
+    mangling (`[9GemmShapeI…28ELi8EEENS]`: issue 67, item 12)."""
+    import polars as pl
+
+    from tracekit.front.views import short_kernel_name
+
+    names = [f"_ZN7cutlass6KernelIN4gemm6kernel10GemmSharedINS1_11threadblock12MmaPipelinedINS1_9GemmShape"
+             f"ILi{m}ELi{n}ELi8EEENS_9transform" for m, n in ((128, 128), (64, 32))]
+    short = pl.DataFrame({"n": names}).select(short_kernel_name(pl.col("n")))["n"].to_list()
+    assert short == ["cutlass::Kernel [128]", "cutlass::Kernel [64]"]
+
+
+def test_an_interval_of_ms_never_reads_minus_0():
+    """A step's interval clipped at 0 (`max(-0.0, 0.0)` is -0.0) read `[-0.000, …]` in `report`
+    (issue 67, item 13: `step_ms_ci` can read negative); a bound below 0 still reads so."""
+    from tracekit.front.render import interval_text
+
+    assert interval_text([max(-0.0, 0.0), 1.5]) == "[0.000, 1.500]"
+    assert interval_text([-0.0004, 2.0], "+") == "[+0.000, +2.000]" and interval_text([-1.0, 2.0], "+") == "[-1.000, +2.000]"
+
+
+def test_a_decimal_size_stays_with_its_number_when_a_line_wraps():
+    """`2048 MB`, `1.5 GB`, `3.5 x`: a wrapped note never ends a line with the number and starts
+    the next with its unit (only binary sizes and times were kept together: issue 67, item 13)."""
+    from tracekit.front.views import filled
+
+    for width in range(20, 60):
+        lines = filled("tracekit: t.json: the trace holds 2048 MB of events and 1.5 GB of strings, "
+                       "3.5 x the memory", width, "  ").splitlines()
+        assert not [a for a, b in zip(lines, lines[1:]) if a[-1].isdigit() and b.split()[0] in ("MB", "GB", "x")]
+
+
+def test_a_python_frame_blamed_for_idle_is_named_by_its_file_line_and_function():
+    """A diff's idle item blamed on a BERT module's frame (`cpu_op: …/transformers/models/bert/
+    modeling_bert.py(181): forward`, as TraceLens' BERT trace names its frames): the table, the
+    lead and `--plot` name it `cpu_op: modeling_bert.py(181): forward` — the plot cut the label
+    at 60 characters, dropping `(181): forward` (issue 67, item 12)."""
+    import polars as pl
+
+    from tracekit.front.plot import item_labels
+    from tracekit.front.views import VIEWS, kernel_column
+
+    frame = "cpu_op: /opt/conda/lib/python3.10/site-packages/transformers/models/bert/modeling_bert.py(181): forward"
+    items = pl.DataFrame({"kind": ["idle", "compute"], "name": [frame, "void k<int>(int)"], "op": ["", "aten::mm"],
+                          "phase": ["forward", "forward"]})
+    shown = items.select(kernel_column(pl.col("name"), VIEWS["diff.items"].kernel_kinds))["name"].to_list()
+    assert shown == ["cpu_op: modeling_bert.py(181): forward", "k"]
+    assert item_labels(items)[0] == "idle: cpu_op: modeling_bert.py(181): forward (forward)"

@@ -5,6 +5,8 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+import polars as pl
+
 from tracekit.core.errors import TraceError, UsageError
 
 
@@ -34,11 +36,23 @@ def save(fig, path: Path) -> Path:
     return path
 
 
-def item_label(item: dict) -> str:
-    """`kind: name (phase)` for the kernel view, `kind: phase · FSDP label` for the FSDP view."""
-    if "name" in item:
-        return f"{item['kind']}: {item['name']}"[:60] + (f" ({item['phase']})" if item.get("phase") else "")
-    return " · ".join(str(item[k]) for k in ("kind", "phase", "fsdp") if item.get(k))
+def item_labels(items: pl.DataFrame) -> list[str]:
+    """Each item's label: `kind: name (phase)` for the kernel view, a kernel's name as the
+    diff's table shows it (`views.kernel_column`: two kernels never look alike), with ` · op`
+    where two items' labels would otherwise be one; `kind: phase · FSDP label` for the FSDP
+    view."""
+    if "name" not in items.columns:
+        return [" · ".join(str(r[k]) for k in ("kind", "phase", "fsdp") if r.get(k)) for r in items.to_dicts()]
+    from tracekit.front.views import VIEWS, kernel_column
+
+    names = items.select(kernel_column(pl.col("name"), VIEWS["diff.items"].kernel_kinds, LABEL))["name"].to_list()
+    labels = [f"{r['kind']}: {name}" + (f" ({r['phase']})" if r.get("phase") else "")
+              for r, name in zip(items.to_dicts(), names)]
+    return [f"{label} · {r['op']}" if labels.count(label) > 1 and r.get("op") else label
+            for label, r in zip(labels, items.to_dicts())]
+
+
+LABEL = 60  # characters of a kernel's name in a label at most
 
 
 def waterfall(diff, a_label: str, b_label: str, path, over: str = "all ranks") -> Path:
@@ -46,7 +60,7 @@ def waterfall(diff, a_label: str, b_label: str, path, over: str = "all ranks") -
     (`diff`: a `Diff`; `over`: what a diff over ranks is, e.g. "mean rank")."""
     plt = _pyplot()
     items = diff.items.to_dicts()
-    labels = [a_label] + [item_label(r) for r in items] + [b_label]
+    labels = [a_label] + item_labels(diff.items) + [b_label]
     fig, ax = plt.subplots(figsize=(10, 0.35 * len(labels) + 1.5))
     level = diff.a_step_ns / 1e6
     levels = [level]

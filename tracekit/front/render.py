@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import replace
 from functools import partial
 
@@ -82,7 +83,20 @@ def render(report, fmt: str, view: str | None = None, layout: Layout = Layout())
     """The report as text in `fmt`; the table shows `view`'s columns (`views.py`)."""
     if fmt == "json":
         return json_text(json_doc(report))
+    if fmt == "table" and f"{view}.items" in VIEWS and not (layout.columns or layout.wide):
+        return steps_then_items(flat_table(report), view, layout)
     return render_frame(flat_table(report), fmt, view, layout)
+
+
+def steps_then_items(frame: pl.DataFrame, view: str, layout: Layout) -> str:
+    """The default table of a view of steps and their items (critical-path): one row per step
+    with its figures (every share of its span: they add up to 100 %), then the steps' items
+    (`VIEW.items`), so that neither crowds the other's names out of 100 columns."""
+    items = [c for c in frame.columns if c.startswith("items.")]
+    steps = frame.drop(items).unique(maintain_order=True)
+    shown = [part for part in (render_frame(steps, "table", view, layout),
+                               render_frame(frame, "table", f"{view}.items", layout)) if part]
+    return "\n\n".join(shown)
 
 
 def render_frame(frame: pl.DataFrame, fmt: str, view: str | None = None, layout: Layout = Layout()) -> str:
@@ -127,13 +141,35 @@ def table_of(frame: pl.DataFrame, shown: View, layout: Layout) -> tuple[str, str
         return filled(shown.empty, terminal_width()), ""
     whole = whole_in_steps(picked, frame)
     blank = [] if layout.columns or layout.wide else blank_columns(table)
+    zero = [] if layout.columns or layout.wide else zero_parts(table, shown.parts)
+    table = table.drop(zero)
     text = table_text(table.drop(blank), whole=whole, wide=layout.wide)
     if shown.telling and max(map(len, text.splitlines())) > terminal_width():  # they fit, or --wide shows them
         table = with_figures(chosen(frame, replace(shown, telling={}, default=tuple(
             c for c in shown.default if c not in shown.telling)), layout))
-        text = table_text(table.drop([c for c in blank if c in table.columns]), whole=whole, wide=layout.wide)
+        text = table_text(table.drop([c for c in [*blank, *zero] if c in table.columns]), whole=whole, wide=layout.wide)
     above = paths_line(frame) + "\n" if layout.wide and paths_line(frame) else ""
-    return above + text, ("\n" + filled(blank_note(blank), terminal_width()) if blank else "")
+    notes = ([blank_note(blank)] if blank else []) + ([f"(not shown, 0.0 in every row: {', '.join(zero)})"] if zero else [])
+    notes += [] if layout.columns else one_step(frame, table, shown)  # the columns chosen: no line of its own
+    return above + text, "".join("\n" + filled(note, terminal_width()) for note in notes)
+
+
+def one_step(frame: pl.DataFrame, table: pl.DataFrame, shown: View) -> list[str]:
+    """The line that names the one step of a per-step table whose `step` column is not shown
+    (it takes one value): `(not shown, the same in every row: step 3)`; none otherwise."""
+    if "step" not in frame.columns or "step" in table.columns or "agg" not in shown.default or not shown.one_step:
+        return []
+    steps = frame["step"].drop_nulls().unique()
+    return [f"(not shown, the same in every row: step {steps[0]})"] if steps.len() == 1 else []
+
+
+def zero_parts(table: pl.DataFrame, parts: tuple[str, ...]) -> list[str]:
+    """The table's `parts` (shares that add up to 100) that are 0 in every row: left out, saying so."""
+    there = [c for c in parts if c in table.columns]
+    if not there or not table.height:
+        return []
+    zero = table.select(pl.col(there).fill_null(0).eq(0).all()).row(0)
+    return [c for c, z in zip(there, zero, strict=True) if z]
 
 
 UNBLANKED = ("run", "rank", "step", "agg", "path", "variant")  # they name the row, blank or not
@@ -149,20 +185,35 @@ def blank_columns(table: pl.DataFrame) -> list[str]:
     return [c for c, blank in zip(candidates, empty, strict=True) if blank]
 
 
+BLANK_WHY = ((r"comm|coll|busbw|algbw|^pg$|transfer|^wait", "no communication in these steps"),
+             (r"^op$", "no CPU op encloses the launches"), (r"tflops|pct_peak", "no FLOPs from recorded shapes"))
+
+
 def blank_note(blank: list[str]) -> str:
-    """The line under a table that left out the columns `blank`, saying why."""
-    why = ": a CPU-only run has no device figures" if "device" in blank else ""
-    return f"(not shown, blank in every row: {', '.join(blank)}; nothing here records them{why})"
+    """The line under a table that left out the columns `blank`, saying why: a CPU-only run
+    (no device), no communication, no enclosing op, no FLOPs, else that nothing records them."""
+    if "device" in blank:
+        return f"(not shown, blank in every row: {', '.join(blank)}; nothing here records them: a CPU-only run " \
+               "has no device figures)"
+    why: dict[str, list[str]] = {}
+    for c in blank:
+        why.setdefault(next((w for pattern, w in BLANK_WHY if re.search(pattern, c)), "nothing here records them"),
+                       []).append(c)
+    return "(not shown, blank in every row: " + "; ".join(f"{', '.join(cs)}: {w}" for w, cs in why.items()) + ")"
 
 
 def whole_in_steps(table: pl.DataFrame, frame: pl.DataFrame) -> set[str]:
     """The table's float columns whose values are whole in every step's row: counts that a
-    statistic row (`agg`: a mean of 4.5) made floats, shown as the integers they are."""
+    statistic row (`agg`: a mean of 4.5) made floats, shown as the integers they are — not a
+    time, share or rate that happens to be whole (a `busy_pct` of 0.0 in every step)."""
     if "agg" not in frame.columns:
         return set()
     steps = table.filter(frame["agg"].is_null())
     return {c for c, t in table.schema.items() if t.is_float() and steps[c].drop_nulls().len() > 0
-            and steps[c].drop_nulls().eq(steps[c].drop_nulls().round(0)).all()}
+            and not MEASURE.search(c) and steps[c].drop_nulls().eq(steps[c].drop_nulls().round(0)).all()}
+
+
+MEASURE = re.compile(r"(?:^|_)(?:ms|pct|gbps|tflops|peak|ci)(?:_|$)")  # a figure no count: never shown as an integer
 
 
 def with_whole_counts(frame: pl.DataFrame) -> pl.DataFrame:
@@ -184,8 +235,9 @@ def with_whole_counts(frame: pl.DataFrame) -> pl.DataFrame:
 
 
 def interval_text(bounds, sign: str = "") -> str:
-    """An interval of ms, 3 decimals as every ms figure: `[12.310, 18.582]` (`sign` "+": signed)."""
-    return "[" + ", ".join(f"{b:{sign},.3f}" for b in bounds) + "]"
+    """An interval of ms, 3 decimals as every ms figure: `[12.310, 18.582]` (`sign` "+": signed);
+    a bound that rounds to 0 reads `0.000`, never `-0.000` (a step's interval clipped at -0.0)."""
+    return "[" + ", ".join(f"{0.0 if round(b, 3) == 0 else b:{sign},.3f}" for b in bounds) + "]"
 
 
 MD_CELL = 120  # characters of a Markdown cell at most: longer text has its middle elided

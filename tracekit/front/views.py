@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import textwrap
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from functools import partial
 from itertools import combinations
@@ -42,6 +43,8 @@ class View:
     implied: dict = field(default_factory=dict)  # default column → the column that says it already
     telling: dict = field(default_factory=dict)  # default column → the rows' keys: shown only where two
     # rows that share those keys differ in it (the process group, dtype, device of look-alike rows)
+    parts: tuple[str, ...] = ()  # default shares that add up to 100: those 0 in every row left out, said so
+    one_step: bool = True  # a line names the one step where the `step` column is not shown (not twice: items)
 
 
 # characters of a kernel's name in a table (more where the table has room): with pct_peak, the default kernels table leaves 45
@@ -95,21 +98,27 @@ VIEWS = {
                               "tflops", "pct_peak")},
                     kernel_names=("kernels.name",), empty=DEVICE_ONLY.format("kernels lists"),
                     implied={"coll_kind": "name", "category": "name"}),  # a kernel's name says what it is
-    "launches": View(("run", "rank", "step", "agg", "device", "api", "count", "call_ms", "device_ms", "delay_p50_ms",
-                      "delay_p90_ms", "delay_max_ms", "short", "long_calls", "long_delays"),
+    "launches": View(("run", "rank", "step", "agg", "device", "api", "count", "call_ms", "delay_p50_ms", "delay_max_ms",
+                      "short", "long_calls", "long_delays"),  # device_ms, delay_p90_ms: --wide
                      aliases={f"apis.{c}": c for c in ("api", "count", "call_ns", "device_ns", "delay_p50_ns",
                                                        "delay_p90_ns", "delay_max_ns", "short", "long_calls",
                                                        "long_delays")},
+                     telling={"device": ("path", "rank")},  # a rank's one device says nothing
                      empty="no launches in these steps: no device activity (kernel, memcpy or memset records) with "
                            "its launching runtime or driver call in the trace (CPU-only runs launch none)"),
     "lint": View(("run", "rank", "severity", "kind", "count", "step", "detail"), prose=("detail",)),
-    "critical-path": View(("run", "rank", "step", "agg", "span_ms", "host_pct", "gpu_pct", "comm_pct", "wait_pct",
-                           "category", "name", "ms"),
+    # the default table: the steps' shares (100 % of the span), then their items (`critical-path.items`)
+    "critical-path": View(("run", "rank", "step", "agg", "span_ms", "host_pct", "runtime_pct", "gpu_pct", "comm_pct",
+                           "copy_pct", "wait_pct"),
                           {"host_pct": ("host_ns", "span_ns"), "gpu_pct": ("compute_ns", "span_ns"),
                            "comm_pct": ("comm_ns", "span_ns"), "wait_pct": ("waiting_ns", "span_ns"),
                            "runtime_pct": ("runtime_ns", "span_ns"), "copy_pct": ("copy_ns", "span_ns")},
                           {f"items.{c}": c for c in ("category", "kind", "name", "ns")},
-                          kernel_names=("items.name",)),
+                          kernel_names=("items.name",),
+                          parts=("host_pct", "runtime_pct", "gpu_pct", "comm_pct", "copy_pct", "wait_pct")),
+    "critical-path.items": View(("run", "rank", "step", "agg", "category", "name", "ms"),
+                                aliases={f"items.{c}": c for c in ("category", "kind", "name", "ns")},
+                                kernel_names=("items.name",), one_step=False),
     "report": View(("variant", "rank", "step_ms", "d_step_ms", "d_step_ms_ci", "verdict", "peak_mem", "recompiles"),
                    {"busy_pct": ("gpu_busy_ns", SPAN), "exposed_comm_pct": ("exposed_comm_ns", SPAN),
                     "idle_pct": ("idle_ns", SPAN)},
@@ -197,11 +206,13 @@ def short_kernel_name(name: pl.Expr, longest: int = LONGEST) -> pl.Expr:
 def kernel_column(name: pl.Expr, kinds: tuple[str, ...] = (), longest: int = LONGEST) -> pl.Expr:
     """A column of names short (`short_kernel_name`): those of the rows whose `kind` is one of
     `kinds` (a diff's compute and memcpy items; the others name an idle cause, a collective, a
-    host op), every row's without `kinds`."""
+    host op: a Python frame among them by its file, line and function, not its path), every
+    row's without `kinds`."""
     if not kinds:
         return short_kernel_name(name, longest)
     kernel = pl.col("kind").is_in(list(kinds))
-    return pl.coalesce(short_kernel_name(pl.when(kernel).then(name), longest), name)
+    frame = name.str.replace(r"^(\w+: )?\S*/(\S+\.py\(\d+\): )", "${1}${2}")  # `cpu_op: modeling_bert.py(181): forward`
+    return pl.coalesce(short_kernel_name(pl.when(kernel).then(name), longest), frame)
 
 
 def mangled_head(name: pl.Expr) -> pl.Expr:
@@ -231,12 +242,35 @@ def told_apart(pairs: pl.Series, longest: int = LONGEST) -> pl.Series:
             alike.setdefault(elided(s, None, longest), set()).add(f)
     marks = {}
     for looks, names in alike.items():
-        words = {f: re.findall(r"[A-Za-z0-9]+", f or "") for f in names}
+        words = {f: name_words(f or "") for f in names}
         places = sorted({first_difference(words[a], words[b]) for a, b in combinations(sorted(names), 2)})
         for f in names if len(names) > 1 else ():
             marks[looks, f] = ", ".join(words[f][i] if i < len(words[f]) else "–" for i in places)
     return pl.Series([elided(s, marks.get((elided(s, None, longest), f)), longest) for s, f in zip(shown, full)],
                      dtype=pl.String)
+
+
+def name_words(name: str) -> list[str]:
+    """A name's words: its runs of letters and digits; of a mangled name no demangler here
+    reads (`_ZN7cutlass6KernelIN4gemm…ILi128E…`), its identifiers and its template arguments'
+    values (`cutlass`, `Kernel`, `gemm`, …, `128`), never the mangling's own letters
+    (`9GemmShapeI…28ELi8EEENS`)."""
+    if not name.startswith("_Z"):
+        return re.findall(r"[A-Za-z0-9]+", name)
+    words, at = [], 0
+    while at < len(name):
+        value = re.match(r"L[a-z](n?\d+)E", name[at:])  # `Li64E`: the int 64
+        skip = re.match(r"S[0-9A-Z]*_|T[0-9]*_", name[at:])  # a substitution, a template parameter
+        size = re.match(r"[1-9]\d*", name[at:])
+        if value:
+            words.append(value.group(1).replace("n", "-"))
+        elif size and not skip:
+            start = at + size.end()
+            words.append(name[start:start + int(size.group())])
+            at = start + int(size.group())
+            continue
+        at += (value or skip).end() if value or skip else 1
+    return words
 
 
 def first_difference(a: list[str], b: list[str]) -> int:
@@ -305,16 +339,10 @@ def catalogue(frame: pl.DataFrame, view: View, wide: bool = False, longest: int 
     where two folders hold files of that name) and the view's shares."""
     out = {shown_name(c, view): in_units(c, t, view, wide, longest).alias(shown_name(c, view))
            for c, t in frame.schema.items()}
-    if "path" in frame.columns:  # a trace file's folder; its own name where two files of one rank share one
-        path = pl.col("path").str.replace(r"/+$", "")
-        file = path.str.contains(r"\.json(\.gz)?$")
-        folder = pl.when(file).then(path.str.extract(r"([^/]+)/[^/]+$", 1)).otherwise(path.str.extract(r"([^/]+)$", 1))
-        same = ["rank"] if "rank" in frame.columns else []
-        own = path.str.extract(r"([^/]+)$", 1).str.replace(r"(\.pt)?(\.trace)?\.json(\.gz)?$", "")
-        own = pl.when(pl.col("path").n_unique().over(own.fill_null("")) > 1).then(  # one name in two folders
-            pl.format("{}/{}", folder, own)).otherwise(own)
-        out["run"] = (pl.when(file & (pl.col("path").n_unique().over(folder.fill_null(""), *same) > 1)).then(own)
-                      .otherwise(folder).alias("run"))
+    if "path" in frame.columns:  # a trace file's folder; its own name where two traces of one rank share one
+        pairs = frame.select("path", pl.col("rank") if "rank" in frame.columns else pl.lit(None).alias("rank"))
+        names = run_names(pairs.unique().drop_nulls("path").rows())
+        out["run"] = pl.col("path").replace_strict(names, default=None, return_dtype=pl.String).alias("run")
     raw = {shown_name(c, view): c for c in frame.columns}
     for name, (part, whole) in view.shares.items():
         if name in raw:  # the analysis's own share: on a statistic row, the statistic of the steps' shares
@@ -322,6 +350,32 @@ def catalogue(frame: pl.DataFrame, view: View, wide: bool = False, longest: int 
         elif part in frame.columns and whole in frame.columns:
             out[name] = (pl.col(part) / pl.col(whole) * 100).round(1).alias(name)
     return out
+
+
+def run_names(traces: list[tuple[str, int | None]]) -> dict[str, str]:
+    """Each (path, rank)'s run as a table names it: the folder of a trace file (a run
+    directory's own name); where two traces of one rank would take one name (two files of a
+    folder, or files of folders of one name: `a/ddp/rank0.json`, `b/ddp/rank0.json`), the
+    file's name without `.json`, after as many of its folders as tell it from the others so
+    named (`a/ddp/rank0`; `h100/Qwen…` beside `mi300/Qwen…`)."""
+    def parts(path: str) -> list[str]:
+        return re.sub(r"(\.pt)?(\.trace)?\.json(\.gz)?$", "", path.rstrip("/")).split("/")
+
+    def folder(path: str) -> str:
+        whole = path.rstrip("/").split("/")
+        return whole[-2] if re.search(r"\.json(\.gz)?$", path) and len(whole) > 1 else whole[-1]
+
+    names = {path: folder(path) for path, _ in traces}
+    sharing = Counter((names[path], rank) for path, rank in set(traces))
+    depth = {path: 1 for path, rank in traces if sharing[names[path], rank] > 1}
+    while depth:
+        names.update({path: "/".join(parts(path)[-k:]) for path, k in depth.items()})
+        alike = Counter(names[path] for path in depth)
+        longer = [path for path, k in depth.items() if alike[names[path]] > 1 and k < len(parts(path))]
+        if not longer:
+            break
+        depth.update({path: depth[path] + 1 for path in longer})
+    return names
 
 
 def chosen(frame: pl.DataFrame, view: View, layout: Layout) -> pl.DataFrame:
@@ -375,11 +429,11 @@ def with_figures(table: pl.DataFrame) -> pl.DataFrame:
 
 
 def telling(frame: pl.DataFrame, column: pl.Expr, keys: tuple[str, ...], view: View) -> pl.Expr:
-    """Whether rows that share `keys` (shown names; those the frame has) differ in `column`
-    (an expression of one boolean)."""
+    """Whether rows that share `keys` (shown names; those the frame has) differ in `column`,
+    blanks aside (an expression of one boolean)."""
     raw = {view.aliases.get(c, c): c for c in frame.columns}
     by = [pl.col(raw[k]) for k in keys if k in raw] or [pl.lit(0)]
-    return column.n_unique().over(by).max() > 1
+    return column.drop_nulls().n_unique().over(by).max() > 1  # a blank (a step with no row of its own) tells nothing
 
 
 def path_text(path: str, room: int) -> str:
@@ -407,10 +461,14 @@ def terminal_width() -> int:
 IDENTIFIERS = ("step", "rank", "device", "stream", "pg")  # numbers that name something: no separators
 
 
-def cell(value, decimals: int, separators: bool = True, whole: bool = False) -> str:
+def cell(value, decimals: int, separators: bool = True, whole: bool = False, share: bool = False) -> str:
     """A value as the table prints it: blank for null, thousands separators (not in
     identifiers), a column's fixed decimals; in a column of counts (`whole`) a whole value as
-    the integer it is, its units under the units of the column's averages (`6  ` over `3.7`)."""
+    the integer it is, its units under the units of the column's averages (`6  ` over `3.7`);
+    in a share's or a rate's (`share`) a value above 0 that its decimals would show as 0 as
+    the least they show (`<0.01`: a bus bandwidth of 0.0065 GB/s is not `0.0`)."""
+    if share and isinstance(value, float) and 0 < abs(value) < 0.5 * 10 ** -decimals:
+        return ("-" if value < 0 else "") + f"<{10 ** -decimals:.{decimals}f}"
     if value is None:
         return ""
     if isinstance(value, bool):
@@ -436,8 +494,8 @@ def decimals(values: pl.Series) -> int:
     if values.name == "ms" or values.name.endswith("_ms") or values.name.endswith(RELATIVE):
         return 3
     most = 2 if SHARE.search(values.name) else 3
-    needed = [len(f"{v:.{most}f}".rstrip("0").partition(".")[2]) for v in values
-              if isinstance(v, float) and math.isfinite(v)]
+    needed = [len(f"{v:.{most}f}".rstrip("0").partition(".")[2]) if abs(v) >= 0.5 * 10 ** -most or v == 0 else most
+              for v in values if isinstance(v, float) and math.isfinite(v)]  # a tiny figure: `<0.01`
     return max(needed, default=0) if most == 3 else max([1, *needed])
 
 
@@ -464,7 +522,8 @@ NARROW = 12  # a text column's width at least, where the table cannot give it it
 WIDE = 2 * WORD  # a text column's width at least where the table is wider than the terminal anyway (--wide)
 # Spaces that never end a line: between a number and its unit (`13.742 ms`, `0.026 / ms`, `1.20 ×`,
 # `3.53 GiB`, `… 3 more`), and in `rank 0`, `step 12`
-KEPT_SPACES = re.compile(r"(?<=\d) (?=(?:ns|µs|us|ms|s|min|%|×|B|KiB|MiB|GiB|TiB|GB/s|TB/s|TFLOP/s|more)(?![\w/]))"
+KEPT_SPACES = re.compile(r"(?<=\d) (?=(?:ns|µs|us|ms|s|min|%|×|x|B|KiB|MiB|GiB|TiB|kB|KB|MB|GB|TB|GB/s|TB/s|MB/s|"
+                         r"TFLOP/s|TFLOPs?|GHz|MHz|more)(?![\w/]))"
                          r"|(?<=\d) (?=/ (?:ns|µs|us|ms|s)\b)|(?<=\d /) (?=(?:ns|µs|us|ms|s)\b)"
                          r"|(?:(?<=\brank)|(?<=\bstep)) (?=\d)|(?<=…) (?=\d+ more)")
 NBSP = "\u00a0"
@@ -488,13 +547,19 @@ def words_of(text: str) -> list[str]:
     return [w for w in re.split(r"[^\S\u00a0]+", kept_together(text)) if w]
 
 
+CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z][a-z])")  # a camel-case word's start: `…AndAsync|Communication`
+
+
 def cut_at(word: str, room: int) -> int:
     """Where `word` breaks to fill `room`: after its last token boundary that fits, else (none
-    of at least `PIECE` characters) after its last underscore that fits (`BREAKS`); 0 if none."""
+    of at least `PIECE` characters) after its last underscore that fits (`BREAKS`), else
+    before its last camel-case word that fits (`LinearWithGradAccumulationAndAsync` over
+    `Communication`, not `…AndAsyn` over `cCommunication`); 0 if none."""
     cut = max((m.end() for m in TOKEN_BREAKS.finditer(word) if m.end() <= room), default=0)
     if cut >= PIECE:
         return cut
-    return max((m.end() for m in BREAKS.finditer(word) if m.end() <= room), default=0)
+    cut = max((m.end() for m in BREAKS.finditer(word) if m.end() <= room), default=0)
+    return cut or max((m.start() for m in CAMEL.finditer(word) if PIECE <= m.start() <= room), default=0)
 
 
 def wrapped(text: str, width: int) -> list[str]:
@@ -539,7 +604,8 @@ def table_text(frame: pl.DataFrame, width: int | None = None, whole: set[str] = 
     is narrower); nothing is cut. The columns `whole` are counts: their whole values shown as integers (`cell`)."""
     width = width or terminal_width()
     columns = frame.columns
-    texts = [[cell(v, decimals(frame[c]), c not in IDENTIFIERS, c in whole) for v in frame[c]] for c in columns]
+    texts = [[cell(v, decimals(frame[c]), c not in IDENTIFIERS, c in whole, bool(SHARE.search(c))) for v in frame[c]]
+             for c in columns]
     numeric = [t.is_numeric() or c == "step" for c, t in zip(columns, frame.dtypes)]
     sizes = [max(len(c), max(map(len, column), default=0)) for c, column in zip(columns, texts)]
     gaps = 2 * (len(columns) - 1)
@@ -558,7 +624,8 @@ def table_text(frame: pl.DataFrame, width: int | None = None, whole: set[str] = 
     fixed = [i for i in range(len(columns)) if i not in wrap]
     broken = {i: max(max(map(len, texts[i]), default=0), *map(len, header_pieces(columns[i], 1))) for i in fixed}
     narrow = sum(max(len(columns[i]), min(sizes[i], NARROW)) for i in wrap)
-    for i in sorted(fixed, key=lambda i: broken[i] - sizes[i]) if room + sum(sizes[i] - broken[i] for i in fixed) >= narrow else []:
+    fits = room + sum(sizes[i] - broken[i] for i in fixed) >= narrow
+    for i in sorted(fixed, key=lambda i: broken[i] - sizes[i]) if fits or not wide else []:  # narrower all the same
         if sum(at_least(atoms).values()) <= room:  # a name breaks only where nothing else fits
             break
         heads[i] = header_pieces(columns[i], max(max(map(len, texts[i]), default=0),

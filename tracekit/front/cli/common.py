@@ -86,14 +86,16 @@ def location(path) -> str:
 
 
 def analysed_runs(paths, options: dict, analysis=None, here: bool = False, rank: int | None = None,
-                  named: bool = True) -> list:
+                  named: bool = True, apart: bool = True) -> list:
     """`analysis(trace)` for every trace under `paths` (default: the embedded sample trace),
     per run (`runs.analyse`: in worker processes or on a Dask cluster unless `here`), each
     trace first named from the full step beside it unless not `named`, with the lint findings
-    (of `rank`'s trace and of the runs) printed as notes on stderr, one line per kind."""
+    (of `rank`'s trace and of the runs) printed as notes on stderr, one line per kind. Trace
+    files given one by one that claim one rank are warned of (`same_rank`) only where `apart`:
+    not the two sides of a diff, each its own run."""
     from functools import partial
 
-    from tracekit.analyses.lint import checked, lint, notes
+    from tracekit.analyses.lint import GivenApart, checked, lint, notes
     from tracekit.core.runs import analyse
 
     load = {k: options[k] for k in ("comm_kernels", "cycle", "cache")}
@@ -101,6 +103,7 @@ def analysed_runs(paths, options: dict, analysis=None, here: bool = False, rank:
     first_named = partial(named_then, analysis=analysis, comm_kernels=options["comm_kernels"], cache=options["cache"])
     runs = analyse(inputs(paths), partial(checked, analysis=first_named if named else analysis), **load, **where)
     per_trace, per_run = lint(runs)
+    per_run = [(run, f) for run, f in per_run if apart or not isinstance(run, GivenApart)]
     for note in notes([(t, f) for t, f in per_trace if rank is None or t.rank == rank], per_run):
         say(note)
     return runs

@@ -60,7 +60,7 @@ def diffed(a, b, steps, rank, top: int, by: str, options: dict, whole: bool = Fa
             analysis = partial(whole_material, by=by, named=named, **names)
         else:
             analysis = partial(named_material, by=by, **names) if named else partial(material, by=by)
-        runs = analysed_runs(paths, options, analysis, whole, rank, named=named and not whole)
+        runs = analysed_runs(paths, options, analysis, whole, rank, named=named and not whole, apart=False)
         found = [of_ranks([r for r in runs if r.found_in == str(path)], rank, [path]) for path in paths]
         return [([t for _, (t, _) in f], [m for _, (_, m) in f]) if whole else (None, [m for _, m in f])
                 for f in found]
