@@ -13,6 +13,9 @@ activities it launched — plus a source S at the step's start and a sink T at i
   on it, e.g. the main thread during backward).
 - **thread order**: a thread's top-level event starts after the latest boundary of any
   other thread before it (the trace records no hand-off; weight 0).
+- **hand-off**: a thread that waited on another (an annotation's `other thread` time)
+  resumes after the latest end, at or before it resumes, of a CPU op of the step on another
+  thread that ended within the wait (backward's last op → the optimizer); weight 0.
 - **launch**: the call's start → the activity's start (same correlation id); weight 0.
 - **device work**: an activity's start → its end: `compute`, `comm`, `copy` (memcpy,
   memset). **stream order**: consecutive activities of a stream, end → start; weight 0.

@@ -35,7 +35,7 @@ KINDS = (
     ("waiting", "stream order", False, None), ("waiting", "launch", False, None),
     ("waiting", "event wait", False, None), ("waiting", "sync", False, None),
     ("waiting", "sync (inferred)", False, None), ("waiting", "start", False, None), ("waiting", "end", False, None),
-    ("waiting", "stream gap, launch not recorded", False, None),
+    ("waiting", "stream gap, launch not recorded", False, None), ("waiting", "hand-off", False, None),
 )
 CODE = {(category, kind): code for code, (category, kind, _, _) in enumerate(KINDS)}
 WORK = np.array([work for _, _, work, _ in KINDS])
@@ -256,6 +256,8 @@ def host_lanes(h: Events, edges: Edges, unrecorded: bool):
     code[(own >= 0) & h.sync[own]] = CODE["waiting", "blocked"]
     edges.add(node[segment], node[segment + 1], code, event=own, checked=False)
     thread_order(b, depth, by_time, edges)
+    waited = segment[code == CODE["waiting", "other thread"]]
+    edges.add(*hand_offs(b, waited, h), CODE["waiting", "hand-off"])
 
 
 def lane_order(h: Events) -> np.ndarray:
@@ -370,6 +372,25 @@ def thread_order(b: dict, depth: np.ndarray, t: TimeOrder, edges: Edges):
     found = j >= 0
     found[found] = b["step"][t.order[j[found]]] == b["step"][top[found]]
     edges.add(b["node"][t.order[j[found]]], b["node"][top[found]], CODE["waiting", "thread order"], checked=False)
+
+
+def hand_offs(b: dict, waited: np.ndarray, h: Events) -> tuple[np.ndarray, np.ndarray]:
+    """(src, dst) of the hand-off edges: a thread that waited on another (`other thread`
+    segments, lane positions) resumes after the latest end, at or before it resumes, of a CPU
+    op of its step on another thread that ended within the wait (backward's last op on the
+    autograd thread → the main thread's optimizer)."""
+    ops = np.flatnonzero(h.kind == OP)
+    src, dst = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
+    for thread in distinct_runs(b["tid"][waited]):  # few threads
+        mine, others = waited[b["tid"][waited] == thread], ops[h.tid[ops] != thread]
+        others = others[np.lexsort((h.end[others], h.step[others]))]
+        resume = mine + 1
+        j = last_before([h.step[others]], h.end[others], [b["step"][resume]], b["time"][resume] + 1)
+        found = j >= 0
+        found[found] = h.end[others[j[found]]] > b["time"][mine[found]]
+        src.append(2 * others[j[found]] + 1)
+        dst.append(b["node"][resume[found]])
+    return np.concatenate(src), np.concatenate(dst)
 
 
 class Activities:

@@ -17,6 +17,7 @@ import tracekit
 from tracekit.analyses.critical_path import (collective_arrivals, critical_path, dependency_graph,
                                              longest_path, path_edges)
 
+DATA = Path(__file__).parent / "data"
 HTA = Path("/work/shared/external/hta-tests-data/critical_path")
 if not HTA.is_dir():
     HTA = Path(__file__).parent / "data" / "external" / "hta-tests-data" / "critical_path"
@@ -357,3 +358,34 @@ def test_agg_mean_is_of_every_step_by_item_name_sorted_and_top_items():
     assert [i["ns"] for i in every] == sorted((i["ns"] for i in every), reverse=True)
     assert not [i for s in [*steps, {"items": every}] for i in s["items"] if re.match(r"ProfilerStep#\d", i["name"])]
     assert "ProfilerStep" in {i["name"] for i in every}
+
+
+def test_main_thread_resumes_after_the_autograd_thread_hands_off(tmp_path):
+    """The main thread waits in backward (1–49 µs) while the autograd thread runs aten::mm
+    (2–48), then issues the optimizer (52–92) whose kernel the GPU waits for: the host was the
+    bottleneck. The path forks into the autograd thread (thread order, 1–2), comes back when
+    it hands off (48–49) and runs on through the optimizer: 2 µs waiting, not the 48 µs the
+    path reported when it could not return to the main thread (issue 65 item 1;
+    ../shared/repro/critical-path-handoff)."""
+    events = [synth.step(1, 0.0, 100.0),
+              synth.op("autograd::engine::evaluate_function: MmBackward0", 1.0, 48.0, cat="user_annotation"),
+              synth.op("aten::mm", 2.0, 46.0, tid=2), synth.call("cudaLaunchKernel", 3.0, 2.0, corr=11, tid=2),
+              synth.op("aten::_foreach_add_", 52.0, 40.0), synth.call("cudaLaunchKernel", 90.0, 2.0, corr=12),
+              synth.kernel("bwd_kernel", 6.0, 10.0, corr=11), synth.kernel("opt_kernel", 93.0, 5.0, corr=12)]
+    trace = loaded(tmp_path, events)
+    assert parts(trace) == {"host": 94_000, "runtime": 4_000, "compute": 0, "comm": 0, "copy": 0, "waiting": 2_000,
+                            "span": 100_000}
+    edges = path_edges(trace).filter(pl.col("category") == "waiting")
+    assert edges.filter(pl.col("kind") == "hand-off").select("start", "end").rows() == [(48_000, 49_000)]
+
+
+def test_fsdp2_path_reaches_the_optimizer_after_backward():
+    """h200x2-small fsdp2 rank 0: backward runs on the autograd thread, then the main thread
+    issues AdamW's `_foreach_*` ops to the GPU. The path returns to the main thread through one
+    hand-off and spends the optimizer's host time, which it could not reach before (the GPU's
+    `stream order` waits stood in for it)."""
+    trace = tracekit.load(DATA / "h200x2-small" / "fsdp2" / "rank0.trace.json.gz")
+    edges = path_edges(trace)
+    assert edges.filter(pl.col("kind") == "hand-off").height == 1
+    foreach = edges.filter(pl.col("name").str.starts_with("aten::_foreach_") & (pl.col("category") == "host"))
+    assert foreach["ns"].sum() > 1_000_000
