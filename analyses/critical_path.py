@@ -23,6 +23,9 @@ activities it launched — plus a source S at the step's start and a sink T at i
   `cudaEventRecord` (CUPTI's `cuda_sync` record: `wait_on_stream`,
   `wait_on_cuda_event_record_corr_id`) → the first activity launched on the waiting stream
   after `cudaStreamWaitEvent`; weight 0.
+  Without the record's id (-1 on the runner's traces): from the activity on another stream,
+  launched before the call, whose end is the latest between the call's start and that first
+  activity's start (`event wait (inferred)`).
 - **sync**: the awaited activity's end → a blocking call's end (`timeline.SYNC_APIS`):
   event sync → the last activity on the recorded stream before the record; stream sync →
   the last one launched on that stream before the call; device sync → the last one of every

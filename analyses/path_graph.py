@@ -36,6 +36,7 @@ KINDS = (
     ("waiting", "event wait", False, None), ("waiting", "sync", False, None),
     ("waiting", "sync (inferred)", False, None), ("waiting", "start", False, None), ("waiting", "end", False, None),
     ("waiting", "stream gap, launch not recorded", False, None), ("waiting", "hand-off", False, None),
+    ("waiting", "event wait (inferred)", False, None),
 )
 CODE = {(category, kind): code for code, (category, kind, _, _) in enumerate(KINDS)}
 WORK = np.array([work for _, _, work, _ in KINDS])
@@ -463,15 +464,19 @@ def sync_edges(trace: Trace, h: Events, acts: Activities, edges: Edges):
     calls = np.flatnonzero(h.kind == CALL)
     i, j = pairs(h.correlation[calls], acts.correlation)
     edges.add(2 * calls[i], acts.node_start[j], CODE["waiting", "launch"])
-    stream, corr, on, record, device, kind = numbers(
+    stream, corr, on, record, start, device, kind = numbers(
         trace.marks.lazy().filter(pl.col("cat") == "cuda_sync"), "stream", "correlation", "wait_on_stream",
-        "wait_on_record", device=pl.col("device").fill_null(0).cast(pl.Int64), kind=pl.col("sync_kind"))
+        "wait_on_record", "start", device=pl.col("device").fill_null(0).cast(pl.Int64), kind=pl.col("sync_kind"))
     wait = np.flatnonzero((kind == "Stream Wait Event") & (record >= 0))
     if len(wait):
         src = acts.last_before(device[wait], on[wait], record[wait])
         dst = acts.first_after(device[wait], stream[wait], corr[wait])
         both = (src >= 0) & (dst >= 0)
         edges.add(src[both], dst[both], CODE["waiting", "event wait"])
+    blind = np.flatnonzero((kind == "Stream Wait Event") & (record < 0) & (stream >= 0))
+    if len(blind) and len(acts.row):
+        edges.add(*inferred_waits(device[blind], stream[blind], corr[blind], start[blind], acts),
+                  CODE["waiting", "event wait (inferred)"])
     blocking = calls[h.sync[calls]]
     if not (len(blocking) and len(acts.row)):
         return
@@ -494,6 +499,31 @@ def sync_edges(trace: Trace, h: Events, acts: Activities, edges: Edges):
     edges.add(src[src >= 0], dst[src >= 0], CODE["waiting", "sync"])
     unknown = blocking[~np.isin(b_end, dst)]  # no record found, not even one that led nowhere
     edges.add(*inferred_syncs(unknown, h, acts), CODE["waiting", "sync (inferred)"])
+
+
+def inferred_waits(device, stream, corr, start, acts: Activities) -> tuple[np.ndarray, np.ndarray]:
+    """(src, dst) for `cudaStreamWaitEvent`s whose record carries no event record id: dst, the
+    first activity launched on the waiting stream after the call; src, the activity on another
+    stream of the device, launched before the call, whose end is the latest from the call's
+    start to dst's start — the recorded work must end before the waiting stream goes on, and
+    the one that ends last is the one that can have held it (a wait that held nothing, its
+    event already done at the call, gets none)."""
+    dst = acts.first_after(device, stream, corr)
+    k = np.flatnonzero(dst >= 0)
+    at = (dst[k] - acts.node_start[0]) // 2 if len(k) else k
+    by_end = np.argsort(acts.end, kind="stable")
+    ends = acts.end[by_end]
+    lo, hi = np.searchsorted(ends, start[k], "left"), np.searchsorted(ends, acts.start[at], "right")
+    src, found = [], []
+    for w, a, b, d, s, before in zip(k.tolist(), lo.tolist(), hi.tolist(), device[k].tolist(), stream[k].tolist(),
+                                     corr[k].tolist()):
+        window = by_end[a:b]
+        held = np.flatnonzero((acts.device[window] == d) & (acts.stream[window] != s)
+                              & (acts.correlation[window] >= 0) & (acts.correlation[window] < before))
+        if len(held):
+            src.append(acts.node_end[window[held[-1]]])
+            found.append(dst[w])
+    return np.array(src, np.int64), np.array(found, np.int64)
 
 
 def inferred_syncs(calls: np.ndarray, h: Events, acts: Activities) -> tuple[np.ndarray, np.ndarray]:

@@ -389,3 +389,50 @@ def test_fsdp2_path_reaches_the_optimizer_after_backward():
     assert edges.filter(pl.col("kind") == "hand-off").height == 1
     foreach = edges.filter(pl.col("name").str.starts_with("aten::_foreach_") & (pl.col("category") == "host"))
     assert foreach["ns"].sum() > 1_000_000
+
+
+def test_stream_wait_without_a_record_id_infers_the_work_that_held_it(tmp_path):
+    """A `Stream Wait Event` record without `wait_on_cuda_event_record_corr_id` (as on every
+    trace tracekit records): k2 (stream 8) waits for k1 (stream 7, ends at 110). Of the
+    activities on other streams launched before the wait, k1 ends last before k2 starts; k3
+    ends earlier, k4 is launched after the wait. So k1 → k2 is `event wait (inferred)`, and the
+    path is the recorded-id case's: host 0–1, latency 1–10, k1 10–110, k2 110–160, sync return
+    160–162, host 162–170 (issue 65 item 2)."""
+    events = [synth.step(1, 0.0, 170.0), *synth.launched("k1", 1.0, 10.0, 100.0, corr=1),
+              *synth.launched("k3", 2.0, 12.0, 8.0, corr=2, stream=9),
+              synth.call("cudaEventRecord", 3.0, 1.0, corr=3), synth.call("cudaStreamWaitEvent", 5.0, 1.0, corr=4),
+              sync_mark("Stream Wait Event", 5.0, 4, stream=8),
+              *synth.launched("k2", 7.0, 110.0, 50.0, corr=5, stream=8),
+              *synth.launched("k4", 9.0, 111.0, 4.0, corr=6),
+              synth.call("cudaDeviceSynchronize", 12.0, 150.0, corr=7)]
+    trace = loaded(tmp_path, events)
+    waits = named_edges(trace, 1, "event wait (inferred)")
+    assert waits.select("from", "from_end", "to", "to_end").rows() == [("k1", True, "k2", False)]
+    assert parts(trace) == {"host": 9_000, "runtime": 0, "compute": 150_000, "comm": 0, "copy": 0,
+                            "waiting": 11_000, "span": 170_000}
+
+
+def test_fsdp1_compute_waits_on_nccl_without_record_ids():
+    """h200x2-small fsdp1 rank 1: no `Stream Wait Event` carries a record id, yet compute
+    waits on NCCL's streams: some NCCL kernel's end leads to the start of an activity on
+    another stream (there was no such edge before: the waits were `stream order`)."""
+    trace = tracekit.load(DATA / "h200x2-small" / "fsdp1" / "rank1.trace.json.gz")
+    assert trace.marks.filter(pl.col("sync_kind") == "Stream Wait Event")["wait_on_record"].max() < 0
+    nodes, edges = dependency_graph(trace, trace.steps["step"][0])
+    names = nodes.select("node", "name")
+    waits = (edges.filter(pl.col("kind") == "event wait (inferred)")
+             .join(names.rename({"node": "u", "name": "from"}), on="u"))
+    assert waits.filter(pl.col("from").str.starts_with("nccl")).height > 0
+
+
+def test_lint_says_when_event_waits_carry_no_record_id():
+    """`event_ids_missing`: h200x2-small fsdp1 rank 1 holds 256 `Stream Wait Event` and 2,054
+    `Event Sync` records (counted in its JSON), every one with record id -1; of HTA's
+    multi-stream trace's four, only its first `Event Sync` lacks one (the JSON: -1)."""
+    from tracekit.analyses.lint import trace_findings
+
+    found = trace_findings(tracekit.load(DATA / "h200x2-small" / "fsdp1" / "rank1.trace.json.gz"))
+    assert found.filter(pl.col("kind") == "event_ids_missing").select("severity", "count").rows() == [("info", 2310)]
+    trace = hta("cuda_event_sync_multi_stream")
+    found = trace_findings(trace).filter(pl.col("kind") == "event_ids_missing")
+    assert found.select("count").rows() == [(1,)] and found["detail"][0].startswith("1 of 4 ")
