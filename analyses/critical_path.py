@@ -27,9 +27,10 @@ activities it launched — plus a source S at the step's start and a sink T at i
   launched before the call, whose end is the latest between the call's start and that first
   activity's start (`event wait (inferred)`).
 - **sync**: the awaited activity's end → a blocking call's end (`timeline.SYNC_APIS`):
-  event sync → the last activity on the recorded stream before the record; stream sync →
+  event sync → the last activity on the recorded stream before the record (no record id but
+  the event's stream: the last one launched on it before the call); stream sync →
   the last one launched on that stream before the call; device sync → the last one of every
-  stream; a synchronous copy → its own copy. Without a `cuda_sync` record: the activity
+  stream; a synchronous copy → its own copy. Without a `cuda_sync` record naming a stream or event: the activity
   launched before the call whose end is the latest within the call (`inferred`). Weight 0.
 - **collective arrival** (multi-rank runs): a collective kernel waits until the last rank of
   its group starts the same collective (the i-th of its process group, on the common clock);

@@ -486,6 +486,8 @@ def sync_edges(trace: Trace, h: Events, acts: Activities, edges: Edges):
     i, m = pairs(b_corr, corr)  # the call's cuda_sync records
     event = (kind[m] == "Event Sync") & (record[m] >= 0)
     found.append((b_end[i][event], acts.last_before(device[m][event], on[m][event], record[m][event])))
+    told = (kind[m] == "Event Sync") & (record[m] < 0) & (on[m] >= 0)  # no record id, but the event's stream
+    found.append((b_end[i][told], acts.last_before(device[m][told], on[m][told], b_corr[i][told])))
     synced = (kind[m] == "Stream Sync") & (stream[m] >= 0)
     found.append((b_end[i][synced], acts.last_before(device[m][synced], stream[m][synced], b_corr[i][synced])))
     every = blocking[h.device_sync[blocking]]  # waits for the last activity of every stream

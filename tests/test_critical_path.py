@@ -436,3 +436,21 @@ def test_lint_says_when_event_waits_carry_no_record_id():
     trace = hta("cuda_event_sync_multi_stream")
     found = trace_findings(trace).filter(pl.col("kind") == "event_ids_missing")
     assert found.select("count").rows() == [(1,)] and found["detail"][0].startswith("1 of 4 ")
+
+
+def test_event_sync_without_a_record_id_waits_on_the_event_s_stream(tmp_path):
+    """An `Event Sync` record that names the event's stream (7) but not its record: the host
+    resumes after k1, the last activity launched on stream 7 before the call, though k5 on
+    stream 8 ends later inside the call (the latest-ending activity on any stream, which
+    `sync (inferred)` took; issue 65 item 3). Host 0–1, latency 1–10, k1 10–60, sync 60–103
+    waiting, aten::after 103–147, step 147–150."""
+    events = [synth.step(1, 0.0, 150.0), *synth.launched("k1", 1.0, 10.0, 50.0, corr=1),
+              *synth.launched("k5", 3.0, 85.0, 5.0, corr=2, stream=8),
+              synth.call("cudaEventSynchronize", 7.0, 96.0, corr=5),
+              sync_mark("Event Sync", 7.0, 5, wait_on_stream=7),
+              synth.op("aten::after", 103.0, 44.0)]
+    trace = loaded(tmp_path, events)
+    assert named_edges(trace, 1, "sync").select("from", "to").rows() == [("k1", "cudaEventSynchronize")]
+    assert named_edges(trace, 1, "sync (inferred)").height == 0
+    assert parts(trace) == {"host": 48_000, "runtime": 0, "compute": 50_000, "comm": 0, "copy": 0,
+                            "waiting": 52_000, "span": 150_000}
