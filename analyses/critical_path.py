@@ -32,6 +32,9 @@ activities it launched — plus a source S at the step's start and a sink T at i
   the last one launched on that stream before the call; device sync → the last one of every
   stream; a synchronous copy → its own copy. Without a `cuda_sync` record naming a stream or event: the activity
   launched before the call whose end is the latest within the call (`inferred`). Weight 0.
+- **carried-over work**: a blocking call whose awaited activity is of an earlier step, or is
+  queued behind an earlier step's activity on its stream that ends after the call starts:
+  its blocked time is `carried-over work`, named for that earlier activity, not `blocked`.
 - **collective arrival** (multi-rank runs): a collective kernel waits until the last rank of
   its group starts the same collective (the i-th of its process group, on the common clock);
   start → arrival is `waiting` (for that rank), arrival → end is `comm`.

@@ -36,7 +36,7 @@ KINDS = (
     ("waiting", "event wait", False, None), ("waiting", "sync", False, None),
     ("waiting", "sync (inferred)", False, None), ("waiting", "start", False, None), ("waiting", "end", False, None),
     ("waiting", "stream gap, launch not recorded", False, None), ("waiting", "hand-off", False, None),
-    ("waiting", "event wait (inferred)", False, None),
+    ("waiting", "event wait (inferred)", False, None), ("waiting", "carried-over work", False, "row"),
 )
 CODE = {(category, kind): code for code, (category, kind, _, _) in enumerate(KINDS)}
 WORK = np.array([work for _, _, work, _ in KINDS])
@@ -111,6 +111,17 @@ class Edges:
             keep = (self.times[v] >= self.times[u]) & (self.steps[u] == self.steps[v])
             u, v, code, event, row = u[keep], v[keep], code[keep], event[keep], row[keep]
         self.parts.append((u, v, code, event, row))
+
+    def recode(self, events: np.ndarray, rows: np.ndarray, old: int, new: int):
+        """Edges of code `old` whose event is one of `events` get code `new` and that event's
+        row of `rows`."""
+        order = np.argsort(events)
+        for k, (u, v, code, event, row) in enumerate(self.parts):
+            hit = (code == old) & np.isin(event, events)
+            if hit.any():
+                code, row = code.copy(), row.copy()
+                code[hit], row[hit] = new, rows[order[np.searchsorted(events[order], event[hit])]]
+                self.parts[k] = (u, v, code, event, row)
 
     def degrees(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         """(edges into, edges out of) each of the first n nodes."""
@@ -500,7 +511,29 @@ def sync_edges(trace: Trace, h: Events, acts: Activities, edges: Edges):
     dst, src = (np.concatenate(c) for c in zip(*found))
     edges.add(src[src >= 0], dst[src >= 0], CODE["waiting", "sync"])
     unknown = blocking[~np.isin(b_end, dst)]  # no record found, not even one that led nowhere
-    edges.add(*inferred_syncs(unknown, h, acts), CODE["waiting", "sync (inferred)"])
+    inferred = inferred_syncs(unknown, h, acts)
+    edges.add(*inferred, CODE["waiting", "sync (inferred)"])
+    carried_over(np.concatenate([src[src >= 0], inferred[0]]), np.concatenate([dst[src >= 0], inferred[1]]), h,
+                 acts, edges)
+
+
+def carried_over(src: np.ndarray, dst: np.ndarray, h: Events, acts: Activities, edges: Edges):
+    """Blocking calls (sync edges src → dst, the call's end) that wait on work an earlier step
+    left running: the awaited activity (the latest-ending of its sources) is of an earlier step,
+    or is queued on a stream whose last activity of an earlier step ends after the call starts.
+    Their blocked time is `carried-over work`, named for that earlier activity (the awaited
+    one, or its stream's; an edge from one step to another is left out of the graph)."""
+    last = np.lexsort((edges.times[src], dst))
+    last = last[np.r_[dst[last][1:] != dst[last][:-1], True]] if len(last) else last  # per call, its latest
+    awaited, call = (src[last] - acts.node_start[0]) // 2 if len(last) else last, dst[last] // 2
+    order = np.lexsort((acts.end, acts.step, acts.stream, acts.device))
+    j = last_before([acts.device[order], acts.stream[order]], acts.step[order],
+                    [acts.device[awaited], acts.stream[awaited]], h.step[call])
+    before = np.where(j >= 0, order[np.maximum(j, 0)], -1)  # its stream's last activity of an earlier step
+    itself = acts.step[awaited] < h.step[call]
+    held = itself | ((before >= 0) & (acts.end[np.maximum(before, 0)] > h.start[call]))
+    named = np.where(itself, awaited, before)[held]
+    edges.recode(call[held], acts.row[named], CODE["waiting", "blocked"], CODE["waiting", "carried-over work"])
 
 
 def inferred_waits(device, stream, corr, start, acts: Activities) -> tuple[np.ndarray, np.ndarray]:

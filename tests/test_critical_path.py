@@ -454,3 +454,20 @@ def test_event_sync_without_a_record_id_waits_on_the_event_s_stream(tmp_path):
     assert named_edges(trace, 1, "sync (inferred)").height == 0
     assert parts(trace) == {"host": 48_000, "runtime": 0, "compute": 50_000, "comm": 0, "copy": 0,
                             "waiting": 52_000, "span": 150_000}
+
+
+def test_a_step_waiting_on_the_previous_step_s_gpu_work_is_carried_over():
+    """h200x2-lean fsdp2 rank 1: step 2 opens with a `cudaStreamSynchronize` on stream 7 that
+    lasts 16 ms, because step 1's optimizer kernels still run there (the last ends inside the
+    call). That wait is `carried-over work` named for step 1's last kernel on the stream, not
+    `blocked: cudaStreamSynchronize` (issue 65 item 4)."""
+    trace = tracekit.load(DATA / "h200x2-lean" / "fsdp2" / "rank1.pt.trace.json.gz")
+    call = trace.calls.filter((pl.col("name") == "cudaStreamSynchronize") & (pl.col("step") == 2)).sort("start").row(
+        0, named=True)
+    previous = trace.gpu.filter((pl.col("step") == 1) & (pl.col("stream") == 7)).sort("end").row(-1, named=True)
+    assert call["start"] < previous["end"] < call["end"]
+    items = critical_path(trace, top=None).filter(pl.col("step") == 2)["items"][0]
+    carried = [i for i in items if i["kind"] == "carried-over work"]
+    assert carried == [{"category": "waiting", "kind": "carried-over work",
+                        "name": f"carried-over work: {previous['name']}", "ns": call["end"] - call["start"]}]
+    assert not [i for i in items if i["kind"] == "blocked" and i["ns"] > 1_000_000]
