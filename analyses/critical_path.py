@@ -36,7 +36,8 @@ activities it launched — plus a source S at the step's start and a sink T at i
   queued behind an earlier step's activity on its stream that ends after the call starts:
   its blocked time is `carried-over work`, named for that earlier activity, not `blocked`.
 - **collective arrival** (multi-rank runs): a collective kernel waits until the last rank of
-  its group starts the same collective (the i-th of its process group, on the common clock);
+  its group starts the same collective (the i-th of the step's collectives of its process
+  group, of one kind on every rank, on the common clock);
   start → arrival is `waiting` (for that rank), arrival → end is `comm`.
 - S → every node that no other edge leads to, every node that leads nowhere → T: weight 0
   (an S or T edge to any other node could not make a heavier path).
@@ -84,13 +85,18 @@ def longest_path(times, u, v, weight, source: int, sink: int) -> tuple[list[int]
 
 def host_events(trace: Trace) -> pl.LazyFrame:
     """The steps' CPU ops and runtime/driver calls: step, kind (`op`|`annotation`|`call`), name,
-    tid, start, end, correlation (a query)."""
+    tid, start, end, correlation (a query). An event that outlasts its step's span (a Python
+    frame that ends in the next step, as `profiler.step()`'s does) ends with it."""
     ops = trace.ops.lazy().filter(pl.col("step").is_not_null()).select(
         "step", kind=pl.when(pl.col("cat") == "cpu_op").then(pl.lit("op")).otherwise(pl.lit("annotation")),
         name="name", tid="tid", start="start", end="end", correlation=pl.lit(None, pl.Int64))
     calls = trace.calls.lazy().filter(pl.col("step").is_not_null()).select(
         "step", kind=pl.lit("call"), name="name", tid="tid", start="start", end="end", correlation="correlation")
-    return pl.concat([ops, calls]).with_columns(pl.col("tid").fill_null(0))
+    device = trace.gpu.lazy().filter(pl.col("step").is_not_null()).group_by("step").agg(device_end=pl.col("end").max())
+    spans = trace.steps.lazy().join(device, on="step", how="left").select(
+        "step", span_end=pl.max_horizontal("cpu_end", "device_end"))
+    return (pl.concat([ops, calls]).join(spans, on="step", how="left", maintain_order="left")
+            .with_columns(pl.col("tid").fill_null(0), end=pl.min_horizontal("end", "span_end")).drop("span_end"))
 
 
 def device_events(trace: Trace) -> pl.LazyFrame:
@@ -146,30 +152,37 @@ def edge_table(g, ids=None, columns=EDGE_COLUMNS) -> pl.LazyFrame:
 
 
 def collective_starts(trace: Trace) -> pl.DataFrame:
-    """rank, pg, seq, row (into trace.gpu), start_abs (ns on the common clock: start + the
-    trace's origin) of every launched collective kernel: the material of `arrivals_of_run`."""
+    """rank, pg, step, seq (its launch index among the step's collectives of its process group),
+    kind (the collective), row (into trace.gpu), start_abs (ns on the common clock: start + the
+    trace's origin) of every launched collective kernel of a step: the material of
+    `arrivals_of_run`."""
     if not trace.has_gpu:
-        return pl.DataFrame(schema={"rank": pl.Int64, "pg": pl.String, "seq": pl.Int64, "row": pl.Int64,
-                                    "start_abs": pl.Int64})
+        return pl.DataFrame(schema={"rank": pl.Int64, "pg": pl.String, "step": pl.Int64, "seq": pl.Int64,
+                                    "kind": pl.String, "row": pl.Int64, "start_abs": pl.Int64})
     rows = trace.gpu.with_row_index("row").filter(pl.col("category") == "comm").select(
         pl.col("row").cast(pl.Int64), "start", pl.col("stream").fill_null(0), pl.col("device").fill_null(0))
-    kernels = collective_kernels(trace).filter(pl.col("seq").is_not_null()).select(
-        "pg", "seq", "start", pl.col("stream").fill_null(0), pl.col("device").fill_null(0))
-    return (kernels.join(rows, on=["start", "stream", "device"]).unique(["pg", "seq"], keep="first")
-            .select(rank=pl.lit(trace.rank, pl.Int64), pg="pg", seq=pl.col("seq").cast(pl.Int64), row="row",
+    kernels = collective_kernels(trace).filter(pl.col("seq").is_not_null() & pl.col("step").is_not_null()).select(
+        "pg", "step", "seq", "coll_kind", "start", pl.col("stream").fill_null(0), pl.col("device").fill_null(0))
+    return (kernels.join(rows, on=["start", "stream", "device"]).unique(["pg", "seq"], keep="first").sort("seq")
+            .select(rank=pl.lit(trace.rank, pl.Int64), pg="pg", step="step",
+                    seq=(pl.int_range(pl.len()).over("pg", "step")).cast(pl.Int64), kind="coll_kind", row="row",
                     start_abs=pl.col("start") + trace.origin_us * 1000))
 
 
 def arrivals_of_run(starts: list[pl.DataFrame], origins_ns: list[int]) -> list[pl.DataFrame | None]:
     """Per trace of a run: row (into its gpu table), arrival (ns, its own clock), late_rank —
-    when the last rank to arrive started the same collective (the (pg, seq)-th of each rank),
-    for the collectives this rank entered earlier. None for a run of one trace."""
+    when the last rank to arrive started the same collective (the seq-th of the step's
+    collectives of its process group on each rank, of one kind on all), for the collectives this
+    rank entered earlier. None for a run of one trace. By step, not by launch index over the
+    trace: ranks whose traces begin at different points (one holds collectives before its first
+    step that another does not) still pair the same collectives."""
     if len(starts) < 2:
         return [None] * len(starts)
     together = pl.concat(starts)
-    last = together.sort("start_abs").group_by("pg", "seq").agg(
-        arrival_abs=pl.col("start_abs").last(), late_rank=pl.col("rank").last(), n=pl.len())
-    return [own.join(last.filter(pl.col("n") > 1), on=["pg", "seq"])
+    last = together.sort("start_abs").group_by("pg", "step", "seq").agg(
+        arrival_abs=pl.col("start_abs").last(), late_rank=pl.col("rank").last(), n=pl.len(),
+        kinds=pl.col("kind").n_unique())
+    return [own.join(last.filter((pl.col("n") > 1) & (pl.col("kinds") == 1)), on=["pg", "step", "seq"])
             .filter(pl.col("late_rank") != pl.col("rank"))
             .select("row", arrival=pl.col("arrival_abs") - origin, late_rank="late_rank")
             for own, origin in zip(starts, origins_ns)]

@@ -471,3 +471,34 @@ def test_a_step_waiting_on_the_previous_step_s_gpu_work_is_carried_over():
     assert carried == [{"category": "waiting", "kind": "carried-over work",
                         "name": f"carried-over work: {previous['name']}", "ns": call["end"] - call["start"]}]
     assert not [i for i in items if i["kind"] == "blocked" and i["ns"] > 1_000_000]
+
+
+def test_cpu_only_with_stack_step_has_a_path_through_its_python_frames():
+    """A real CPU-only `with_stack` trace (tests/data/cpu-stack): `profiler.step()`'s Python
+    frame starts inside `ProfilerStep#1` and ends 0.12 ms after it, so the step's thread had no
+    way to its end and the step had no figures (issue 67 item 4). The frame now ends with the
+    step: one thread never waits, so the path is the whole step, all host."""
+    trace = tracekit.load(DATA / "cpu-stack" / "cpu_stack.pt.trace.json.gz")
+    step = trace.ops.filter(pl.col("name") == "ProfilerStep#1").row(0, named=True)
+    row = critical_path(trace).row(0, named=True)
+    assert (row["span_ns"], row["path_ns"], row["host_ns"]) == (step["end"] - step["start"],) * 3
+
+
+def test_collectives_pair_by_step_when_one_rank_s_trace_begins_earlier(tmp_path):
+    """Rank 0's trace begins earlier: it holds an all-reduce launched before step 1 (at -50 µs)
+    that rank 1's trace does not. Step 1's all-reduce is the first of step 1 on both ranks, so
+    rank 0's (entered at 10 µs) waits for rank 1's (at 60 µs), as in
+    `test_late_rank_makes_the_collective_wait`; paired by launch index over the trace, rank 0's
+    earlier one would pair with rank 1's and step 1's with nothing (issue 65 item 5)."""
+    blocked = synth.call("cudaDeviceSynchronize", 5.0, 190.0, corr=9)
+    rank0 = [*synth.nccl("all_reduce", -60.0, -50.0, 20.0, corr=7), synth.step(1, 0.0, 200.0),
+             *synth.nccl("all_reduce", 1.0, 10.0, 90.0, corr=8), blocked]
+    rank1 = [synth.step(1, 0.0, 200.0), *synth.launched("work", 1.0, 5.0, 55.0, corr=1),
+             *synth.nccl("all_reduce", 3.0, 60.0, 40.0, corr=2), blocked]
+    (tmp_path / "run").mkdir()
+    synth.write(tmp_path / "run", "rank0.json", synth.doc(rank0, rank=0))
+    synth.write(tmp_path / "run", "rank1.json", synth.doc(rank1, rank=1))
+    run = tracekit.load(tmp_path / "run")
+    arrivals = collective_arrivals(run.traces)
+    assert parts(run.traces[0], arrivals[0])["comm"] == 40_000
+    assert arrivals[1].height == 0
