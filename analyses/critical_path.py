@@ -152,16 +152,16 @@ def edge_table(g, ids=None, columns=EDGE_COLUMNS) -> pl.LazyFrame:
 
 
 def collective_starts(trace: Trace) -> pl.DataFrame:
-    """rank, pg, step, seq (its launch index among the step's collectives of its process group),
-    kind (the collective), row (into trace.gpu), start_abs (ns on the common clock: start + the
-    trace's origin) of every launched collective kernel of a step: the material of
-    `arrivals_of_run`."""
+    """rank, pg, step (null: outside every step), seq (its launch index among the step's
+    collectives of its process group), kind (the collective), row (into trace.gpu), start_abs
+    (ns on the common clock: start + the trace's origin) of every launched collective kernel:
+    the material of `arrivals_of_run` and `shifted_windows`."""
     if not trace.has_gpu:
         return pl.DataFrame(schema={"rank": pl.Int64, "pg": pl.String, "step": pl.Int64, "seq": pl.Int64,
                                     "kind": pl.String, "row": pl.Int64, "start_abs": pl.Int64})
     rows = trace.gpu.with_row_index("row").filter(pl.col("category") == "comm").select(
         pl.col("row").cast(pl.Int64), "start", pl.col("stream").fill_null(0), pl.col("device").fill_null(0))
-    kernels = collective_kernels(trace).filter(pl.col("seq").is_not_null() & pl.col("step").is_not_null()).select(
+    kernels = collective_kernels(trace).filter(pl.col("seq").is_not_null()).select(
         "pg", "step", "seq", "coll_kind", "start", pl.col("stream").fill_null(0), pl.col("device").fill_null(0))
     return (kernels.join(rows, on=["start", "stream", "device"]).unique(["pg", "seq"], keep="first").sort("seq")
             .select(rank=pl.lit(trace.rank, pl.Int64), pg="pg", step="step",
@@ -178,7 +178,7 @@ def arrivals_of_run(starts: list[pl.DataFrame], origins_ns: list[int]) -> list[p
     step that another does not) still pair the same collectives."""
     if len(starts) < 2:
         return [None] * len(starts)
-    together = pl.concat(starts)
+    together = pl.concat(starts).filter(pl.col("step").is_not_null())
     last = together.sort("start_abs").group_by("pg", "step", "seq").agg(
         arrival_abs=pl.col("start_abs").last(), late_rank=pl.col("rank").last(), n=pl.len(),
         kinds=pl.col("kind").n_unique())
@@ -186,6 +186,34 @@ def arrivals_of_run(starts: list[pl.DataFrame], origins_ns: list[int]) -> list[p
             .filter(pl.col("late_rank") != pl.col("rank"))
             .select("row", arrival=pl.col("arrival_abs") - origin, late_rank="late_rank")
             for own, origin in zip(starts, origins_ns)]
+
+
+def shifted_windows(starts: list[pl.DataFrame]) -> list[str]:
+    """Notes on a run's ranks whose collectives do not line up (`collective_starts` of each):
+    a process group whose ranks hold different numbers of its collectives outside every step
+    (their traces begin or end at different points: paired by launch index over the trace, every
+    collective would meet the wrong one), and a step in which they hold different numbers (paired
+    by order within the step, those past the first difference may meet the wrong one)."""
+    if len(starts) < 2:
+        return []
+    together = pl.concat(starts)
+    every = together.select("pg", "step").unique().join(together.select("pg", "rank").unique(), on="pg")
+    counts = (every.join(together.group_by("pg", "step", "rank").agg(n=pl.len()), on=["pg", "step", "rank"],
+                         how="left", nulls_equal=True)
+              .with_columns(pl.col("n").fill_null(0)).sort("pg", "step", "rank", nulls_last=False))
+    notes = []
+    for (pg, step), group in counts.filter(pl.col("n").n_unique().over("pg", "step") > 1).group_by(
+            "pg", "step", maintain_order=True):
+        ranks = ", ".join(f"rank {r}: {n}" for r, n in group.select("rank", "n").iter_rows())
+        if step is None:
+            notes.append(f"the ranks' windows are shifted: they hold different numbers of process group {pg}'s "
+                         f"collectives outside the steps ({ranks}); the critical path pairs each step's collectives "
+                         "by their order within the step")
+        else:
+            notes.append(f"in step {step} the ranks hold different numbers of process group {pg}'s collectives "
+                         f"({ranks}): the critical path's waits for a late rank past the first difference may pair "
+                         "the wrong collectives")
+    return notes
 
 
 def collective_arrivals(traces: list[Trace]) -> list[pl.DataFrame | None]:

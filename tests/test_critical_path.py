@@ -502,3 +502,22 @@ def test_collectives_pair_by_step_when_one_rank_s_trace_begins_earlier(tmp_path)
     arrivals = collective_arrivals(run.traces)
     assert parts(run.traces[0], arrivals[0])["comm"] == 40_000
     assert arrivals[1].height == 0
+
+
+def test_shifted_windows_are_said(tmp_path):
+    """The run of `test_collectives_pair_by_step_when_one_rank_s_trace_begins_earlier`: rank 0
+    holds one all-reduce outside the steps, rank 1 none — one note, naming both counts; the
+    h200x2-small fsdp2 run, whose ranks line up, gets none."""
+    from tracekit.analyses.critical_path import collective_starts, shifted_windows
+
+    blocked = synth.call("cudaDeviceSynchronize", 5.0, 190.0, corr=9)
+    rank0 = [*synth.nccl("all_reduce", -60.0, -50.0, 20.0, corr=7), synth.step(1, 0.0, 200.0),
+             *synth.nccl("all_reduce", 1.0, 10.0, 90.0, corr=8), blocked]
+    rank1 = [synth.step(1, 0.0, 200.0), *synth.nccl("all_reduce", 3.0, 60.0, 40.0, corr=2), blocked]
+    (tmp_path / "run").mkdir()
+    synth.write(tmp_path / "run", "rank0.json", synth.doc(rank0, rank=0))
+    synth.write(tmp_path / "run", "rank1.json", synth.doc(rank1, rank=1))
+    notes = shifted_windows([collective_starts(t) for t in tracekit.load(tmp_path / "run").traces])
+    assert len(notes) == 1 and "windows are shifted" in notes[0] and "(rank 0: 1, rank 1: 0)" in notes[0]
+    run = tracekit.load(DATA / "h200x2-small" / "fsdp2")
+    assert shifted_windows([collective_starts(t) for t in run.traces]) == []
