@@ -53,7 +53,8 @@ not tell which; the `names/` trace of a tracekit run records one step in full).
 Every edge goes forward in time (one that would go back — clock skew — is dropped); all
 steps' graphs are built at once, with no edge between two steps. A work edge weighs its
 duration, any other 0. The critical path is the S → T path of greatest weight, found by one
-pass over the nodes in time order (`path_graph.py`, which builds the graph as numpy arrays).
+pass over the nodes in time order (`path_graph.py` builds the graph as numpy arrays,
+`sorted_arrays.py` finds the path).
 Every S → T path spends exactly the span (durations telescope), so its length `path_ns` plus
 its `waiting` time is the span, exactly; its time splits into host, runtime, compute, comm,
 copy and waiting.
@@ -77,7 +78,7 @@ ITEMS = pl.List(pl.Struct({"category": pl.String, "kind": pl.String, "name": pl.
 def longest_path(times, u, v, weight, source: int, sink: int) -> tuple[list[int], int]:
     """(nodes of the heaviest source → sink path, its weight; [] and 0 when none). `times[n]`:
     node n's time; every edge goes forward (`times[v] ≥ times[u]`) and weighs at most its Δt."""
-    from tracekit.analyses.path_graph import heaviest_paths
+    from tracekit.analyses.sorted_arrays import heaviest_paths
 
     (nodes, _, found), = heaviest_paths(times, u, v, weight, [source], [sink])
     return list(nodes), found
@@ -315,7 +316,7 @@ def heaviest(trace: Trace, arrivals: pl.DataFrame | None) -> tuple:
     Without arrivals, kept in memory on the trace (not in the trace cache: `path_edges` and
     `critical_path` keep their own tables there)."""
     def made():
-        from tracekit.analyses.path_graph import heaviest_paths
+        from tracekit.analyses.sorted_arrays import heaviest_paths
 
         g = graph(trace, arrivals)
         return g, heaviest_paths(g.times, g.u, g.v, g.weight, g.ends["source"].to_list(), g.ends["sink"].to_list())
@@ -329,7 +330,8 @@ def path_split(trace: Trace, g, found: list) -> pl.DataFrame:
     are named)."""
     import numpy as np
 
-    from tracekit.analyses.path_graph import KINDS, grouped_sums
+    from tracekit.analyses.path_graph import KINDS
+    from tracekit.analyses.sorted_arrays import grouped_sums
 
     ids = np.concatenate([np.zeros(0, np.int64), *(ids for _, ids, _ in found)])
     k = np.repeat(np.arange(len(found)), [len(i) for _, i, _ in found])  # which path
