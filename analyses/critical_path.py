@@ -86,18 +86,13 @@ def longest_path(times, u, v, weight, source: int, sink: int) -> tuple[list[int]
 
 def host_events(trace: Trace) -> pl.LazyFrame:
     """The steps' CPU ops and runtime/driver calls: step, kind (`op`|`annotation`|`call`), name,
-    tid, start, end, correlation (a query). An event that outlasts its step's span (a Python
-    frame that ends in the next step, as `profiler.step()`'s does) ends with it."""
+    tid, start, end, correlation (a query)."""
     ops = trace.ops.lazy().filter(pl.col("step").is_not_null()).select(
         "step", kind=pl.when(pl.col("cat") == "cpu_op").then(pl.lit("op")).otherwise(pl.lit("annotation")),
         name="name", tid="tid", start="start", end="end", correlation=pl.lit(None, pl.Int64))
     calls = trace.calls.lazy().filter(pl.col("step").is_not_null()).select(
         "step", kind=pl.lit("call"), name="name", tid="tid", start="start", end="end", correlation="correlation")
-    device = trace.gpu.lazy().filter(pl.col("step").is_not_null()).group_by("step").agg(device_end=pl.col("end").max())
-    spans = trace.steps.lazy().join(device, on="step", how="left").select(
-        "step", span_end=pl.max_horizontal("cpu_end", "device_end"))
-    return (pl.concat([ops, calls]).join(spans, on="step", how="left", maintain_order="left")
-            .with_columns(pl.col("tid").fill_null(0), end=pl.min_horizontal("end", "span_end")).drop("span_end"))
+    return pl.concat([ops, calls]).with_columns(pl.col("tid").fill_null(0))
 
 
 def device_events(trace: Trace) -> pl.LazyFrame:
@@ -118,7 +113,7 @@ def graph(trace: Trace, arrivals: pl.DataFrame | None = None):
         host, gpu = host_events(trace), device_events(trace)
         if trace.calls.height == 0 and trace.has_gpu:  # a device-only capture: the host's annotations tell nothing
             host = host.clear()
-        return nodes_of(host, gpu)
+        return nodes_of(host, gpu, trace.steps)
 
     return build(trace, *kept(trace, ("critical-path", "nodes"), made), arrivals)
 

@@ -451,18 +451,26 @@ def inferred_waits(device, stream, corr, start, acts: Activities) -> tuple[np.nd
     k = np.flatnonzero(dst >= 0)
     at = (dst[k] - acts.node_start[0]) // 2 if len(k) else k
     by_end = np.argsort(acts.end, kind="stable")
-    ends = acts.end[by_end]
-    lo, hi = np.searchsorted(ends, start[k], "left"), np.searchsorted(ends, acts.start[at], "right")
-    src, found = [], []
-    for w, a, b, d, s, before in zip(k.tolist(), lo.tolist(), hi.tolist(), device[k].tolist(), stream[k].tolist(),
-                                     corr[k].tolist()):
-        window = by_end[a:b]
-        held = np.flatnonzero((acts.device[window] == d) & (acts.stream[window] != s)
-                              & (acts.correlation[window] >= 0) & (acts.correlation[window] < before))
-        if len(held):
-            src.append(acts.node_end[window[held[-1]]])
-            found.append(dst[w])
-    return np.array(src, np.int64), np.array(found, np.int64)
+    lo, hi = np.searchsorted(acts.end[by_end], start[k], "left"), np.searchsorted(acts.end[by_end], acts.start[at], "right")
+    found = np.full(len(k), -1)
+
+    def fits(a, w):
+        return ((acts.device[a] == device[w]) & (acts.stream[a] != stream[w]) & (acts.correlation[a] >= 0)
+                & (acts.correlation[a] < corr[w]))
+
+    pending, place = np.arange(len(k)), hi - 1  # each wait's window scanned from its latest end back
+    for _ in range(4):  # most find theirs within a few activities, all at once
+        pending, place = pending[place >= lo[pending]], place[place >= lo[pending]]
+        a = by_end[place]
+        ok = fits(a, k[pending])
+        found[pending[ok]] = a[ok]
+        pending, place = pending[~ok], place[~ok] - 1
+    for p, last in zip(pending.tolist(), place.tolist()):  # the few left, one by one
+        a = by_end[lo[p]:last + 1]
+        ok = np.flatnonzero(fits(a, k[p]))
+        found[p] = a[ok[-1]] if len(ok) else -1
+    held = found >= 0
+    return acts.node_end[found[held]], dst[k[held]]
 
 
 def inferred_syncs(calls: np.ndarray, h: Events, acts: Activities) -> tuple[np.ndarray, np.ndarray]:
@@ -512,11 +520,20 @@ def collective_splits(acts: Activities, arrivals: pl.DataFrame | None, first: in
     return {"at": at, "node": first + np.arange(len(at)), "arrival": arrival[k], "late_rank": late[k]}
 
 
-def nodes_of(host: pl.LazyFrame, gpu: pl.LazyFrame) -> tuple[Events, Activities]:
+def nodes_of(host: pl.LazyFrame, gpu: pl.LazyFrame, steps: pl.DataFrame) -> tuple[Events, Activities]:
     """The host events and device activities of the graph, the same with or without a run's
-    collective arrivals (`build` only reads them)."""
+    collective arrivals (`build` only reads them). A host event that outlasts its step's span
+    (a Python frame that ends in the next step, as `profiler.step()`'s does) ends with it."""
     h = Events(host)
-    return h, Activities(gpu, 2 * len(h.step))
+    acts = Activities(gpu, 2 * len(h.step))
+    step, cpu_end = numbers(steps.lazy().sort("step"), "step", "cpu_end")
+    if len(step) and len(h.step):
+        k = np.minimum(np.searchsorted(step, acts.step), len(step) - 1)
+        finish = cpu_end.copy()
+        np.maximum.at(finish, k, np.where(step[k] == acts.step, acts.end, NONE))
+        i = np.minimum(np.searchsorted(step, h.step), len(step) - 1)
+        h.end = np.where(step[i] == h.step, np.minimum(h.end, finish[i]), h.end)
+    return h, acts
 
 
 def build(trace: Trace, h: Events, acts: Activities, arrivals: pl.DataFrame | None) -> Graph:
