@@ -13,6 +13,9 @@ activities it launched — plus a source S at the step's start and a sink T at i
   on it, e.g. the main thread during backward).
 - **thread order**: a thread's top-level event starts after the latest boundary of any
   other thread before it (the trace records no hand-off; weight 0).
+- **hand-off**: a thread that waited on another (an annotation's `other thread` time)
+  resumes after the latest end, at or before it resumes, of a CPU op of the step on another
+  thread that ended within the wait (backward's last op → the optimizer); weight 0.
 - **launch**: the call's start → the activity's start (same correlation id); weight 0.
 - **device work**: an activity's start → its end: `compute`, `comm`, `copy` (memcpy,
   memset). **stream order**: consecutive activities of a stream, end → start; weight 0.
@@ -20,13 +23,21 @@ activities it launched — plus a source S at the step's start and a sink T at i
   `cudaEventRecord` (CUPTI's `cuda_sync` record: `wait_on_stream`,
   `wait_on_cuda_event_record_corr_id`) → the first activity launched on the waiting stream
   after `cudaStreamWaitEvent`; weight 0.
+  Without the record's id (-1 on the runner's traces): from the activity on another stream,
+  launched before the call, whose end is the latest between the call's start and that first
+  activity's start (`event wait (inferred)`).
 - **sync**: the awaited activity's end → a blocking call's end (`timeline.SYNC_APIS`):
-  event sync → the last activity on the recorded stream before the record; stream sync →
+  event sync → the last activity on the recorded stream before the record (no record id but
+  the event's stream: the last one launched on it before the call); stream sync →
   the last one launched on that stream before the call; device sync → the last one of every
-  stream; a synchronous copy → its own copy. Without a `cuda_sync` record: the activity
+  stream; a synchronous copy → its own copy. Without a `cuda_sync` record naming a stream or event: the activity
   launched before the call whose end is the latest within the call (`inferred`). Weight 0.
+- **carried-over work**: a blocking call whose awaited activity is of an earlier step, or is
+  queued behind an earlier step's activity on its stream that ends after the call starts:
+  its blocked time is `carried-over work`, named for that earlier activity, not `blocked`.
 - **collective arrival** (multi-rank runs): a collective kernel waits until the last rank of
-  its group starts the same collective (the i-th of its process group, on the common clock);
+  its group starts the same collective (the i-th of the step's collectives of its process
+  group, of one kind on every rank, on the common clock);
   start → arrival is `waiting` (for that rank), arrival → end is `comm`.
 - S → every node that no other edge leads to, every node that leads nowhere → T: weight 0
   (an S or T edge to any other node could not make a heavier path).
@@ -42,7 +53,8 @@ not tell which; the `names/` trace of a tracekit run records one step in full).
 Every edge goes forward in time (one that would go back — clock skew — is dropped); all
 steps' graphs are built at once, with no edge between two steps. A work edge weighs its
 duration, any other 0. The critical path is the S → T path of greatest weight, found by one
-pass over the nodes in time order (`path_graph.py`, which builds the graph as numpy arrays).
+pass over the nodes in time order (`path_graph.py` builds the graph as numpy arrays,
+`sorted_arrays.py` finds the path).
 Every S → T path spends exactly the span (durations telescope), so its length `path_ns` plus
 its `waiting` time is the span, exactly; its time splits into host, runtime, compute, comm,
 copy and waiting.
@@ -67,7 +79,7 @@ ITEMS = pl.List(pl.Struct({"category": pl.String, "kind": pl.String, "name": pl.
 def longest_path(times, u, v, weight, source: int, sink: int) -> tuple[list[int], int]:
     """(nodes of the heaviest source → sink path, its weight; [] and 0 when none). `times[n]`:
     node n's time; every edge goes forward (`times[v] ≥ times[u]`) and weighs at most its Δt."""
-    from tracekit.analyses.path_graph import heaviest_paths
+    from tracekit.analyses.sorted_arrays import heaviest_paths
 
     (nodes, _, found), = heaviest_paths(times, u, v, weight, [source], [sink])
     return list(nodes), found
@@ -102,7 +114,7 @@ def graph(trace: Trace, arrivals: pl.DataFrame | None = None):
         host, gpu = host_events(trace), device_events(trace)
         if trace.calls.height == 0 and trace.has_gpu:  # a device-only capture: the host's annotations tell nothing
             host = host.clear()
-        return nodes_of(host, gpu)
+        return nodes_of(host, gpu, trace.steps)
 
     return build(trace, *kept(trace, ("critical-path", "nodes"), made), arrivals)
 
@@ -137,33 +149,68 @@ def edge_table(g, ids=None, columns=EDGE_COLUMNS) -> pl.LazyFrame:
 
 
 def collective_starts(trace: Trace) -> pl.DataFrame:
-    """rank, pg, seq, row (into trace.gpu), start_abs (ns on the common clock: start + the
-    trace's origin) of every launched collective kernel: the material of `arrivals_of_run`."""
+    """rank, pg, step (null: outside every step), seq (its launch index among the step's
+    collectives of its process group), kind (the collective), row (into trace.gpu), start_abs
+    (ns on the common clock: start + the trace's origin) of every launched collective kernel:
+    the material of `arrivals_of_run` and `shifted_windows`."""
     if not trace.has_gpu:
-        return pl.DataFrame(schema={"rank": pl.Int64, "pg": pl.String, "seq": pl.Int64, "row": pl.Int64,
-                                    "start_abs": pl.Int64})
+        return pl.DataFrame(schema={"rank": pl.Int64, "pg": pl.String, "step": pl.Int64, "seq": pl.Int64,
+                                    "kind": pl.String, "row": pl.Int64, "start_abs": pl.Int64})
     rows = trace.gpu.with_row_index("row").filter(pl.col("category") == "comm").select(
         pl.col("row").cast(pl.Int64), "start", pl.col("stream").fill_null(0), pl.col("device").fill_null(0))
     kernels = collective_kernels(trace).filter(pl.col("seq").is_not_null()).select(
-        "pg", "seq", "start", pl.col("stream").fill_null(0), pl.col("device").fill_null(0))
-    return (kernels.join(rows, on=["start", "stream", "device"]).unique(["pg", "seq"], keep="first")
-            .select(rank=pl.lit(trace.rank, pl.Int64), pg="pg", seq=pl.col("seq").cast(pl.Int64), row="row",
+        "pg", "step", "seq", "coll_kind", "start", pl.col("stream").fill_null(0), pl.col("device").fill_null(0))
+    return (kernels.join(rows, on=["start", "stream", "device"]).unique(["pg", "seq"], keep="first").sort("seq")
+            .select(rank=pl.lit(trace.rank, pl.Int64), pg="pg", step="step",
+                    seq=(pl.int_range(pl.len()).over("pg", "step")).cast(pl.Int64), kind="coll_kind", row="row",
                     start_abs=pl.col("start") + trace.origin_us * 1000))
 
 
 def arrivals_of_run(starts: list[pl.DataFrame], origins_ns: list[int]) -> list[pl.DataFrame | None]:
     """Per trace of a run: row (into its gpu table), arrival (ns, its own clock), late_rank —
-    when the last rank to arrive started the same collective (the (pg, seq)-th of each rank),
-    for the collectives this rank entered earlier. None for a run of one trace."""
+    when the last rank to arrive started the same collective (the seq-th of the step's
+    collectives of its process group on each rank, of one kind on all), for the collectives this
+    rank entered earlier. None for a run of one trace. By step, not by launch index over the
+    trace: ranks whose traces begin at different points (one holds collectives before its first
+    step that another does not) still pair the same collectives."""
     if len(starts) < 2:
         return [None] * len(starts)
-    together = pl.concat(starts)
-    last = together.sort("start_abs").group_by("pg", "seq").agg(
-        arrival_abs=pl.col("start_abs").last(), late_rank=pl.col("rank").last(), n=pl.len())
-    return [own.join(last.filter(pl.col("n") > 1), on=["pg", "seq"])
+    together = pl.concat(starts).filter(pl.col("step").is_not_null())
+    last = together.sort("start_abs").group_by("pg", "step", "seq").agg(
+        arrival_abs=pl.col("start_abs").last(), late_rank=pl.col("rank").last(), n=pl.len(),
+        kinds=pl.col("kind").n_unique())
+    return [own.join(last.filter((pl.col("n") > 1) & (pl.col("kinds") == 1)), on=["pg", "step", "seq"])
             .filter(pl.col("late_rank") != pl.col("rank"))
             .select("row", arrival=pl.col("arrival_abs") - origin, late_rank="late_rank")
             for own, origin in zip(starts, origins_ns)]
+
+
+def shifted_windows(starts: list[pl.DataFrame]) -> list[str]:
+    """Notes on a run's ranks whose collectives do not line up (`collective_starts` of each):
+    a process group whose ranks hold different numbers of its collectives outside every step
+    (their traces begin or end at different points: paired by launch index over the trace, every
+    collective would meet the wrong one), and a step in which they hold different numbers (paired
+    by order within the step, those past the first difference may meet the wrong one)."""
+    if len(starts) < 2:
+        return []
+    together = pl.concat(starts)
+    every = together.select("pg", "step").unique().join(together.select("pg", "rank").unique(), on="pg")
+    counts = (every.join(together.group_by("pg", "step", "rank").agg(n=pl.len()), on=["pg", "step", "rank"],
+                         how="left", nulls_equal=True)
+              .with_columns(pl.col("n").fill_null(0)).sort("pg", "step", "rank", nulls_last=False))
+    notes = []
+    for (pg, step), group in counts.filter(pl.col("n").n_unique().over("pg", "step") > 1).group_by(
+            "pg", "step", maintain_order=True):
+        ranks = ", ".join(f"rank {r}: {n}" for r, n in group.select("rank", "n").iter_rows())
+        if step is None:
+            notes.append(f"the ranks' windows are shifted: they hold different numbers of process group {pg}'s "
+                         f"collectives outside the steps ({ranks}); the critical path pairs each step's collectives "
+                         "by their order within the step")
+        else:
+            notes.append(f"in step {step} the ranks hold different numbers of process group {pg}'s collectives "
+                         f"({ranks}): the critical path's waits for a late rank past the first difference may pair "
+                         "the wrong collectives")
+    return notes
 
 
 def collective_arrivals(traces: list[Trace]) -> list[pl.DataFrame | None]:
@@ -265,7 +312,7 @@ def heaviest(trace: Trace, arrivals: pl.DataFrame | None) -> tuple:
     Without arrivals, kept in memory on the trace (not in the trace cache: `path_edges` and
     `critical_path` keep their own tables there)."""
     def made():
-        from tracekit.analyses.path_graph import heaviest_paths
+        from tracekit.analyses.sorted_arrays import heaviest_paths
 
         g = graph(trace, arrivals)
         return g, heaviest_paths(g.times, g.u, g.v, g.weight, g.ends["source"].to_list(), g.ends["sink"].to_list())
@@ -279,7 +326,8 @@ def path_split(trace: Trace, g, found: list) -> pl.DataFrame:
     are named)."""
     import numpy as np
 
-    from tracekit.analyses.path_graph import KINDS, grouped_sums
+    from tracekit.analyses.path_graph import KINDS
+    from tracekit.analyses.sorted_arrays import grouped_sums
 
     ids = np.concatenate([np.zeros(0, np.int64), *(ids for _, ids, _ in found)])
     k = np.repeat(np.arange(len(found)), [len(i) for _, i, _ in found])  # which path

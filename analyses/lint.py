@@ -168,7 +168,7 @@ def device_findings(trace: Trace) -> list[dict]:
         rows.append(finding("info", "missing_correlation", f"{unlinked.height:,} device activities carry no "
                             "correlation id (no launch to link): each belongs to the step whose CPU window holds "
                             "its start", unlinked.height, _ns(unlinked)))
-    rows += _lag(trace) + _same_stream_overlap(gpu) + _launches_without_records(trace)
+    rows += _lag(trace) + _same_stream_overlap(gpu) + _launches_without_records(trace) + _event_ids_missing(trace)
     marks = trace.marks.filter(pl.col("cat") == "gpu_user_annotation").height
     if marks:
         rows.append(finding("info", "gpu_user_annotation", f"{marks:,} GPU-side annotation ranges: shown by "
@@ -210,6 +210,19 @@ def _same_stream_overlap(gpu: pl.DataFrame) -> list[dict]:
     ns = int(hit["over"].sum())
     return [finding("warning", "same_stream_overlap", f"{hit.height:,} kernels overlap the previous one on "
                     f"their stream ({ms(ns)}): a stream runs one at a time, so timestamps are off", hit.height, ns)]
+
+
+def _event_ids_missing(trace: Trace) -> list[dict]:
+    """`Stream Wait Event` and `Event Sync` records without the id of the `cudaEventRecord`
+    they wait on (`wait_on_cuda_event_record_corr_id` -1): the critical path infers what
+    they waited for (`event wait (inferred)`, `sync (inferred)`)."""
+    waits = trace.marks.filter(pl.col("sync_kind").is_in(["Stream Wait Event", "Event Sync"]))
+    n = waits.filter(pl.col("wait_on_record").fill_null(-1) < 0).height
+    if n == 0:
+        return []
+    return [finding("info", "event_ids_missing", f"{n:,} of {waits.height:,} event waits and syncs carry no id of "
+                    "the event record they wait on: the critical path infers what each waited for "
+                    "(`event wait (inferred)`, `sync (inferred)`)", n)]
 
 
 def _launches_without_any_record(trace: Trace) -> list[dict]:

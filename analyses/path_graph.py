@@ -1,8 +1,9 @@
-"""The critical path's dependency graph and its heaviest paths, as numpy arrays.
+"""The critical path's dependency graph, as numpy arrays.
 
-What the graph holds is defined in `critical_path.py`; this module builds it and finds the
-paths. It is imported only when a path is computed, so that a command reading the kept path
-from the trace cache does not import numpy (as `timeline.py` does).
+What the graph holds is defined in `critical_path.py`; this module builds it, with the
+domain-free kernels of `sorted_arrays.py`, whose `heaviest_paths` finds its paths. Both are
+imported only when a path is computed, so that a command reading the kept path from the trace
+cache does not import numpy (as `timeline.py` does).
 
 Nodes are integers: host event i (row of `critical_path.host_events`) has its start at 2i and
 its end at 2i + 1; device activity j (row of `device_events`) follows at 2·n_host + 2j and
@@ -21,7 +22,9 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from tracekit.analyses.timeline import SYNC_APIS, distinct
+from tracekit.analyses.sorted_arrays import (distinct_runs, first_after, first_rows, last_before, latest_at_depth,
+                                             packed, pairs, running_max, stable_order)
+from tracekit.analyses.timeline import SYNC_APIS
 from tracekit.core.model import ENGINE, Trace
 
 # (category, kind, work, where the edge's name comes from: the host event, the device row, none)
@@ -35,7 +38,8 @@ KINDS = (
     ("waiting", "stream order", False, None), ("waiting", "launch", False, None),
     ("waiting", "event wait", False, None), ("waiting", "sync", False, None),
     ("waiting", "sync (inferred)", False, None), ("waiting", "start", False, None), ("waiting", "end", False, None),
-    ("waiting", "stream gap, launch not recorded", False, None),
+    ("waiting", "stream gap, launch not recorded", False, None), ("waiting", "hand-off", False, None),
+    ("waiting", "event wait (inferred)", False, None), ("waiting", "carried-over work", False, "row"),
 )
 CODE = {(category, kind): code for code, (category, kind, _, _) in enumerate(KINDS)}
 WORK = np.array([work for _, _, work, _ in KINDS])
@@ -111,6 +115,17 @@ class Edges:
             u, v, code, event, row = u[keep], v[keep], code[keep], event[keep], row[keep]
         self.parts.append((u, v, code, event, row))
 
+    def recode(self, events: np.ndarray, rows: np.ndarray, old: int, new: int):
+        """Edges of code `old` whose event is one of `events` get code `new` and that event's
+        row of `rows`."""
+        order = np.argsort(events)
+        for k, (u, v, code, event, row) in enumerate(self.parts):
+            hit = (code == old) & np.isin(event, events)
+            if hit.any():
+                code, row = code.copy(), row.copy()
+                code[hit], row[hit] = new, rows[order[np.searchsorted(events[order], event[hit])]]
+                self.parts[k] = (u, v, code, event, row)
+
     def degrees(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         """(edges into, edges out of) each of the first n nodes."""
         return (sum((np.bincount(v, minlength=n)[:n] for _, v, *_ in self.parts), np.zeros(n, np.int64)),
@@ -142,61 +157,6 @@ def with_arrays(frame: pl.LazyFrame, ints: tuple, **more: pl.Expr) -> tuple[pl.D
 def name_ids() -> pl.Expr:
     """An integer per name (equal names, equal integers; > 0, no name: 0)."""
     return pl.col("name").cast(pl.Categorical).to_physical().cast(pl.Int64).fill_null(-1) + 1
-
-
-def first_rows(keys: np.ndarray, top: int) -> np.ndarray:
-    """Per value 0 … top - 1: the first row of `keys` holding it; -1 where none does."""
-    first = np.full(top, -1)
-    first[keys[::-1]] = np.arange(len(keys))[::-1]  # of equal keys, the first row's is written last
-    return first
-
-
-def count_before(table: list[np.ndarray], query: list[np.ndarray], inclusive: bool) -> np.ndarray:
-    """For each query row: how many rows of `table` (columns; rows in lexicographic order)
-    come before it — compare less (`inclusive`: or equal) — by one sort of both together."""
-    n = len(table[0])
-    is_query = np.r_[np.zeros(n, bool), np.ones(len(query[0]), bool)]
-    order = np.lexsort([is_query if inclusive else ~is_query,
-                        *[np.concatenate([t, q]) for t, q in zip(table, query)][::-1]])
-    asked = is_query[order]
-    found = np.empty(len(query[0]), np.int64)
-    found[order[asked] - n] = np.cumsum(~asked)[asked]
-    return found
-
-
-def last_before(groups: list, values, q_groups: list, q_values) -> np.ndarray:
-    """For each query: the last row of the table (columns `groups` and `values`, rows in
-    lexicographic order) in the query's group whose value is less; -1 when none."""
-    j = count_before([*groups, values], [*q_groups, q_values], inclusive=False) - 1
-    hit = j >= 0
-    for g, q in zip(groups, q_groups):
-        hit[hit] &= g[j[hit]] == q[hit]
-    return np.where(hit, j, -1)
-
-
-def first_after(groups: list, values, q_groups: list, q_values) -> np.ndarray:
-    """For each query: the first row of the table (as in `last_before`) in the query's group
-    whose value is greater; -1 when none."""
-    j = count_before([*groups, values], [*q_groups, q_values], inclusive=True)
-    hit = j < len(values)
-    for g, q in zip(groups, q_groups):
-        hit[hit] &= g[j[hit]] == q[hit]
-    return np.where(hit, j, -1)
-
-
-def distinct_runs(values: np.ndarray) -> np.ndarray:
-    """The sorted distinct values of an array of long runs of equal values (the threads of
-    boundaries in lane order), by a sort of the runs' values only."""
-    return distinct(values[np.r_[True, values[1:] != values[:-1]]]) if len(values) else values
-
-
-def running_max(values: np.ndarray, groups: np.ndarray) -> np.ndarray:
-    """The running maximum of `values` within each run of equal `groups` (a few runs)."""
-    out = values.copy()
-    cuts = [0, *(np.flatnonzero(groups[1:] != groups[:-1]) + 1), len(values)]
-    for a, b in zip(cuts, cuts[1:]):
-        out[a:b] = np.maximum.accumulate(values[a:b])
-    return out
 
 
 TABLE_COLUMNS = ("name", "correlation", "#name_id")  # what a graph reads of its events' tables (`Graph`)
@@ -256,6 +216,8 @@ def host_lanes(h: Events, edges: Edges, unrecorded: bool):
     code[(own >= 0) & h.sync[own]] = CODE["waiting", "blocked"]
     edges.add(node[segment], node[segment + 1], code, event=own, checked=False)
     thread_order(b, depth, by_time, edges)
+    waited = segment[code == CODE["waiting", "other thread"]]
+    edges.add(*hand_offs(b, waited, h), CODE["waiting", "hand-off"])
 
 
 def lane_order(h: Events) -> np.ndarray:
@@ -279,39 +241,6 @@ def lane_order(h: Events) -> np.ndarray:
         tie = -np.where(sub % 2 == 0, h.end[sub // 2], h.start[sub // 2])
         order[tied] = sub[np.lexsort((tie, np.cumsum(~same)[tied]))]
     return order
-
-
-def packed(*keys: np.ndarray) -> list[np.ndarray]:
-    """Integer sort keys (the first key first) as one int64 key of the same order, where their
-    ranges fit in 63 bits; else as given."""
-    shifted = [k - k.min() if len(k) else k for k in keys]
-    bits = [int(k.max(initial=0)).bit_length() for k in shifted]
-    if sum(bits) > 63:
-        return list(keys)
-    key = shifted[0].copy()
-    for k, width in zip(shifted[1:], bits[1:]):
-        key <<= width
-        key |= k
-    return [key]
-
-
-def stable_order(keys: list[np.ndarray]) -> np.ndarray:
-    """The rows' stable order by `keys` (the first key first): one sort for one key (half a
-    lexsort's time over the keys it packs), else a lexsort."""
-    return np.argsort(keys[0], kind="stable") if len(keys) == 1 else np.lexsort(keys[::-1])
-
-
-def latest_at_depth(started: np.ndarray, depth: np.ndarray) -> np.ndarray:
-    """Per boundary: the latest `started` event (≥ 0) among the boundaries before it, itself
-    included, at the same depth; -1 when none."""
-    small = -2 ** 15 <= depth.min(initial=0) and depth.max(initial=0) < 2 ** 15
-    by_depth = np.argsort(depth.astype(np.int16) if small else depth, kind="stable")  # 16 bits: a radix sort
-    values, d = started[by_depth], depth[by_depth]
-    fill = np.where((values >= 0) | np.r_[True, d[1:] != d[:-1]], np.arange(len(values)), 0)  # a depth's first row
-    np.maximum.accumulate(fill, out=fill)  # stops the fill
-    filled = np.empty_like(values)
-    filled[by_depth] = values[fill]
-    return filled
 
 
 class TimeOrder:
@@ -372,6 +301,25 @@ def thread_order(b: dict, depth: np.ndarray, t: TimeOrder, edges: Edges):
     edges.add(b["node"][t.order[j[found]]], b["node"][top[found]], CODE["waiting", "thread order"], checked=False)
 
 
+def hand_offs(b: dict, waited: np.ndarray, h: Events) -> tuple[np.ndarray, np.ndarray]:
+    """(src, dst) of the hand-off edges: a thread that waited on another (`other thread`
+    segments, lane positions) resumes after the latest end, at or before it resumes, of a CPU
+    op of its step on another thread that ended within the wait (backward's last op on the
+    autograd thread → the main thread's optimizer)."""
+    ops = np.flatnonzero(h.kind == OP)
+    src, dst = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
+    for thread in distinct_runs(b["tid"][waited]):  # few threads
+        mine, others = waited[b["tid"][waited] == thread], ops[h.tid[ops] != thread]
+        others = others[np.lexsort((h.end[others], h.step[others]))]
+        resume = mine + 1
+        j = last_before([h.step[others]], h.end[others], [b["step"][resume]], b["time"][resume] + 1)
+        found = j >= 0
+        found[found] = h.end[others[j[found]]] > b["time"][mine[found]]
+        src.append(2 * others[j[found]] + 1)
+        dst.append(b["node"][resume[found]])
+    return np.concatenate(src), np.concatenate(dst)
+
+
 class Activities:
     """The device activities (`critical_path.device_events`; `table`: their row and
     `TABLE_COLUMNS`) as arrays: row, step, device, stream, start, end, correlation (-1: none), code
@@ -411,17 +359,6 @@ class Activities:
         return known[np.lexsort((self.correlation[known], self.stream[known], self.device[known]))]
 
 
-def pairs(left: np.ndarray, right: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(i, j) for every left[i] == right[j] ≥ 0, in left's order, then right's."""
-    order = np.argsort(right, kind="stable")
-    keys = right[order]
-    lo, hi = np.searchsorted(keys, left, "left"), np.searchsorted(keys, left, "right")
-    n = np.where(left >= 0, hi - lo, 0)
-    i = np.repeat(np.arange(len(left)), n)
-    j = order[np.repeat(lo, n) + np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n)]
-    return i, j
-
-
 def device_lanes(acts: Activities, split: dict, edges: Edges, gap: int = CODE["waiting", "stream order"]):
     """Device work (start → end, or start → arrival → end for a split collective) and
     stream order (an activity's end → the next one's start on its stream, of kind `gap`)."""
@@ -442,15 +379,19 @@ def sync_edges(trace: Trace, h: Events, acts: Activities, edges: Edges):
     calls = np.flatnonzero(h.kind == CALL)
     i, j = pairs(h.correlation[calls], acts.correlation)
     edges.add(2 * calls[i], acts.node_start[j], CODE["waiting", "launch"])
-    stream, corr, on, record, device, kind = numbers(
+    stream, corr, on, record, start, device, kind = numbers(
         trace.marks.lazy().filter(pl.col("cat") == "cuda_sync"), "stream", "correlation", "wait_on_stream",
-        "wait_on_record", device=pl.col("device").fill_null(0).cast(pl.Int64), kind=pl.col("sync_kind"))
+        "wait_on_record", "start", device=pl.col("device").fill_null(0).cast(pl.Int64), kind=pl.col("sync_kind"))
     wait = np.flatnonzero((kind == "Stream Wait Event") & (record >= 0))
     if len(wait):
         src = acts.last_before(device[wait], on[wait], record[wait])
         dst = acts.first_after(device[wait], stream[wait], corr[wait])
         both = (src >= 0) & (dst >= 0)
         edges.add(src[both], dst[both], CODE["waiting", "event wait"])
+    blind = np.flatnonzero((kind == "Stream Wait Event") & (record < 0) & (stream >= 0))
+    if len(blind) and len(acts.row):
+        edges.add(*inferred_waits(device[blind], stream[blind], corr[blind], start[blind], acts),
+                  CODE["waiting", "event wait (inferred)"])
     blocking = calls[h.sync[calls]]
     if not (len(blocking) and len(acts.row)):
         return
@@ -460,6 +401,8 @@ def sync_edges(trace: Trace, h: Events, acts: Activities, edges: Edges):
     i, m = pairs(b_corr, corr)  # the call's cuda_sync records
     event = (kind[m] == "Event Sync") & (record[m] >= 0)
     found.append((b_end[i][event], acts.last_before(device[m][event], on[m][event], record[m][event])))
+    told = (kind[m] == "Event Sync") & (record[m] < 0) & (on[m] >= 0)  # no record id, but the event's stream
+    found.append((b_end[i][told], acts.last_before(device[m][told], on[m][told], b_corr[i][told])))
     synced = (kind[m] == "Stream Sync") & (stream[m] >= 0)
     found.append((b_end[i][synced], acts.last_before(device[m][synced], stream[m][synced], b_corr[i][synced])))
     every = blocking[h.device_sync[blocking]]  # waits for the last activity of every stream
@@ -472,7 +415,62 @@ def sync_edges(trace: Trace, h: Events, acts: Activities, edges: Edges):
     dst, src = (np.concatenate(c) for c in zip(*found))
     edges.add(src[src >= 0], dst[src >= 0], CODE["waiting", "sync"])
     unknown = blocking[~np.isin(b_end, dst)]  # no record found, not even one that led nowhere
-    edges.add(*inferred_syncs(unknown, h, acts), CODE["waiting", "sync (inferred)"])
+    inferred = inferred_syncs(unknown, h, acts)
+    edges.add(*inferred, CODE["waiting", "sync (inferred)"])
+    carried_over(np.concatenate([src[src >= 0], inferred[0]]), np.concatenate([dst[src >= 0], inferred[1]]), h,
+                 acts, edges)
+
+
+def carried_over(src: np.ndarray, dst: np.ndarray, h: Events, acts: Activities, edges: Edges):
+    """Blocking calls (sync edges src → dst, the call's end) that wait on work an earlier step
+    left running: the awaited activity (the latest-ending of its sources) is of an earlier step,
+    or is queued on a stream whose last activity of an earlier step ends after the call starts.
+    Their blocked time is `carried-over work`, named for that earlier activity (the awaited
+    one, or its stream's; an edge from one step to another is left out of the graph)."""
+    last = np.lexsort((edges.times[src], dst))
+    last = last[np.r_[dst[last][1:] != dst[last][:-1], True]] if len(last) else last  # per call, its latest
+    awaited, call = (src[last] - acts.node_start[0]) // 2 if len(last) else last, dst[last] // 2
+    order = np.lexsort((acts.end, acts.step, acts.stream, acts.device))
+    j = last_before([acts.device[order], acts.stream[order]], acts.step[order],
+                    [acts.device[awaited], acts.stream[awaited]], h.step[call])
+    before = np.where(j >= 0, order[np.maximum(j, 0)], -1)  # its stream's last activity of an earlier step
+    itself = acts.step[awaited] < h.step[call]
+    held = itself | ((before >= 0) & (acts.end[np.maximum(before, 0)] > h.start[call]))
+    named = np.where(itself, awaited, before)[held]
+    edges.recode(call[held], acts.row[named], CODE["waiting", "blocked"], CODE["waiting", "carried-over work"])
+
+
+def inferred_waits(device, stream, corr, start, acts: Activities) -> tuple[np.ndarray, np.ndarray]:
+    """(src, dst) for `cudaStreamWaitEvent`s whose record carries no event record id: dst, the
+    first activity launched on the waiting stream after the call; src, the activity on another
+    stream of the device, launched before the call, whose end is the latest from the call's
+    start to dst's start — the recorded work must end before the waiting stream goes on, and
+    the one that ends last is the one that can have held it (a wait that held nothing, its
+    event already done at the call, gets none)."""
+    dst = acts.first_after(device, stream, corr)
+    k = np.flatnonzero(dst >= 0)
+    at = (dst[k] - acts.node_start[0]) // 2 if len(k) else k
+    by_end = np.argsort(acts.end, kind="stable")
+    lo, hi = np.searchsorted(acts.end[by_end], start[k], "left"), np.searchsorted(acts.end[by_end], acts.start[at], "right")
+    found = np.full(len(k), -1)
+
+    def fits(a, w):
+        return ((acts.device[a] == device[w]) & (acts.stream[a] != stream[w]) & (acts.correlation[a] >= 0)
+                & (acts.correlation[a] < corr[w]))
+
+    pending, place = np.arange(len(k)), hi - 1  # each wait's window scanned from its latest end back
+    for _ in range(4):  # most find theirs within a few activities, all at once
+        pending, place = pending[place >= lo[pending]], place[place >= lo[pending]]
+        a = by_end[place]
+        ok = fits(a, k[pending])
+        found[pending[ok]] = a[ok]
+        pending, place = pending[~ok], place[~ok] - 1
+    for p, last in zip(pending.tolist(), place.tolist()):  # the few left, one by one
+        a = by_end[lo[p]:last + 1]
+        ok = np.flatnonzero(fits(a, k[p]))
+        found[p] = a[ok[-1]] if len(ok) else -1
+    held = found >= 0
+    return acts.node_end[found[held]], dst[k[held]]
 
 
 def inferred_syncs(calls: np.ndarray, h: Events, acts: Activities) -> tuple[np.ndarray, np.ndarray]:
@@ -508,21 +506,6 @@ def windows(trace: Trace, host_steps: np.ndarray, acts: Activities, first: int) 
     return {"step": step[keep], "begin": begin[keep], "finish": finish[keep], "source": source, "sink": source + 1}
 
 
-def grouped_sums(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Rows grouped by equal `keys` (≥ 0), in their order: (the first row of each group, the
-    group's sum of `values`). Keys in a range no wider than the rows are counted, not sorted."""
-    top = int(keys.max(initial=-1)) + 1
-    if top <= len(keys):
-        first, sums = first_rows(keys, top), np.zeros(top, np.int64)
-        np.add.at(sums, keys, values)
-        groups = np.flatnonzero(first >= 0)
-        return first[groups], sums[groups]
-    order = np.argsort(keys, kind="stable")  # timsort: the keys come in long sorted runs
-    ordered = keys[order]
-    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]]) if len(order) else order
-    return order[starts], np.add.reduceat(values[order], starts) if len(order) else values[:0]
-
-
 def collective_splits(acts: Activities, arrivals: pl.DataFrame | None, first: int) -> dict:
     """The collectives whose last rank arrived after they started: at (index into acts), node
     (from `first`), arrival (ns), late_rank."""
@@ -537,11 +520,20 @@ def collective_splits(acts: Activities, arrivals: pl.DataFrame | None, first: in
     return {"at": at, "node": first + np.arange(len(at)), "arrival": arrival[k], "late_rank": late[k]}
 
 
-def nodes_of(host: pl.LazyFrame, gpu: pl.LazyFrame) -> tuple[Events, Activities]:
+def nodes_of(host: pl.LazyFrame, gpu: pl.LazyFrame, steps: pl.DataFrame) -> tuple[Events, Activities]:
     """The host events and device activities of the graph, the same with or without a run's
-    collective arrivals (`build` only reads them)."""
+    collective arrivals (`build` only reads them). A host event that outlasts its step's span
+    (a Python frame that ends in the next step, as `profiler.step()`'s does) ends with it."""
     h = Events(host)
-    return h, Activities(gpu, 2 * len(h.step))
+    acts = Activities(gpu, 2 * len(h.step))
+    step, cpu_end = numbers(steps.lazy().sort("step"), "step", "cpu_end")
+    if len(step) and len(h.step):
+        k = np.minimum(np.searchsorted(step, acts.step), len(step) - 1)
+        finish = cpu_end.copy()
+        np.maximum.at(finish, k, np.where(step[k] == acts.step, acts.end, NONE))
+        i = np.minimum(np.searchsorted(step, h.step), len(step) - 1)
+        h.end = np.where(step[i] == h.step, np.minimum(h.end, finish[i]), h.end)
+    return h, acts
 
 
 def build(trace: Trace, h: Events, acts: Activities, arrivals: pl.DataFrame | None) -> Graph:
@@ -579,118 +571,3 @@ def build(trace: Trace, h: Events, acts: Activities, arrivals: pl.DataFrame | No
     return Graph(times, steps, u, v, times[v] - times[u], code, event, row,
                  pl.DataFrame({c: ends[c] for c in ("step", "source", "sink")}), h.table, acts.table, late)
 
-
-def runs_of(u, v, weight, ends) -> tuple[dict, dict]:
-    """A node with one edge in and one out (not in `ends`) only passes its way on, so each run
-    of edges through such nodes is one edge of their summed weight (host lanes are mostly
-    that). A run is mostly a stretch of consecutive edges (a lane's segments): within a
-    stretch, places and weights are running sums; the stretches of a run are chained by
-    pointer jumping. (stretches — begin (its first edge, an index into u, v), n (edges), head
-    (its run's first edge), before (the run's edges before it) —, runs — head, u, v, w, n).
-    Edges on a cycle of such nodes, which nothing reaches, are left out."""
-    n = int(max(u.max(initial=-1), v.max(initial=-1), *ends, -1)) + 1
-    e = np.arange(len(u))
-    through = (np.bincount(v, minlength=n) == 1) & (np.bincount(u, minlength=n) == 1)
-    through[list(ends)] = False
-    into = first_rows(v, n)  # the first edge into each node
-    before = np.where(through[u], into[u], -1)  # the edge before e in its run; -1: e is its first
-    begins = (before < 0) | (before != e - 1)
-    stretch = np.cumsum(begins) - 1  # each edge's stretch
-    begin = np.flatnonzero(begins)  # each stretch's first edge
-    end = np.append(begin[1:], len(u))[:len(begin)] - 1  # and its last
-    running = np.cumsum(weight)
-    done = running[begin] - weight[begin]  # the weight before each stretch
-
-    def upto(x):  # the weight of the stretch of each edge at x up to it, it included
-        return running[x] - done[stretch[x]]
-
-    # per stretch: the stretch before it in its run (itself for a run's first), and the edges
-    # and weight of all those before it, by pointer jumping
-    lead = before[begin]
-    parent = np.where(lead >= 0, stretch[np.maximum(lead, 0)], np.arange(len(begin)))
-    count = np.where(lead >= 0, (end - begin + 1)[parent], 0)
-    gained = np.where(lead >= 0, upto(end)[parent], 0)
-    going = np.flatnonzero(parent[parent] != parent)
-    for _ in range(64):
-        if not len(going):
-            break
-        up = parent[going]
-        count[going] += count[up]
-        gained[going] += gained[up]
-        parent[going] = parent[up]
-        going = going[parent[parent[going]] != parent[going]]
-    rooted = lead[parent] < 0  # per stretch: its run has a first edge (it is not on a cycle)
-    last = np.flatnonzero(rooted[stretch] & ~through[v])  # each run's last edge
-    at = stretch[last]
-    head = begin[parent[at]]
-    runs = {"head": head, "u": u[head], "v": v[last], "w": gained[at] + upto(last),
-            "n": count[at] + last - begin[at] + 1}
-    return {"begin": begin[rooted], "n": (end - begin + 1)[rooted], "head": begin[parent][rooted],
-            "before": count[rooted]}, runs
-
-
-def heaviest_paths(times, u, v, weight, sources: list[int], sinks: list[int]) -> list[tuple[list[int], list[int], int]]:
-    """For each (source, sink) pair of disconnected parts of one graph: the heaviest path's
-    nodes, its edges (indices into u, v) and its weight. times, u, v, weight: integer arrays.
-
-    Over the graph of runs (`runs_of`): every edge goes forward in time, so nodes in time
-    order — equal times ordered by how many Δt = 0 edges lead to them — are in topological
-    order, and one pass over the edges in their tail's order gives each node its heaviest way
-    in (max over its in-edges of that of u + weight) before passing it on. A Δt = 0 cycle (it
-    weighs 0) leaves edges that go back in that order: then passes repeat until nothing
-    gains. Of equal ways in, the first edge counts."""
-    times, u, v, weight = (np.asarray(x, np.int64) for x in (times, u, v, weight))
-    stretches, runs = runs_of(u, v, weight, [*sources, *sinks])
-    tu, tv = times[runs["u"]], times[runs["v"]]
-    tied = np.flatnonzero(tu == tv)
-    tied = list(zip(runs["u"][tied].tolist(), runs["v"][tied].tolist()))
-    depth = dict.fromkeys((b for _, b in tied), 0)  # the most Δt = 0 edges into a node, in a row (≤ 64)
-    for _ in range(64 if tied else 0):
-        deeper = False
-        for a, b in tied:
-            if depth.get(a, 0) + 1 > depth[b] and depth[b] < 64:
-                depth[b], deeper = depth.get(a, 0) + 1, True
-        if not deeper:
-            break
-    deep = np.zeros(len(times), np.int64)
-    deep[list(depth)] = list(depth.values())
-    du, dv = deep[runs["u"]], deep[runs["v"]]
-    order = np.lexsort((runs["head"], runs["u"], du, tu))  # by tail: time, then Δt = 0 edges into it
-    backward = bool(((tv == tu) & (dv <= du)).any())
-    tails, heads, weights = (runs[c][order].tolist() for c in ("u", "v", "w"))
-    best, before = [-1] * len(times), [-1] * len(times)  # heaviest way in from a source (-1: none), its edge
-    for source in sources:
-        best[source] = 0
-    gained = True
-    while gained:
-        gained = False
-        for e, tail, to, w in zip(range(len(tails)), tails, heads, weights):
-            way = best[tail]
-            if way >= 0 and way + w > best[to]:
-                best[to], before[to], gained = way + w, e, backward
-    back, walked = [], [0]  # the paths' runs (places in `order`) from sink to source, the last path first
-    for source, sink in zip(sources[::-1], sinks[::-1]):
-        node = sink if best[sink] >= 0 else source
-        while node != source:
-            e = before[node]
-            back.append(e)
-            node = tails[e]
-        walked.append(len(back))
-    # lay each path's runs out edge by edge: a stretch's edges go where its run's place on the
-    # path and the run's edges before it say
-    runs_on = np.array(back[::-1], np.int64)  # each path from source to sink, in the sources' order
-    n = runs["n"][order][runs_on]
-    start = np.full(len(u), -1)  # per run on a path, by its first edge: the place of that edge
-    start[runs["head"][order][runs_on]] = np.cumsum(n) - n
-    place = start[stretches["head"]]
-    on = place >= 0
-    length, first, place = stretches["n"][on], stretches["begin"][on], place[on] + stretches["before"][on]
-    inside = np.arange(length.sum()) - np.repeat(np.cumsum(length) - length, length)
-    laid = np.empty(int(n.sum()), np.int64)
-    laid[np.repeat(place, length) + inside] = np.repeat(first, length) + inside
-    cuts = np.r_[0, np.cumsum(n)][len(back) - np.array(walked[::-1])]  # where each path's edges begin
-    found = []
-    for k, (source, sink) in enumerate(zip(sources, sinks)):
-        ids = laid[cuts[k]:cuts[k + 1]]
-        found.append((np.r_[source, v[ids]], ids, best[sink]) if best[sink] >= 0 else ([], ids[:0], 0))
-    return found

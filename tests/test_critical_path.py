@@ -17,6 +17,7 @@ import tracekit
 from tracekit.analyses.critical_path import (collective_arrivals, critical_path, dependency_graph,
                                              longest_path, path_edges)
 
+DATA = Path(__file__).parent / "data"
 HTA = Path("/work/shared/external/hta-tests-data/critical_path")
 if not HTA.is_dir():
     HTA = Path(__file__).parent / "data" / "external" / "hta-tests-data" / "critical_path"
@@ -357,3 +358,166 @@ def test_agg_mean_is_of_every_step_by_item_name_sorted_and_top_items():
     assert [i["ns"] for i in every] == sorted((i["ns"] for i in every), reverse=True)
     assert not [i for s in [*steps, {"items": every}] for i in s["items"] if re.match(r"ProfilerStep#\d", i["name"])]
     assert "ProfilerStep" in {i["name"] for i in every}
+
+
+def test_main_thread_resumes_after_the_autograd_thread_hands_off(tmp_path):
+    """The main thread waits in backward (1–49 µs) while the autograd thread runs aten::mm
+    (2–48), then issues the optimizer (52–92) whose kernel the GPU waits for: the host was the
+    bottleneck. The path forks into the autograd thread (thread order, 1–2), comes back when
+    it hands off (48–49) and runs on through the optimizer: 2 µs waiting, not the 48 µs the
+    path reported when it could not return to the main thread (issue 65 item 1;
+    ../shared/repro/critical-path-handoff)."""
+    events = [synth.step(1, 0.0, 100.0),
+              synth.op("autograd::engine::evaluate_function: MmBackward0", 1.0, 48.0, cat="user_annotation"),
+              synth.op("aten::mm", 2.0, 46.0, tid=2), synth.call("cudaLaunchKernel", 3.0, 2.0, corr=11, tid=2),
+              synth.op("aten::_foreach_add_", 52.0, 40.0), synth.call("cudaLaunchKernel", 90.0, 2.0, corr=12),
+              synth.kernel("bwd_kernel", 6.0, 10.0, corr=11), synth.kernel("opt_kernel", 93.0, 5.0, corr=12)]
+    trace = loaded(tmp_path, events)
+    assert parts(trace) == {"host": 94_000, "runtime": 4_000, "compute": 0, "comm": 0, "copy": 0, "waiting": 2_000,
+                            "span": 100_000}
+    edges = path_edges(trace).filter(pl.col("category") == "waiting")
+    assert edges.filter(pl.col("kind") == "hand-off").select("start", "end").rows() == [(48_000, 49_000)]
+
+
+def test_fsdp2_path_reaches_the_optimizer_after_backward():
+    """h200x2-small fsdp2 rank 0: backward runs on the autograd thread, then the main thread
+    issues AdamW's `_foreach_*` ops to the GPU. The path returns to the main thread through one
+    hand-off and spends the optimizer's host time, which it could not reach before (the GPU's
+    `stream order` waits stood in for it)."""
+    trace = tracekit.load(DATA / "h200x2-small" / "fsdp2" / "rank0.trace.json.gz")
+    edges = path_edges(trace)
+    assert edges.filter(pl.col("kind") == "hand-off").height == 1
+    foreach = edges.filter(pl.col("name").str.starts_with("aten::_foreach_") & (pl.col("category") == "host"))
+    assert foreach["ns"].sum() > 1_000_000
+
+
+def test_stream_wait_without_a_record_id_infers_the_work_that_held_it(tmp_path):
+    """A `Stream Wait Event` record without `wait_on_cuda_event_record_corr_id` (as on every
+    trace tracekit records): k2 (stream 8) waits for k1 (stream 7, ends at 110). Of the
+    activities on other streams launched before the wait, k1 ends last before k2 starts; k3
+    ends earlier, k4 is launched after the wait. So k1 → k2 is `event wait (inferred)`, and the
+    path is the recorded-id case's: host 0–1, latency 1–10, k1 10–110, k2 110–160, sync return
+    160–162, host 162–170 (issue 65 item 2)."""
+    events = [synth.step(1, 0.0, 170.0), *synth.launched("k1", 1.0, 10.0, 100.0, corr=1),
+              *synth.launched("k3", 2.0, 12.0, 8.0, corr=2, stream=9),
+              synth.call("cudaEventRecord", 3.0, 1.0, corr=3), synth.call("cudaStreamWaitEvent", 5.0, 1.0, corr=4),
+              sync_mark("Stream Wait Event", 5.0, 4, stream=8),
+              *synth.launched("k2", 7.0, 110.0, 50.0, corr=5, stream=8),
+              *synth.launched("k4", 9.0, 111.0, 4.0, corr=6),
+              synth.call("cudaDeviceSynchronize", 12.0, 150.0, corr=7)]
+    trace = loaded(tmp_path, events)
+    waits = named_edges(trace, 1, "event wait (inferred)")
+    assert waits.select("from", "from_end", "to", "to_end").rows() == [("k1", True, "k2", False)]
+    assert parts(trace) == {"host": 9_000, "runtime": 0, "compute": 150_000, "comm": 0, "copy": 0,
+                            "waiting": 11_000, "span": 170_000}
+
+
+def test_fsdp1_compute_waits_on_nccl_without_record_ids():
+    """h200x2-small fsdp1 rank 1: no `Stream Wait Event` carries a record id, yet compute
+    waits on NCCL's streams: some NCCL kernel's end leads to the start of an activity on
+    another stream (there was no such edge before: the waits were `stream order`)."""
+    trace = tracekit.load(DATA / "h200x2-small" / "fsdp1" / "rank1.trace.json.gz")
+    assert trace.marks.filter(pl.col("sync_kind") == "Stream Wait Event")["wait_on_record"].max() < 0
+    nodes, edges = dependency_graph(trace, trace.steps["step"][0])
+    names = nodes.select("node", "name")
+    waits = (edges.filter(pl.col("kind") == "event wait (inferred)")
+             .join(names.rename({"node": "u", "name": "from"}), on="u"))
+    assert waits.filter(pl.col("from").str.starts_with("nccl")).height > 0
+
+
+def test_lint_says_when_event_waits_carry_no_record_id():
+    """`event_ids_missing`: h200x2-small fsdp1 rank 1 holds 256 `Stream Wait Event` and 2,054
+    `Event Sync` records (counted in its JSON), every one with record id -1; of HTA's
+    multi-stream trace's four, only its first `Event Sync` lacks one (the JSON: -1)."""
+    from tracekit.analyses.lint import trace_findings
+
+    found = trace_findings(tracekit.load(DATA / "h200x2-small" / "fsdp1" / "rank1.trace.json.gz"))
+    assert found.filter(pl.col("kind") == "event_ids_missing").select("severity", "count").rows() == [("info", 2310)]
+    trace = hta("cuda_event_sync_multi_stream")
+    found = trace_findings(trace).filter(pl.col("kind") == "event_ids_missing")
+    assert found.select("count").rows() == [(1,)] and found["detail"][0].startswith("1 of 4 ")
+
+
+def test_event_sync_without_a_record_id_waits_on_the_event_s_stream(tmp_path):
+    """An `Event Sync` record that names the event's stream (7) but not its record: the host
+    resumes after k1, the last activity launched on stream 7 before the call, though k5 on
+    stream 8 ends later inside the call (the latest-ending activity on any stream, which
+    `sync (inferred)` took; issue 65 item 3). Host 0–1, latency 1–10, k1 10–60, sync 60–103
+    waiting, aten::after 103–147, step 147–150."""
+    events = [synth.step(1, 0.0, 150.0), *synth.launched("k1", 1.0, 10.0, 50.0, corr=1),
+              *synth.launched("k5", 3.0, 85.0, 5.0, corr=2, stream=8),
+              synth.call("cudaEventSynchronize", 7.0, 96.0, corr=5),
+              sync_mark("Event Sync", 7.0, 5, wait_on_stream=7),
+              synth.op("aten::after", 103.0, 44.0)]
+    trace = loaded(tmp_path, events)
+    assert named_edges(trace, 1, "sync").select("from", "to").rows() == [("k1", "cudaEventSynchronize")]
+    assert named_edges(trace, 1, "sync (inferred)").height == 0
+    assert parts(trace) == {"host": 48_000, "runtime": 0, "compute": 50_000, "comm": 0, "copy": 0,
+                            "waiting": 52_000, "span": 150_000}
+
+
+def test_a_step_waiting_on_the_previous_step_s_gpu_work_is_carried_over():
+    """h200x2-lean fsdp2 rank 1: step 2 opens with a `cudaStreamSynchronize` on stream 7 that
+    lasts 16 ms, because step 1's optimizer kernels still run there (the last ends inside the
+    call). That wait is `carried-over work` named for step 1's last kernel on the stream, not
+    `blocked: cudaStreamSynchronize` (issue 65 item 4)."""
+    trace = tracekit.load(DATA / "h200x2-lean" / "fsdp2" / "rank1.pt.trace.json.gz")
+    call = trace.calls.filter((pl.col("name") == "cudaStreamSynchronize") & (pl.col("step") == 2)).sort("start").row(
+        0, named=True)
+    previous = trace.gpu.filter((pl.col("step") == 1) & (pl.col("stream") == 7)).sort("end").row(-1, named=True)
+    assert call["start"] < previous["end"] < call["end"]
+    items = critical_path(trace, top=None).filter(pl.col("step") == 2)["items"][0]
+    carried = [i for i in items if i["kind"] == "carried-over work"]
+    assert carried == [{"category": "waiting", "kind": "carried-over work",
+                        "name": f"carried-over work: {previous['name']}", "ns": call["end"] - call["start"]}]
+    assert not [i for i in items if i["kind"] == "blocked" and i["ns"] > 1_000_000]
+
+
+def test_cpu_only_with_stack_step_has_a_path_through_its_python_frames():
+    """A real CPU-only `with_stack` trace (tests/data/cpu-stack): `profiler.step()`'s Python
+    frame starts inside `ProfilerStep#1` and ends 0.12 ms after it, so the step's thread had no
+    way to its end and the step had no figures (issue 67 item 4). The frame now ends with the
+    step: one thread never waits, so the path is the whole step, all host."""
+    trace = tracekit.load(DATA / "cpu-stack" / "cpu_stack.pt.trace.json.gz")
+    step = trace.ops.filter(pl.col("name") == "ProfilerStep#1").row(0, named=True)
+    row = critical_path(trace).row(0, named=True)
+    assert (row["span_ns"], row["path_ns"], row["host_ns"]) == (step["end"] - step["start"],) * 3
+
+
+def test_collectives_pair_by_step_when_one_rank_s_trace_begins_earlier(tmp_path):
+    """Rank 0's trace begins earlier: it holds an all-reduce launched before step 1 (at -50 µs)
+    that rank 1's trace does not. Step 1's all-reduce is the first of step 1 on both ranks, so
+    rank 0's (entered at 10 µs) waits for rank 1's (at 60 µs), as in
+    `test_late_rank_makes_the_collective_wait`; paired by launch index over the trace, rank 0's
+    earlier one would pair with rank 1's and step 1's with nothing (issue 65 item 5)."""
+    blocked = synth.call("cudaDeviceSynchronize", 5.0, 190.0, corr=9)
+    rank0 = [*synth.nccl("all_reduce", -60.0, -50.0, 20.0, corr=7), synth.step(1, 0.0, 200.0),
+             *synth.nccl("all_reduce", 1.0, 10.0, 90.0, corr=8), blocked]
+    rank1 = [synth.step(1, 0.0, 200.0), *synth.launched("work", 1.0, 5.0, 55.0, corr=1),
+             *synth.nccl("all_reduce", 3.0, 60.0, 40.0, corr=2), blocked]
+    (tmp_path / "run").mkdir()
+    synth.write(tmp_path / "run", "rank0.json", synth.doc(rank0, rank=0))
+    synth.write(tmp_path / "run", "rank1.json", synth.doc(rank1, rank=1))
+    run = tracekit.load(tmp_path / "run")
+    arrivals = collective_arrivals(run.traces)
+    assert parts(run.traces[0], arrivals[0])["comm"] == 40_000
+    assert arrivals[1].height == 0
+
+
+def test_shifted_windows_are_said(tmp_path):
+    """The run of `test_collectives_pair_by_step_when_one_rank_s_trace_begins_earlier`: rank 0
+    holds one all-reduce outside the steps, rank 1 none — one note, naming both counts; the
+    h200x2-small fsdp2 run, whose ranks line up, gets none."""
+    from tracekit.analyses.critical_path import collective_starts, shifted_windows
+
+    blocked = synth.call("cudaDeviceSynchronize", 5.0, 190.0, corr=9)
+    rank0 = [*synth.nccl("all_reduce", -60.0, -50.0, 20.0, corr=7), synth.step(1, 0.0, 200.0),
+             *synth.nccl("all_reduce", 1.0, 10.0, 90.0, corr=8), blocked]
+    rank1 = [synth.step(1, 0.0, 200.0), *synth.nccl("all_reduce", 3.0, 60.0, 40.0, corr=2), blocked]
+    (tmp_path / "run").mkdir()
+    synth.write(tmp_path / "run", "rank0.json", synth.doc(rank0, rank=0))
+    synth.write(tmp_path / "run", "rank1.json", synth.doc(rank1, rank=1))
+    notes = shifted_windows([collective_starts(t) for t in tracekit.load(tmp_path / "run").traces])
+    assert len(notes) == 1 and "windows are shifted" in notes[0] and "(rank 0: 1, rank 1: 0)" in notes[0]
+    run = tracekit.load(DATA / "h200x2-small" / "fsdp2")
+    assert shifted_windows([collective_starts(t) for t in run.traces]) == []

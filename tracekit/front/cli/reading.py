@@ -143,7 +143,9 @@ def critical_path(paths, steps, agg, rank, fmt, layout, options, top):
     waiting (they add up to the step's span), and the items that spent it."""
     from functools import partial
 
-    from tracekit.analyses.critical_path import arrivals_of_run, collective_starts, critical_path_in_run, largest_items
+    from tracekit.analyses.critical_path import (arrivals_of_run, collective_starts, critical_path_in_run, largest_items,
+                                                 shifted_windows)
+    from tracekit.front.cli.common import say
     from tracekit.core.files import is_dir
     from tracekit.core.runs import analyse
 
@@ -152,6 +154,7 @@ def critical_path(paths, steps, agg, rank, fmt, layout, options, top):
         where = {k: options[k] for k in ("comm_kernels", "cycle", "cache", "workers", "scheduler")}
         for run in analyse(paths, collective_starts, **where):
             found = arrivals_of_run([r.value for r in run.results], [r.info.origin_us * 1000 for r in run.results])
+            [say(note) for note in shifted_windows([r.value for r in run.results])]
             arrivals.update({(r.info.path, r.info.rank): a for r, a in zip(run.results, found)})
     analysis = partial(critical_path_in_run, arrivals=arrivals, top=None)  # every item: the statistic needs them
     report = [(info, largest_items(frame, top)) for info, frame in per_step(paths, rank, options, analysis, steps, agg)]
