@@ -25,14 +25,8 @@ import torch
 
 from .clock import PHASES, columns
 from .memory_record import memory_step
+from .variants import mirrored
 from .worker import Progress, Recording, Trainee, release_memory, synchronize
-
-
-def mirrored(names: list[str], round_index: int) -> list[str]:
-    """The blocks of round `round_index` (from 0): the variants in order then reversed, the
-    reverse of that in odd rounds (A B C C B A, C B A A B C)."""
-    forward, backward = list(names), list(reversed(names))
-    return forward + backward if round_index % 2 == 0 else backward + forward
 
 
 def block_peak(device: torch.device) -> tuple[int | None, object]:

@@ -35,7 +35,7 @@ PROFILE_ROUNDS = 9
 # is a fresh interpreter, not this process: nothing of the launcher's state (an initialised CUDA
 # driver, a factory module's globals) reaches the workers.
 START_METHOD = "forkserver"
-WORKER_PRELOAD = ["torch", "torch._dynamo", "tracekit.runners.worker"]
+WORKER_PRELOAD = ["torch", "torch._dynamo", "tracekit.runners.plan"]
 
 
 def start_worker_server() -> None:
@@ -219,7 +219,7 @@ def profile(cfg: dict) -> dict:
     nothing: fresh workers go on from the first run not agreed — twice at the same place, and
     that run is charged."""
     from .manifest import write_manifest
-    from .worker import record_outcome, runs, worker_main
+    from .plan import record_outcome, runs, worker_main
 
     os.environ.update(MULTICAST_OFF)
     plan = runs(cfg)

@@ -13,6 +13,8 @@ from pathlib import Path
 
 from tracekit.core.timing import step_time
 
+from .variants import mirrored
+
 MANIFEST = "manifest.json"
 INTERLEAVED = "interleaved"  # the plan's one run of every variant side by side (`runners/interleave.py`)
 
@@ -92,8 +94,6 @@ def comparison(cfg: dict, results: dict) -> dict:
     steps, `order`: each round's blocks) or `sequential` (each variant in turn, `--repeats`
     times), `note` saying why sequential where interleaved was the default, `control` the A/A
     control's variant or None."""
-    from .interleave import mirrored
-
     side_by_side = results.get(INTERLEAVED)
     interleaved = cfg.get("compare") == "interleaved" and (side_by_side is None or side_by_side["status"] == "ok")
     note = cfg.get("compare_note") or ""

@@ -41,3 +41,10 @@ def check_variants(names: list[str]) -> list[str]:
     if not names:
         raise ValueError("no variants given")
     return names
+
+
+def mirrored(names: list[str], round_index: int) -> list[str]:
+    """The blocks of round `round_index` (from 0): the variants in order then reversed, the
+    reverse of that in odd rounds (A B C C B A, C B A A B C)."""
+    forward, backward = list(names), list(reversed(names))
+    return forward + backward if round_index % 2 == 0 else backward + forward

@@ -302,7 +302,7 @@ def test_a_failing_variant_is_recorded_and_the_others_still_run(tmp_path, monkey
     """One real worker (world size 1, gloo) where fsdp1 raises and fsdp2 runs out of memory."""
     import torch
 
-    from tracekit.runners import worker
+    from tracekit.runners import plan, worker
 
     real = worker.run_variant
 
@@ -320,7 +320,7 @@ def test_a_failing_variant_is_recorded_and_the_others_still_run(tmp_path, monkey
            "profile_steps": 1, "profile_mode": "full", "repeats": 1, "inputs": "fixed", "checkpoint": None, "checkpoint_every": 5,
            "keep_checkpoints": False, "memory_fraction": None, "collective_timeout_s": 60, "global_batch": None,
            "model": "builtin", "model_info": {}, "run_id": "test"}
-    results = worker.worker_main(cfg)
+    results = plan.worker_main(cfg)
     assert results["fsdp1"]["status"] == "error" and results["fsdp1"]["message"] == "rank 0: RuntimeError: boom"
     assert results["fsdp2"]["status"] == "oom" and "out of memory" in results["fsdp2"]["message"]
     assert results["ddp"]["status"] == "ok" and (tmp_path / "ddp" / "rank0.pt.trace.json.gz").exists()
@@ -330,7 +330,7 @@ def test_a_failing_variant_is_recorded_and_the_others_still_run(tmp_path, monkey
 def test_long_loops_say_where_they_are(tmp_path, monkeypatch, capsys):
     """A progress line once `PROGRESS_S` has passed without one (here 0 s: after every step):
     the warm-up and timed steps counted, then the recording; one real worker (world size 1)."""
-    from tracekit.runners import worker
+    from tracekit.runners import plan, worker
 
     one_worker_here(monkeypatch)
     monkeypatch.setattr(worker, "PROGRESS_S", 0.0)
@@ -339,7 +339,7 @@ def test_long_loops_say_where_they_are(tmp_path, monkeypatch, capsys):
            "profile_mode": "device", "repeats": 1, "inputs": "fixed", "checkpoint": None, "checkpoint_every": 5,
            "keep_checkpoints": False, "memory_fraction": None, "collective_timeout_s": 60, "global_batch": None,
            "model": "builtin", "model_info": {}, "run_id": "progress"}
-    assert worker.worker_main(cfg)["ddp"]["status"] == "ok"
+    assert plan.worker_main(cfg)["ddp"]["status"] == "ok"
     lines = [line.removeprefix("tracekit profile: [1/1] ddp: ") for line in capsys.readouterr().err.splitlines()]
     assert lines[1:6] == ["warm-up step 1/1", "timed step 1/3", "timed step 2/3", "timed step 3/3",
                           "recording 1 step(s)"]
