@@ -22,7 +22,7 @@ import polars as pl
 from tracekit.analyses.flops import MEMORY_BOUND, device_peaks, roofline
 from tracekit.analyses.phases import launch_context
 from tracekit.analyses.summary import scoped, step_rows
-from tracekit.analyses.timeline import activities, figures, timeline
+from tracekit.analyses.timeline import activities, figures, innermost_frames, kept, short_frame, timeline
 from tracekit.core.model import Trace
 
 BY = ("name", "op", "op,name", "category")
@@ -48,7 +48,8 @@ def kernels(trace: Trace, by: str = "name", scope: str = "step", peaks: dict | N
     kernel is memory-bound (`flops.MEMORY_BOUND`)."""
     work = scoped(activities(trace, scope), scope)
     if by in ("op", "op,name"):
-        work = work.join(launch_context(trace).select("row", "op"), on="row", how="left")
+        work = (work.join(launch_context(trace).select("row", "op"), on="row", how="left")
+                .join(launch_frames(trace), on="row", how="left").with_columns(op=pl.coalesce("op", "frame")))
     work = work.join(roofline(trace, peaks).select("row", "flops", "family", peak="peak_tflops"), on="row", how="left")
     key = ["category", "coll_kind"] if by == "category" else by.split(",")
     busy = figures(timeline(trace, scope).coarse).select("step", "device", "gpu_busy_ns")
@@ -81,6 +82,36 @@ def kernels(trace: Trace, by: str = "name", scope: str = "step", peaks: dict | N
     return (step_rows(trace, scope).select("step", "device")  # every step, with device work or not
             .join(table, on=["step", "device"], how="left", nulls_equal=True)
             .with_columns(pl.when(pl.col("device").is_not_null()).then(pl.col("kernels").fill_null(empty))))
+
+
+NO_CALL = "(no launching call in the trace)"
+NOTHING_ENCLOSES = "(no op, frame or annotation encloses its launch)"
+
+
+def launch_frames(trace: Trace) -> pl.DataFrame:
+    """row (into trace.gpu) and frame: what `--by op` names for device work that no CPU op
+    launched — the innermost Python frame (`python: <frame>`) or annotation (`annotation:
+    <name>`, ProfilerStep# left out) enclosing its launching call, of those that say something
+    (`timeline.innermost_frames`, named by `timeline.short_frame`: a CUDA graph replay under
+    `cuda/graphs.py(139): replay`,
+    a `load_inline` kernel under its Python caller); else why there is none: `NO_CALL` (launched
+    before the trace began, or a recording without runtime calls) or `NOTHING_ENCLOSES`."""
+    name = pl.col("name")
+    frame = short_frame(name)
+    marked = trace.ops.filter(((pl.col("cat") == "python_function") | (pl.col("cat") == "user_annotation"))
+                              & ~name.str.starts_with("ProfilerStep#")).select(
+        "tid", "start", "end", name=pl.when(pl.col("cat") == "python_function").then(pl.lit("python: ") + frame)
+        .otherwise(pl.lit("annotation: ") + name))
+    frames = kept(trace, ("kernels", "launch-frames"), lambda: innermost_frames(marked).sort("tid", "start"))
+    calls = (trace.calls.drop_nulls("correlation").unique("correlation")
+             .select("correlation", "tid", c_start="start").sort("tid", "c_start"))
+    framed = calls.join_asof(frames.rename({"start": "f_start"}), left_on="c_start", right_on="f_start", by="tid",
+                             strategy="backward", check_sortedness=False)
+    framed = framed.select("correlation", frame=pl.when(pl.col("end") > pl.col("c_start")).then("name"))
+    gpu = trace.gpu.with_row_index("row").select("row", "correlation").join(framed, on="correlation", how="left")
+    return gpu.select("row", frame=pl.when(pl.col("frame").is_not_null()).then("frame")
+                      .when(pl.col("correlation").is_in(calls["correlation"].implode())).then(pl.lit(NOTHING_ENCLOSES))
+                      .otherwise(pl.lit(NO_CALL)))
 
 
 def top(frame: pl.DataFrame, n: int | None) -> pl.DataFrame:

@@ -37,7 +37,7 @@ from pathlib import Path
 from .ipc import table_from, whole, write_table
 
 # polars and the trace model (`pl`, `Trace` in the annotations) are imported where they are used
-SCHEMA = 15  # bump when the loaded tables, the analyses' kept tables or their meaning change
+SCHEMA = 16  # bump when the loaded tables, the analyses' kept tables or their meaning change
 TABLES = ("gpu", "calls", "ops", "marks", "steps")
 ANSWERS = "answers"  # the folder of the kept answers (`answers.py`), one file each
 _writer = None
