@@ -28,6 +28,7 @@ a kernel of an op without one (an `amax` inside a float8 `mm`) has none.
 from __future__ import annotations
 
 import json
+import re
 from math import prod
 
 import polars as pl
@@ -60,6 +61,13 @@ ELEMENTWISE = tuple(f"aten::{n}{s}" for n in (
 NORMS = ("aten::native_layer_norm", "aten::native_layer_norm_backward", "aten::_fused_rms_norm",
          "aten::_fused_rms_norm_backward")
 FORMULA_OPS = (*MATMUL, *ATTENTION, *CONVOLUTION, *ELEMENTWISE, *NORMS)
+# a few FLOPs per byte by construction, so never near a FLOP/s peak; nor can their bandwidth be
+# judged against the HBM's: an operand still in L2 from the kernel before is read faster (up to
+# 225 % of the A100's HBM bandwidth on HTA's trace_diff trace, 143 % on the H200 ddp traces)
+MEMORY_BOUND = ("elementwise", "norm")
+# a float32 op whose kernel runs on TF32 tensor cores: CUTLASS `tensorop_s1688`/`s16816`, cuBLAS and
+# cuDNN `…tf32…` (an `xmma` kernel without `tf32` in its name may be plain FP32 FMA: stays fp32)
+TF32_KERNEL = r"(?i)tf32|s1688|s16816"
 # ops that only carry out their caller's work: a kernel they launch counts for the caller
 IMPLEMENTATION = tuple(f"aten::_{kind}_attention_{way}" for kind in ("cudnn", "flash", "efficient")
                        for way in ("forward", "backward")) + (
@@ -156,6 +164,15 @@ def int_list(text) -> list[int] | None:
     return value if isinstance(value, list) and all(isinstance(x, int) for x in value) else None
 
 
+def output_mask(text) -> tuple[bool, bool, bool] | None:
+    """`convolution_backward`'s `output_mask` (which of the input, weight and bias gradients
+    it computes) from its Concrete Inputs text (`[False, True, False]`); None when not recorded."""
+    found = re.findall(r"true|false|1|0", str(text or "").lower())
+    if len(found) != 3:
+        return None
+    return tuple(v in ("true", "1") for v in found)
+
+
 def convolution(name: str, dims: list, types: list, concrete: list) -> tuple | None:
     if name == "aten::convolution":
         x, w = dims[0], dims[1]
@@ -169,11 +186,13 @@ def convolution(name: str, dims: list, types: list, concrete: list) -> tuple | N
         factor, moved = 1, [nbytes(x, types[0]), nbytes(w, types[1]), nbytes([x[0], w[0], *out], types[0])]
     else:
         grad, x, w = dims[0], dims[1], dims[2]
-        if len(grad) < 3:
+        mask = output_mask(concrete[10] if len(concrete) > 10 else None)
+        if len(grad) < 3 or mask is None:
             return None
-        out, bias, factor = grad[2:], False, 2
-        moved = [nbytes(grad, types[0]), nbytes(x, types[1]), nbytes(w, types[2]), nbytes(x, types[1]),
-                 nbytes(w, types[2])]
+        out, bias, factor = grad[2:], mask[2], mask[0] + mask[1]  # the gradients asked for, each a forward's FLOPs
+        moved = [nbytes(grad, types[0]), nbytes(x, types[1]) if mask[1] else 0, nbytes(w, types[2]) if mask[0] else 0,
+                 nbytes(x, types[1]) if mask[0] else 0, nbytes(w, types[2]) if mask[1] else 0,
+                 nbytes([w[0]], types[2]) if mask[2] else 0]
     groups = concrete[8] if name == "aten::convolution" and len(concrete) > 8 else None
     groups = int(groups) if str(groups).strip().isdigit() else (1 if name != "aten::convolution" else None)
     if groups is None or len(w) < 3:
@@ -258,7 +277,7 @@ def kernel_work(trace: Trace) -> pl.DataFrame:
     ops = (trace.ops.with_row_index("op_row").filter((pl.col("cat") == "cpu_op") & ~pl.col("name").is_in(IMPLEMENTATION))
            .select("op_row", o_tid="tid", o_start="start", o_end="end", op="name").join(work, on="op_row", how="left"))
     gpu = trace.gpu.with_row_index("row").filter(pl.col("kind") == "kernel").select(
-        "row", "correlation", dur=pl.col("end") - pl.col("start"))
+        "row", "correlation", "name", dur=pl.col("end") - pl.col("start"))
     calls = trace.calls.select("correlation", "tid", c_start="start", c_end="end").drop_nulls("correlation").unique("correlation")
     launches = gpu.join(calls, on="correlation")
     found = (launches.join_where(ops, pl.col("o_start") <= pl.col("c_start"), pl.col("o_end") >= pl.col("c_end"))
@@ -268,31 +287,39 @@ def kernel_work(trace: Trace) -> pl.DataFrame:
              .filter(pl.col("family").is_not_null()))
     share = pl.col("dur") / pl.col("dur").sum().over("op_row")
     share = pl.when(pl.col("dur").sum().over("op_row") > 0).then(share).otherwise(1 / pl.len().over("op_row"))
-    return found.select("row", "op", "family", "dtype", flops=pl.col("flops") * share,
-                        bytes=pl.col("bytes") * share).sort("row")
+    tf32 = (pl.col("dtype") == "fp32") & pl.col("name").str.contains(TF32_KERNEL).any().over("op_row")
+    return found.select("row", "op", "family", pl.when(tf32).then(pl.lit("tf32")).otherwise("dtype").alias("dtype"),
+                        flops=pl.col("flops") * share, bytes=pl.col("bytes") * share).sort("row")
 
 
 def device_peaks(trace: Trace, peaks: dict | None = None) -> pl.DataFrame:
-    """device, peak_key, and each figure of `peaks` (default `peaks.PEAKS`) for the trace's
-    devices (Kineto's `deviceProperties` names; a device tracekit does not know: nulls)."""
+    """device, peak_key (the row of `peaks`, default `peaks.PEAKS`, that its name and memory
+    name: `peaks.device_key`), peak_sku (that row, or `unknown: <device name>` for a device the
+    table has no row for: its figures null, never another SKU's) and each figure of the row,
+    for the devices of the trace's `deviceProperties`."""
     table = PEAKS if peaks is None else peaks
     rows = []
     for props in trace.meta.get("device_properties") or []:
-        key = device_key(props.get("name"), table)
-        rows.append({"device": props.get("id"), "peak_key": key, **{f"peak_{k}": v for k, v in table.get(key, {}).items()}})
+        key = device_key(props.get("name"), table, props.get("totalGlobalMem"))
+        rows.append({"device": props.get("id"), "peak_key": key,
+                     "peak_sku": key or (f"unknown: {props['name']}" if props.get("name") else None),
+                     **{f"peak_{k}": v for k, v in table.get(key, {}).items()}})
     figures = sorted({f"peak_{k}" for v in table.values() for k in v})
-    return pl.DataFrame(rows, schema={"device": pl.Int64, "peak_key": pl.String, **{f: pl.Float64 for f in figures}})
+    return pl.DataFrame(rows, schema={"device": pl.Int64, "peak_key": pl.String, "peak_sku": pl.String,
+                                      **{f: pl.Float64 for f in figures}})
 
 
 def roofline(trace: Trace, peaks: dict | None = None) -> pl.DataFrame:
     """One row per kernel with a formula op: row, op, family, dtype, flops, bytes, tflops
     (flops / duration), gbps (bytes / duration, GB/s), peak_tflops (the device's peak for the
-    dtype), pct_peak (tflops / peak_tflops × 100), intensity (flops / bytes), ridge (peak FLOP/s over peak bandwidth,
-    FLOP/byte) and bound (`compute` when intensity ≥ ridge, else `memory`). Unknown → null."""
+    dtype), peak_gbps (its memory bandwidth, GB/s), pct_peak (tflops / peak_tflops × 100; null
+    for the memory-bound families, elementwise and norm: see `MEMORY_BOUND`), intensity (flops
+    / bytes), ridge (peak FLOP/s over peak bandwidth, FLOP/byte) and bound (`compute` when
+    intensity ≥ ridge, else `memory`). Unknown → null."""
     work = kernel_work(trace)
     gpu = trace.gpu.with_row_index("row").select("row", pl.col("device").fill_null(0), dur=pl.col("end") - pl.col("start"))
     table = work.join(gpu, on="row", how="left").join(device_peaks(trace, peaks), on="device", how="left")
-    peak_cols = [c for c in table.columns if c.startswith("peak_") and c not in ("peak_key", "peak_mem_tbps")]
+    peak_cols = [c for c in table.columns if c.startswith("peak_") and c not in ("peak_key", "peak_sku", "peak_mem_tbps")]
     peak = pl.coalesce([pl.when(pl.col("dtype") == c.removeprefix("peak_")).then(pl.col(c)) for c in peak_cols]) \
         if peak_cols else pl.lit(None, pl.Float64)
     mem = pl.col("peak_mem_tbps") if "peak_mem_tbps" in table.columns else pl.lit(None, pl.Float64)
@@ -302,6 +329,8 @@ def roofline(trace: Trace, peaks: dict | None = None) -> pl.DataFrame:
         tflops=pl.when(pl.col("dur") > 0).then(pl.col("flops") / pl.col("dur") / 1e3),
         gbps=pl.when(pl.col("dur") > 0).then(pl.col("bytes") / pl.col("dur")),
     ).select("row", "op", "family", "dtype", "flops", "bytes", "tflops", "gbps", peak_tflops=peak,
-             pct_peak=(pl.col("tflops") / peak * 100), intensity=intensity, ridge=ridge,
+             peak_gbps=mem * 1e3,
+             pct_peak=pl.when(~pl.col("family").is_in(MEMORY_BOUND)).then(pl.col("tflops") / peak * 100),
+             intensity=intensity, ridge=ridge,
              bound=pl.when(intensity.is_null() | ridge.is_null()).then(pl.lit(None, pl.String))
              .when(intensity >= ridge).then(pl.lit("compute")).otherwise(pl.lit("memory")))

@@ -13,7 +13,8 @@ several run); for an idle one, highest priority first, `other step's GPU work`
 (device work of another step, or of none, running) · `sync: <api>` · `launch: <api>` ·
 `runtime: <api>` (a runtime/driver call covering it that no other call of its thread
 contains; of several, on several threads, the last to start) · `cpu_op: <name>` (likewise a
-CPU op, `ProfilerStep#` left out) · `nothing recorded`.
+CPU op or annotation, `ProfilerStep#` and Python frames left out) · `python: <frame>` (the
+innermost Python frame that says something, `innermost_frames`) · `nothing recorded`.
 
 The `trace` scope cuts each device's whole-trace span the same way, every device activity of
 the trace its own (step null), in steps or not, launch record or not: what HTA counts, and
@@ -305,14 +306,78 @@ def outermost(intervals: pl.DataFrame) -> pl.DataFrame:
 
 
 def host_layers(trace: Trace) -> list[tuple[pl.DataFrame, str]]:
-    """The outermost runtime/driver calls and the outermost CPU ops (ProfilerStep# left out),
-    each with the cause it names; calls first (they win)."""
+    """The outermost runtime/driver calls, the outermost CPU ops and annotations (ProfilerStep#
+    and Python frames left out) and the innermost Python frames (`innermost_frames`), each
+    with the cause it names; calls first, then ops (they win)."""
     name = pl.col("name")
     calls = kept(trace, ("host", "calls"), lambda: outermost(trace.calls).with_columns(
         cause=pl.when(name.is_in(SYNC_APIS)).then(pl.lit("sync: ") + name)
         .when(name.str.contains(LAUNCH)).then(pl.lit("launch: ") + name).otherwise(pl.lit("runtime: ") + name)))
-    ops = kept(trace, ("host", "ops"), lambda: outermost_ops(trace).with_columns(cause=pl.lit("cpu_op: ") + name))
-    return [calls, ops]
+    frame = pl.col("cat") == "python_function"
+    ops = kept(trace, ("host", "ops-not-frames"), lambda: outermost(
+        trace.ops.filter(~name.str.starts_with("ProfilerStep#") & ~frame)).with_columns(
+        cause=pl.lit("cpu_op: ") + name))
+    frames = kept(trace, ("host", "frames"), lambda: innermost_frames(
+        trace.ops.filter(frame).with_columns(name=short_frame(name))).with_columns(cause=pl.lit("python: ") + name))
+    return [calls, ops, frames]
+
+
+# Python frames that say nothing of what the program does: the interpreter's entry points
+SILENT_FRAME = r"(^|: )<frozen runpy>|(^|: )<string>\(|runpy\.py\(|\): <module>$"
+
+
+def short_frame(name: pl.Expr) -> pl.Expr:
+    """A Python frame's name as tracekit shows it, the same on every machine and run: its file
+    by its last two path components (`/sgl-workspace/sglang/…/model_executor/cuda_graph_runner.py
+    (1333): replay` → `model_executor/cuda_graph_runner.py(1333): replay`), a bound builtin
+    without its object's address (`<built-in method layer_norm of type object at 0x7499…>` →
+    `<built-in method layer_norm>`)."""
+    return (name.str.replace(r"^(<built-in (?:method|function) [\w.]+) of .*>$", "$1>")
+            .str.replace(r"^[^ (]*/([^/ (]+/[^/ (]+\(\d+\): )", "$1"))
+
+
+def innermost_frames(frames: pl.DataFrame) -> pl.DataFrame:
+    """Nested intervals (tid, start, end, name: Python frames, annotations) flattened per thread
+    into disjoint ones, each named for the innermost frame there that says something (not
+    `SILENT_FRAME`; where none does, the outermost): tid, start, end, name. A frame that
+    outlives its parent is cut at the parent's end."""
+    out: dict[str, list] = {"tid": [], "start": [], "end": [], "name": []}
+
+    def emit(tid, start, end, name):
+        if start >= end:
+            return
+        if out["tid"] and out["tid"][-1] == tid and out["end"][-1] == start and out["name"][-1] == name:
+            out["end"][-1] = end  # one piece with its neighbour of the same name
+            return
+        for k, v in zip(out, (tid, start, end, name)):
+            out[k].append(v)
+
+    rows = frames.select("tid", "start", "end", "name", says=~pl.col("name").str.contains(SILENT_FRAME)) \
+        .sort("tid", "start", pl.col("end"), descending=[False, False, True], maintain_order=True)
+    stack: list[tuple[int, str]] = []  # (end, the name it gives) of the frames open at `cursor`
+    tid, cursor = None, 0
+    for t, start, end, name, says in rows.iter_rows():
+        if t != tid:
+            while stack:
+                top_end, top = stack.pop()
+                emit(tid, cursor, top_end, top)
+                cursor = max(cursor, top_end)
+            tid, cursor = t, start
+        while stack and stack[-1][0] <= start:
+            top_end, top = stack.pop()
+            emit(t, cursor, top_end, top)
+            cursor = max(cursor, top_end)
+        if stack:
+            emit(t, cursor, start, stack[-1][1])
+            end = min(end, stack[-1][0])
+        cursor = start
+        stack.append((end, stack[-1][1] if stack and not says else name))
+    while stack:
+        top_end, top = stack.pop()
+        emit(tid, cursor, top_end, top)
+        cursor = max(cursor, top_end)
+    return pl.DataFrame(out, schema={"tid": frames.schema.get("tid", pl.Int64), "start": pl.Int64, "end": pl.Int64,
+                                     "name": pl.String})
 
 
 def outermost_ops(trace: Trace) -> pl.DataFrame:
@@ -411,7 +476,7 @@ def busy_during(intervals: pl.DataFrame, segments: pl.DataFrame) -> np.ndarray:
     return prefix[np.searchsorted(bounds, e)] - prefix[np.searchsorted(bounds, s)]
 
 
-HOST_WORK = r"^(cpu_op|launch|runtime): "  # idle causes where the host is busy with its own work
+HOST_WORK = r"^(cpu_op|python|launch|runtime): "  # idle causes where the host is busy with its own work
 
 
 def host_idle(segments: pl.DataFrame) -> pl.DataFrame:

@@ -15,6 +15,7 @@ from click.testing import CliRunner
 from conftest import DATA, messages
 
 import tracekit
+from tracekit.analyses.kernels import NO_CALL
 from tracekit.analyses.phases import launch_context
 from tracekit.front.cli import main
 
@@ -159,7 +160,8 @@ def test_kernels_by_op_and_name_lists_which_kernels_each_op_launched():
     row per (op, kernel name), HTA's published 822 `aten::mul` launching
     `customized_fba_mul_const-dtype_Float` and the 8 `…-dtype_Double` beside them, every row's
     count that of the brute force of the innermost enclosing op over the raw JSON, and the DMA
-    requests that carry no correlation id (kept by the scope, docs/metrics.md) with no op."""
+    requests that carry no correlation id (kept by the scope, docs/metrics.md) with no op but
+    the reason (`(no launching call in the trace)`, issue 67 item 7)."""
     ops, launched = mtia_launches(MTIA)
     brute = innermost_enclosing_ops(ops, launched)  # (name, op) -> count
     doc = json.loads(cli("kernels", "--by", "op,name", "--scope", "launched", "--top", "1000", "--format", "json",
@@ -172,8 +174,8 @@ def test_kernels_by_op_and_name_lists_which_kernels_each_op_launched():
     assert got["customized_fba_mul_const-dtype_Double", "aten::mul"] == 8
     unlaunched = [e for e in json.loads(gzip.open(MTIA).read())["traceEvents"]
                   if e.get("cat") == "mtia_ccp_events" and "correlation" not in e.get("args", {})]
-    assert {k: n for k, n in got.items() if k[1] is None} == {("dma_request", None): len(unlaunched)}
-    assert {k: n for k, n in got.items() if k[1] is not None} == brute  # no call to take an op from: op null
+    assert {k: n for k, n in got.items() if k[1] == NO_CALL} == {("dma_request", NO_CALL): len(unlaunched)}
+    assert {k: n for k, n in got.items() if k[1] != NO_CALL} == brute  # no call to take an op from: no op
 
 
 def test_kineto_sync_records_are_rows_of_syncs():

@@ -138,12 +138,15 @@ def test_unknown_without_shapes_never_a_guess(tmp_path):
 
 
 def test_peaks_table_names_devices_and_takes_overrides():
-    assert device_key("NVIDIA H200") == "H200" and device_key("NVIDIA H100 80GB HBM3") == "H100"
-    assert device_key("AMD Instinct MI300X") == "MI300X" and device_key("NVIDIA A100-SXM4-80GB") == "A100"
+    """Per-SKU rows (`test_roofline.py::test_each_sku_has_its_own_row` has them all); a
+    user's table overrides a row's figures and adds devices, named by a word of the name."""
+    assert device_key("NVIDIA H200") == "H200 SXM" and device_key("NVIDIA H100 80GB HBM3") == "H100 SXM"
+    assert device_key("AMD Instinct MI300X") == "MI300X" and device_key("NVIDIA A100-SXM4-80GB") == "A100 SXM 80GB"
     assert device_key("NVIDIA B200") == "B200" and device_key("Tesla T4") is None
-    table = merged({"H200": {"bf16": 900.0}, "L40S": {"bf16": 362.0, "mem_tbps": 0.864}})
-    assert table["H200"]["bf16"] == 900.0 and table["H200"]["fp8"] == PEAKS["H200"]["fp8"]
-    assert device_key("NVIDIA L40S", table) == "L40S"
+    table = merged({"H200 SXM": {"bf16": 900.0}, "L40S": {"bf16": 362.0, "mem_tbps": 0.864}})
+    assert table["H200 SXM"]["bf16"] == 900.0 and table["H200 SXM"]["fp8"] == PEAKS["H200 SXM"]["fp8"]
+    assert device_key("NVIDIA L40S", table) == "L40S" and device_key("NVIDIA L40", table) is None
+    assert device_key("NVIDIA H200", table) == "H200 SXM"
 
 
 def test_kernels_report_tflops_within_the_h200_peak():

@@ -9,6 +9,7 @@ from click.testing import CliRunner
 from conftest import DATA, messages
 
 from tracekit.front.cli import main
+from tracekit.front.views import column_width
 
 RUN = DATA / "h200x2-blocks4"
 FSDP2 = RUN / "fsdp2"
@@ -267,8 +268,8 @@ def test_wide_keeps_every_figure_readable_and_the_names_long():
     path = DATA / "wild" / "tracelens" / "mi300" / "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
     lines = CliRunner(env={"COLUMNS": "100"}).invoke(main, ["kernels", "--wide", "--top", "3", str(path)]).stdout.splitlines()
     assert lines[0] == f"path: {path}" and lines[2].startswith("─")  # the names on one line
-    assert lines[1].split() == ["rank", "step", "device", "gpu_busy_ms", "name", "category", "coll_kind", "count",
-                                "total_ms", "mean_ms", "pct_of_busy", "tflops", "pct_peak"]
+    assert lines[1].split() == ["rank", "step", "device", "gpu_busy_ms", "peak_sku", "name", "category", "coll_kind",
+                                "count", "total_ms", "mean_ms", "pct_of_busy", "tflops", "pct_peak"]
     widths = {name: len(rule) for name, rule in zip(lines[1].split(), lines[2].split())}
     assert widths["name"] == 48 and widths["pct_of_busy"] == len("pct_of_busy")
     assert sum(str(path) in line for line in lines) == 1
@@ -349,9 +350,12 @@ def test_diff_shows_kernels_short_and_keeps_distinct_ones_apart():
     doc = json.loads(run("diff", "--top", "40", "--format", "json", *bert))
     assert {i["name"] for i in doc["items"] if i["name"].startswith("cutlass")} == \
         {f"cutlass::Kernel2<{k}>" for k in launched}
-    cells = ["".join(p) for p in column_pieces(diff_items_text(run("diff", "--top", "40", *bert)), "name")]
+    text = diff_items_text(run("diff", "--top", "40", *bert))
+    cells = ["".join(p) for p in column_pieces(text, "name")]
     shown = [c for c in cells if c.startswith("cutlass::Kernel2<")]
-    assert len(shown) == len(set(shown)) == 3 and max(map(len, shown)) <= 44, shown
+    # 44 characters, or two lines of a name column that wraps (`render.roomier`)
+    longest = max(44, 2 * column_width(text, "name"))
+    assert len(shown) == len(set(shown)) == 3 and all("…" in c for c in shown) and max(map(len, shown)) <= longest, shown
     qwen = [WILD / side / "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz" for side in ("h100", "mi300")]
     full = [i["name"] for i in json.loads(run("diff", "--format", "json", *qwen))["items"]]  # the rows' order
     assert min(len(n) for n in full if n.startswith("Cijk")) > 300

@@ -97,7 +97,9 @@ VIEWS = {
                              ("name", "op", "category", "coll_kind", "count", "total_ns", "mean_ns", "pct_of_busy",
                               "tflops", "pct_peak")},
                     kernel_names=("kernels.name",), empty=DEVICE_ONLY.format("kernels lists"),
-                    implied={"coll_kind": "name", "category": "name"}),  # a kernel's name says what it is
+                    implied={"coll_kind": "name", "category": "name"},  # a kernel's name says what it is
+                    # `--by op`: one comm row per step (record_param_comms) whose kind `comms` tells
+                    telling={"coll_kind": ("path", "rank", "step", "agg", "category")}),
     "launches": View(("run", "rank", "step", "agg", "device", "api", "count", "call_ms", "delay_p50_ms", "delay_max_ms",
                       "short", "long_calls", "long_delays"),  # device_ms, delay_p90_ms: --wide
                      aliases={f"apis.{c}": c for c in ("api", "count", "call_ns", "device_ns", "delay_p50_ns",

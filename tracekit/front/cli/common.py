@@ -392,4 +392,5 @@ def read_peaks(ctx, param, value) -> dict | None:
 def peaks_option(function):
     return click.option("--peaks", type=click.Path(dir_okay=False), callback=read_peaks, default=None,
                         help="JSON of device peaks {device: {dtype: dense TFLOP/s, mem_tbps: TB/s}} laid over "
-                             "tracekit's table (H100, H200, A100, B200, MI300X).")(function)
+                             "tracekit's table, one row per SKU (H100 SXM/PCIe/NVL, H200 SXM/NVL, GH200, A100, "
+                             "B200, GB200, MI300X); a device it names matches a row by a word of its name.")(function)
