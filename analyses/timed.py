@@ -143,13 +143,25 @@ def compare_repeats(a: list[dict[str, np.ndarray]], b: list[dict[str, np.ndarray
             "verdict": verdict(lo, hi, n_steps, repeats)}
 
 
+def steps_per_round(a: dict | None, a_variant: str | None, b: dict | None, b_variant: str | None) -> int | None:
+    """The recorded steps a round where A and B are two variants of one interleaved launch
+    (`recorded[0]["steps_per_round"]`: step n of each was taken in round (n − 1) // s, in the
+    same rotation); None otherwise (two launches, a sequential one, traces without a manifest):
+    `diff` then pairs the steps by number."""
+    if not a or not b or a_variant not in a["variants"] or b_variant not in b["variants"] \
+            or comparison(a)["design"] != "interleaved" or timed(a, a_variant)["launch"] != timed(b, b_variant)["launch"]:
+        return None
+    ranks = a["variants"][a_variant].get("ranks") or [{}]
+    return ((ranks[0].get("recorded") or [{}])[0]).get("steps_per_round")
+
+
 def recorded_phases(entry: dict) -> dict[str, float]:
-    """Per phase, the median over the recorded steps (the ones `diff` attributes) of its time
-    pooled over ranks, ms; `step` their span."""
+    """Per phase, the mean over the recorded steps (the ones `diff` attributes: the mean is
+    linear, as its items' are) of its time pooled over ranks, ms; `step` their span."""
     ranks = [r for r in entry.get("ranks", []) if r.get("recorded")]
     clock = phase_clock([r["recorded"][0] for r in ranks]) if ranks else None
     if not clock:
         return {}
     phases = ranks[0]["recorded"][0]["phase_ms"][clock]
-    return {p: round(float(np.median(pooled([r["recorded"][0]["phase_ms"][clock][p] for r in ranks]))), 3)
+    return {p: round(float(np.mean(pooled([r["recorded"][0]["phase_ms"][clock][p] for r in ranks]))), 3)
             for p in phases}

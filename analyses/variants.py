@@ -259,11 +259,14 @@ def phase_table(manifest: dict, baseline: str | None = None) -> pl.DataFrame:
                                       "verdict": pl.String, "recorded_ms": pl.Float64, "d_recorded_ms": pl.Float64})
 
 
-def variant_diffs(runs: dict[str, Run], top: int, base: str | None = None) -> dict[tuple[str, str], RunDiff]:
+def variant_diffs(runs: dict[str, Run], top: int, base: str | None = None,
+                  per_round: int | None = None) -> dict[tuple[str, str], RunDiff]:
     """Each variant against `base` (default: the first that ran; `diff.combine` of the traces'
-    materials, as `tracekit diff` does: without each side's per-activity items); a run
+    materials over every recorded step, in rounds of `per_round` steps where the recording was
+    interleaved, as `tracekit diff` does: without each side's per-activity items); a run
     without device work (CPU) is diffed over its host ops."""
     names = list(runs)
     base = base if base in names else (names[0] if names else None)
-    return {(base, other): combine(*[[material(t) for t in runs[v].traces] for v in (base, other)], "all", top)
+    return {(base, other): combine(*[[material(t) for t in runs[v].traces] for v in (base, other)], "all", top,
+                                   per_round=per_round)
             for other in names if other != base}

@@ -20,7 +20,8 @@ def test_report_json_holds_rows_phases_diffs_and_warnings():
     result = CliRunner().invoke(main, ["report", "--baseline", "fsdp1", "--format", "json", str(RUN)])
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
-    assert set(doc) == {"variants", "phases", "critical_path", "diffs", "warnings"}
+    assert set(doc) == {"comparison", "variants", "phases", "critical_path", "diffs", "warnings"}
+    assert (doc["comparison"]["design"], doc["comparison"]["control"]) == ("sequential", None)
     manifest = json.loads((RUN / "manifest.json").read_text())
     ran = [v for v, e in manifest["variants"].items() if e["status"] == "ok"]
     assert {r["variant"] for r in doc["variants"] if r["verdict"] == "base"} == {"fsdp1"}
@@ -82,7 +83,8 @@ def test_a_folder_with_trace_less_variants_reports_every_variant():
     assert "no trace here for fsdp1, fsdp2-compile (recorded with --profile-steps 0, or not kept): their timed " \
            "figures only" in doc["warnings"]
     table = CliRunner().invoke(main, ["report", str(out)])
-    header = table.stdout.splitlines()[0].split()
+    design, header = table.stdout.splitlines()[0], table.stdout.splitlines()[1].split()
+    assert design.startswith("compared sequentially: each variant in its own workers, 3 repeats")
     assert table.exit_code == 0 and {"peak_mem", "recompiles"} <= set(header)
     assert max(len(line) for line in table.stdout.splitlines()) <= 100
 
