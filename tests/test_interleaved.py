@@ -158,3 +158,20 @@ def test_a_sequential_run_of_one_repeat_gives_no_verdict_and_says_how_many_would
     assert summary["design"] == "sequential" and summary["control"] is None
     (warning,) = comparison_warnings(summary, variant_table(manifest, {}))
     assert warning.startswith("one sequential repeat: ") and "--repeats 3 or more decide" in warning
+
+
+def test_recorded_steps_pair_as_rounds_only_within_one_interleaved_launch():
+    """`diff` pairs round i of A with round i of B (s recorded steps a round) only where both are
+    variants of one interleaved launch (the same run id); two launches, or a sequential one,
+    pair their steps by number (None)."""
+    from tracekit.analyses.timed import steps_per_round
+
+    manifest = interleaved()
+    for entry in manifest["variants"].values():
+        entry["ranks"][0]["recorded"] = [{"mode": "cupti", "rounds": 5, "steps_per_round": 2}]
+    other = {**manifest, "config": {**manifest["config"], "run_id": "y"}}
+    sequential = {k: v for k, v in manifest.items() if k != "comparison"}
+    assert steps_per_round(manifest, "fsdp1", manifest, "fsdp2") == 2
+    assert steps_per_round(manifest, "fsdp1", other, "fsdp2") is None
+    assert steps_per_round(sequential, "fsdp1", sequential, "fsdp2") is None
+    assert steps_per_round(None, None, manifest, "fsdp2") is None

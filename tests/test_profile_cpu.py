@@ -197,7 +197,8 @@ def test_repeats_alternate_the_order_and_the_interval_is_across_them(tmp_path_fa
 
 
 def test_diff_of_all_profiled_steps(out):
-    """CPU-only traces: the median profiled step's CPU window, split among top-level ops."""
+    """CPU-only traces: the profiled steps' CPU windows (their mean), split among top-level ops,
+    each item with its interval over the steps."""
     result = tracekit_cli("diff", "--steps", "all", "--format", "json", out / "ddp", out / "fsdp2")
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
@@ -206,7 +207,8 @@ def test_diff_of_all_profiled_steps(out):
     assert doc["real"]["step"]["verdict"] == "too few steps"
     phases = {r["phase"] for r in doc["reconciliation"]}
     assert phases == {"forward", "backward", "optimizer", "step"}
-    assert all("delta_min_ns" in i for i in doc["items"] if i["kind"] != "other")
+    assert all(i["delta_lo_ns"] <= i["delta_hi_ns"] for i in doc["items"] if i["kind"] != "other")
+    assert doc["steps"] == 3 and doc["pairing"] == "steps"
 
 
 def test_one_failing_rank_ends_the_variant_everywhere_and_the_rest_runs(tmp_path_factory):

@@ -273,11 +273,11 @@ def design_text(design: dict) -> str:
     """How the variants were compared, in a line or two (`variants.comparison_summary`)."""
     if design["design"] == "interleaved":
         text = (f"compared interleaved in one process: {design['rounds']} rounds of blocks of {design['block_steps']} "
-                "steps, mirrored; d_step_ms: the mean over rounds of B − A, its 95 % interval over rounds")
+                "steps, mirrored;\nd_step_ms: the mean over rounds of B − A, with its 95 % interval over rounds")
         if design.get("control_d_ms_ci"):
             lo, hi = design["control_d_ms_ci"]
             text += (f"\nA/A control {design['control']} − {design['control_of']}: {design['control_d_ms']:+.3f} ms "
-                     f"[{lo:+.3f}, {hi:+.3f}] (true Δ 0: an interval without 0 says the comparison is unsound)")
+                     f"[{lo:+.3f}, {hi:+.3f}]\n(its true Δ is 0: an interval without 0 says the comparison is unsound)")
         return text
     why = f" ({design['note']})" if design.get("note") else ""
     return (f"compared sequentially{why}: each variant in its own workers, {design['repeats']} "
