@@ -16,10 +16,16 @@ gives intervals far too narrow. Here:
   effective steps − 1.
 - `delta_ci`: B's median − A's, with the same interval for the difference (variances added,
   ρ pooled over both sides, Welch–Satterthwaite df).
-- `verdict`: `too few steps` below `MIN_STEPS` timed steps (per repeat); `inconclusive` when
-  the interval holds 0; else `faster` / `slower` — "in this run" for one run's steps, "in R
-  repeats" across repeats. No gate on the effective steps: a gate on an estimated ρ lets
-  through exactly the runs whose ρ was underestimated (the simulation in `test_variants.py`).
+- `rounds_delta_ci`: over the rounds of an interleaved comparison (variants alternated in
+  blocks in one process), the per-round Δs' mean ± t · √(s² / R · inflation), the inflation
+  and the degrees of freedom (Bartlett's, of s² under AR(1)) from the cautious ρ of the Δs
+  themselves; `outlying_rounds`: the rounds whose Δ lies beyond `OUTLIER_MADS` robust σ.
+- `verdict`: `too few steps` below `MIN_STEPS` timed steps (per repeat), `too few rounds`
+  below `MIN_ROUNDS`; one sequential repeat gives none (`ONE_REPEAT`: its steps know nothing
+  of what differs between two processes; `REPEATS_TO_DECIDE` do); `inconclusive` when the
+  interval holds 0; else `faster` / `slower` — "in R rounds" or "in R repeats". No gate on
+  the effective steps: a gate on an estimated ρ lets through exactly the runs whose ρ was
+  underestimated (the simulation in `test_variants.py`).
 - `repeats_delta_ci`: across R repeats of the matrix, the per-repeat Δs' mean with a t
   interval (R − 1 df): the run-to-run spread. With R = 2 that is 1 df, t = 12.7: two
   repeats rarely decide anything (`FEW_REPEATS`); three or more do.

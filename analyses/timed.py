@@ -92,8 +92,12 @@ def timed(manifest: dict, variant: str) -> dict:
     (`round_means`; empty in a sequential run) and `launch` (the run's id: rounds pair only
     within one launch)."""
     entry = manifest["variants"][variant]
-    return {"repeats": repeat_series(entry), "rounds": round_means(entry),
-            "launch": manifest.get("config", {}).get("run_id") or id(manifest)}
+    return {"repeats": repeat_series(entry), "rounds": round_means(entry), "launch": launch(manifest)}
+
+
+def launch(manifest: dict):
+    """What names the launch a manifest records: its run id (else the manifest object itself)."""
+    return manifest.get("config", {}).get("run_id") or id(manifest)
 
 
 def compare(a: dict, b: dict, key: str) -> dict:
@@ -149,7 +153,7 @@ def steps_per_round(a: dict | None, a_variant: str | None, b: dict | None, b_var
     same rotation); None otherwise (two launches, a sequential one, traces without a manifest):
     `diff` then pairs the steps by number."""
     if not a or not b or a_variant not in a["variants"] or b_variant not in b["variants"] \
-            or comparison(a)["design"] != "interleaved" or timed(a, a_variant)["launch"] != timed(b, b_variant)["launch"]:
+            or comparison(a)["design"] != "interleaved" or launch(a) != launch(b):
         return None
     ranks = a["variants"][a_variant].get("ranks") or [{}]
     return ((ranks[0].get("recorded") or [{}])[0]).get("steps_per_round")
