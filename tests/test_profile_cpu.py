@@ -156,7 +156,7 @@ def test_check_passes_and_report_carries_noise_and_verdicts(out):
     doc = json.loads(report.stdout)
     rows = doc["variants"]
     assert report.returncode == 0 and {r["variant"] for r in rows} == set(VARIANTS)
-    assert set(doc) == {"variants", "phases", "critical_path", "diffs", "warnings"}
+    assert set(doc) == {"comparison", "variants", "phases", "critical_path", "diffs", "warnings"}
     assert [(d["a"], d["b"]) for d in doc["diffs"]] == [("ddp", "fsdp1"), ("ddp", "fsdp2")]  # over host ops on CPU
     for d in doc["diffs"]:
         assert sum(i["delta_ns"] for i in d["items"]) == d["step_delta_ns"]
