@@ -22,15 +22,21 @@ time − A's (integer ns).
   (`critical_path.py`; per rank, collective arrivals left out); for items whose FLOPs both sides
   know (`flops.py`), the Δ of their device time split into more FLOPs and lower efficiency
   (`work_or_efficiency`).
-- Steps: one (`step`), or — `steps="all"` — the median step of each side (by time; the
-  lower median for an even count) is attributed, and each item's delta over every step both
-  sides have gives its spread (`delta_min_ns`, `delta_max_ns`).
+- Steps: one (`step`), or — `steps="all"` — every step both sides have, paired by number and
+  grouped into rounds (`per_round` steps a round: an interleaved recording's, else 1): each
+  item's figures are its mean over those steps (ns apportioned to whole ns, `apportioned`, so
+  that they still sum exactly to the mean step), and its Δ per round gives a 95 % interval
+  (`item_intervals`, `noise.rounds_delta_ci`); items whose interval holds 0 are `within_noise`
+  and ranked after the others. The median step of each side (by time; the lower median for an
+  even count) stays the one whose activities are listed (export) and whose syncs, collectives
+  and launches are shown.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import polars as pl
 
 from tracekit.analyses.aggregate import is_count
@@ -39,6 +45,7 @@ from tracekit.analyses.comms import collective_kernels
 from tracekit.analyses.critical_path import on_path
 from tracekit.analyses.flops import kernel_work
 from tracekit.analyses.launches import launch_rows
+from tracekit.analyses.noise import rounds_delta_ci
 from tracekit.analyses.phases import (DATA_LOADING, DATA_PHASE, FSDP_LABEL, MODULE_FORWARD, RUNNER_PHASE, fsdp_phase,
                                       launch_context)
 from tracekit.analyses.syncs import host_syncs
@@ -90,6 +97,9 @@ class Diff:
     launches: pl.DataFrame  # per launching API: a_/b_ count and call_ns (`launches.py`)
     a_items: pl.DataFrame | None = None
     b_items: pl.DataFrame | None = None
+    steps: int = 1  # paired steps the items' figures are the mean of
+    rounds: int | None = None  # rounds the intervals are over (None: one step, no interval)
+    step_delta_ci_ns: list[int] | None = None  # the step's Δ interval over those rounds
 
     @property
     def step_delta_ns(self) -> int:
@@ -107,6 +117,7 @@ class RunDiff:
     reconciled: pl.DataFrame | None = None  # `fidelity.reconciliation` of `real` with `phase_attribution`
     from_runner: bool = False  # a side's traces carry the marks of tracekit's runner (`tracekit#<phase>`)
     same: str | None = None  # what makes A and B the same traces (`same_traces`), None where they are not
+    pairing: str = "steps"  # what the per-step items pair as: `rounds` of one interleaved launch, or `steps` by number
 
     def shown(self, ranks: str = "sum") -> Diff:
         """What a one-object report shows: the rank's diff, or over ranks their sum (`ranks`
@@ -201,11 +212,14 @@ def host_items(trace: Trace) -> pl.DataFrame:
 
 
 def by_delta(items: pl.DataFrame, key: list[str]) -> pl.DataFrame:
-    """Items with `change`, largest |delta| first (then by key), in the documented column order."""
+    """Items with `change`, those not within noise first, each part by largest |delta| (then by
+    key), in the documented column order."""
     path = [c for c in PATH_COLUMNS if c in items.columns]
     extra = [c for c in items.columns if c not in (*key, *SUMS, "change", *path)]
+    noise = [pl.col("within_noise").fill_null(False)] if "within_noise" in items.columns else []
     return (items.with_columns(change=CHANGE)
-            .sort(pl.col("delta_ns").abs(), *key, descending=[True] + [False] * len(key), nulls_last=True)
+            .sort(*noise, pl.col("delta_ns").abs(), *key, descending=[False] * len(noise) + [True] + [False] * len(key),
+                  nulls_last=True)
             .select(*key, "change", *SUMS, *path, *extra))
 
 
@@ -352,18 +366,54 @@ def side_by_side(a: pl.DataFrame, a_step: int, b: pl.DataFrame, b_step: int, key
 
 
 def diff_pair(a: Material, b: Material, a_step: int, b_step: int, top: int, by: str,
-              spread: pl.DataFrame | None) -> Diff:
-    """The diff of one rank's step in A against B; `spread`: per item, its delta's range over
-    steps (joined on the view's key)."""
+              steps: list[int] | None = None, per_round: int = 1) -> Diff:
+    """The diff of one rank's step in A against B — or, given `steps` (two or more both sides
+    have), of each side's mean over them, each item with its interval over rounds of
+    `per_round` steps (`item_intervals`). Syncs, collectives and launches: of `a_step` and
+    `b_step`."""
     key = VIEWS[by]
-    both = side_by_side(a.items, a_step, b.items, b_step, key)
-    items = by_delta(work_or_efficiency(both.with_columns(delta_ns=pl.col("b_ns") - pl.col("a_ns"))), key)
-    if spread is not None:
-        items = items.join(spread, on=key, how="left", nulls_equal=True, maintain_order="left")
-    return Diff(a.rank, a_step, b_step, a.times[a_step], b.times[b_step], top_with_other(items, top, key), items,
+    if steps:
+        both = side_by_side(step_mean(a.items, steps, key), 0, step_mean(b.items, steps, key), 0, key)
+    else:
+        both = side_by_side(a.items, a_step, b.items, b_step, key)
+    items = work_or_efficiency(both.with_columns(delta_ns=pl.col("b_ns") - pl.col("a_ns")))
+    step_ci, rounds = None, None
+    if steps:
+        intervals, step_ci, rounds = item_intervals([(a, b)], steps, by, per_round)
+        items = items.join(intervals, on=key, how="left", nulls_equal=True)
+    items = by_delta(items, key)
+    a_ns, b_ns = (int(both["a_ns"].sum()), int(both["b_ns"].sum())) if steps else (a.times[a_step], b.times[b_step])
+    return Diff(a.rank, a_step, b_step, a_ns, b_ns, top_with_other(items, top, key), items,
                 side_by_side(a.syncs, a_step, b.syncs, b_step, ["api"]),
                 side_by_side(a.collectives, a_step, b.collectives, b_step, ["kind"]),
-                side_by_side(a.launches, a_step, b.launches, b_step, ["api"]))
+                side_by_side(a.launches, a_step, b.launches, b_step, ["api"]),
+                steps=len(steps) if steps else 1, rounds=rounds, step_delta_ci_ns=step_ci)
+
+
+def step_mean(items: pl.DataFrame, steps: list[int], key: list[str]) -> pl.DataFrame:
+    """`items` (per step, `Material.items`) of `steps` as one step 0: each item's mean over
+    them, a step without it counting 0 — `ns` apportioned to whole ns (`apportioned`: the items
+    still sum exactly to the steps' mean time, rounded), counts as fractions, other times to
+    the whole ns, FLOPs where every step that has the item knows them."""
+    n = len(steps)
+    picked = items.filter(pl.col("step").is_in(steps)).drop("step")
+    means = [pl.when(pl.col(c).null_count() == 0).then(pl.col(c).sum() / n).alias(c) if t.is_float()
+             else (pl.col(c).sum() / n).alias(c) if c.endswith("count")
+             else (pl.col(c).sum() / n).round().cast(t).alias(c)
+             for c, t in picked.schema.items() if c not in (*key, "ns") and t.is_numeric()]
+    summed = picked.group_by(key).agg(pl.col("ns").sum(), *means).sort(key, nulls_last=True)
+    return apportioned(summed, "ns", n).with_columns(step=pl.lit(0, pl.Int64))
+
+
+def apportioned(frame: pl.DataFrame, column: str, n: int) -> pl.DataFrame:
+    """`column` (whole ns summed over n steps) ÷ n in whole ns by largest remainder: each row's
+    quotient rounded down, and one ns more to the rows with the largest remainders (first rows
+    first on ties) until the column sums to its total ÷ n rounded half up."""
+    total = int(frame[column].sum())
+    missing = (2 * total + n) // (2 * n) - int((frame[column] // n).sum())
+    order = (pl.col(column) % n).rank("ordinal", descending=True)
+    return frame.with_columns(pl.when(order <= missing).then(pl.col(column) // n + 1)
+                              .otherwise(pl.col(column) // n).alias(column))
 
 
 def diff_traces(a: Trace, b: Trace, a_step: int, b_step: int, top: int = 20, by: str = "kernel") -> Diff:
@@ -395,22 +445,39 @@ def median_step(times: dict[int, int]) -> int:
     return ordered[(len(ordered) - 1) // 2]
 
 
-def item_spread(pairs: list[tuple[Material, Material]], steps: list[int], by: str) -> pl.DataFrame:
-    """Per item: the least and largest delta over `steps` (both sides' same-numbered steps;
-    a step without the item counts 0), summed over the (A, B) pairs of ranks given."""
+def item_intervals(pairs: list[tuple[Material, Material]], steps: list[int], by: str,
+                   per_round: int = 1) -> tuple[pl.DataFrame, list[int], int]:
+    """(per item: its 95 % interval `delta_lo_ns`–`delta_hi_ns`, its half-width `delta_pm_ns`
+    and `within_noise` (the interval holds 0); the step's Δ interval; the rounds) over `steps` (both sides' same-numbered steps; a step without the item counts 0),
+    summed over the (A, B) pairs of ranks given. Step n belongs to round (n − 1) // per_round;
+    a round's Δ is the mean over its steps of B − A, and the interval is over rounds
+    (`noise.rounds_delta_ci`)."""
     key = VIEWS[by]
 
     def per_step(side, column):
         items = pl.concat([m.items.filter(pl.col("step").is_in(steps)) for m in side])
         return items.group_by("step", *key).agg(pl.col("ns").sum().alias(column))
 
+    rounds = pl.DataFrame({"step": steps}, schema={"step": pl.Int64}).with_columns(
+        round=(pl.col("step") - 1) // per_round)
+    size = rounds.group_by("round").agg(n=pl.len())
     deltas = (per_step([a for a, _ in pairs], "a").join(per_step([b for _, b in pairs], "b"), on=["step", *key],
                                                           how="full", coalesce=True, nulls_equal=True)
-              .with_columns(delta=pl.col("b").fill_null(0) - pl.col("a").fill_null(0)))
-    missing = pl.len() < len(steps)
-    return deltas.group_by(key).agg(
-        delta_min_ns=pl.when(missing).then(pl.min_horizontal(pl.col("delta").min(), 0)).otherwise(pl.col("delta").min()),
-        delta_max_ns=pl.when(missing).then(pl.max_horizontal(pl.col("delta").max(), 0)).otherwise(pl.col("delta").max()))
+              .select("step", *key, delta=pl.col("b").fill_null(0) - pl.col("a").fill_null(0))
+              .join(rounds, on="step").group_by(*key, "round").agg(pl.col("delta").sum())
+              .join(size, on="round").with_columns(delta=pl.col("delta") / pl.col("n")))
+    numbers = sorted(size["round"].to_list())
+    items = deltas.select(key).unique(maintain_order=True).with_row_index("item")
+    matrix = np.zeros((items.height, len(numbers)))
+    cells = deltas.join(items, on=key, nulls_equal=True).with_columns(
+        column=pl.col("round").replace_strict({r: i for i, r in enumerate(numbers)}, return_dtype=pl.Int64))
+    matrix[cells["item"].to_numpy(), cells["column"].to_numpy()] = cells["delta"].to_numpy()
+    mean, lo, hi = rounds_delta_ci(np.vstack([matrix, matrix.sum(0, keepdims=True)]))
+    found = items.drop("item").with_columns(
+        delta_lo_ns=pl.Series(np.round(lo[:-1]).astype(np.int64)), delta_hi_ns=pl.Series(np.round(hi[:-1]).astype(np.int64)),
+        delta_pm_ns=pl.Series(np.round(hi[:-1] - mean[:-1]).astype(np.int64)), within_noise=pl.Series((lo[:-1] <= 0) & (hi[:-1] >= 0)))
+    lo, hi = np.round(lo).astype(np.int64), np.round(hi).astype(np.int64)
+    return found, [int(lo[-1]), int(hi[-1])], len(numbers)
 
 
 def chosen_steps(a: Material, b: Material, steps) -> tuple[int, int, list[int], str | None]:
@@ -432,8 +499,12 @@ def chosen_steps(a: Material, b: Material, steps) -> tuple[int, int, list[int], 
 
 
 def combine(a_side: list[Material], b_side: list[Material], steps="all", top: int = 20,
-            by: str = "kernel") -> RunDiff:
-    """Per-rank diffs, their sum, and warnings, for the ranks both sides have."""
+            by: str = "kernel", per_round: int | None = None) -> RunDiff:
+    """Per-rank diffs, their sum, and warnings, for the ranks both sides have; with `steps`
+    "all", over every step both have: in rounds of `per_round` steps where A and B are two
+    variants of one interleaved launch (`timed.steps_per_round`), else each step a round of
+    its own, paired by number (`diff_pair`)."""
+    pairing, per_round = ("rounds", per_round) if per_round else ("steps", 1)
     warnings = []
     a_ranks, b_ranks = by_rank(a_side, b_side)
     if len(a_side) == len(b_side) == 1:
@@ -457,12 +528,14 @@ def combine(a_side: list[Material], b_side: list[Material], steps="all", top: in
         if note:
             warnings.append(f"rank {rank}: {note}")
         everywhere = set(shared) if everywhere is None else everywhere & set(shared)
-        spread = item_spread([(a, b)], shared, by) if steps == "all" and len(shared) > 1 else None
-        diffs.append(diff_pair(a, b, a_step, b_step, top, by, spread))
+        averaged = shared if steps == "all" and len(shared) > 1 else None
+        diffs.append(diff_pair(a, b, a_step, b_step, top, by, averaged, per_round))
     pairs = [(a_ranks[r], b_ranks[r]) for r in common]
-    spread = item_spread(pairs, sorted(everywhere), by) if steps == "all" and len(everywhere) > 1 else None
-    return RunDiff(diffs, aggregate(diffs, top, by, spread), warnings + sameness(pairs, diffs),
-                   from_runner=any(m.from_runner for m in [*a_side, *b_side]), same=same_traces(pairs))
+    intervals = item_intervals(pairs, sorted(everywhere), by, per_round) \
+        if steps == "all" and len(everywhere) > 1 and all(d.rounds for d in diffs) else None
+    return RunDiff(diffs, aggregate(diffs, top, by, intervals), warnings + sameness(pairs, diffs),
+                   from_runner=any(m.from_runner for m in [*a_side, *b_side]), same=same_traces(pairs),
+                   pairing=pairing)
 
 
 def same_traces(pairs: list[tuple[Material, Material]]) -> str | None:
@@ -553,23 +626,25 @@ def by_rank(a_side: list, b_side: list) -> tuple[dict, dict]:
     return a_ranks, b_ranks
 
 
-def aggregate(diffs: list[Diff], top: int, by: str, spread: pl.DataFrame | None) -> Diff:
-    """All ranks together: step times and item times summed over ranks; `spread` over the
-    steps every rank pair shares, of the summed deltas."""
+def aggregate(diffs: list[Diff], top: int, by: str, intervals: tuple | None) -> Diff:
+    """All ranks together: step times and item times summed over ranks; `intervals`
+    (`item_intervals` over the steps every rank pair shares, of the summed deltas) joined."""
     key = VIEWS[by]
     items = pl.concat([d.all_items.select(*key, *SUMS, *PER_SIDE) for d in diffs])
     summed = items.group_by(key).agg(pl.col(*SUMS, "a_cp_ns", "b_cp_ns", "a_busy_ns", "b_busy_ns").sum(),
                                      *[pl.when(pl.col(c).null_count() == 0).then(pl.col(c).sum()).alias(c)
                                        for c in ("a_flops", "b_flops")])
-    summed = by_delta(work_or_efficiency(summed), key)
-    if spread is not None:
-        summed = summed.join(spread, on=key, how="left", nulls_equal=True, maintain_order="left")
+    summed = work_or_efficiency(summed)
+    if intervals is not None:
+        summed = summed.join(intervals[0], on=key, how="left", nulls_equal=True)
+    summed = by_delta(summed, key)
     a_steps, b_steps = {d.a_step for d in diffs}, {d.b_step for d in diffs}
     return Diff(None, a_steps.pop() if len(a_steps) == 1 else None, b_steps.pop() if len(b_steps) == 1 else None,
                 sum(d.a_step_ns for d in diffs),
                 sum(d.b_step_ns for d in diffs), top_with_other(summed, top, key), summed,
                 summed_by([d.syncs for d in diffs], "api"), summed_by([d.collectives for d in diffs], "kind"),
-                summed_by([d.launches for d in diffs], "api"))
+                summed_by([d.launches for d in diffs], "api"), steps=min(d.steps for d in diffs),
+                rounds=intervals[2] if intervals else None, step_delta_ci_ns=intervals[1] if intervals else None)
 
 
 def rank_mean(diff: Diff, ranks: int) -> Diff:
@@ -585,8 +660,10 @@ def rank_mean(diff: Diff, ranks: int) -> Diff:
     def mean(frame):
         return frame.with_columns(per_rank(c, t) for c, t in frame.schema.items() if t.is_numeric())
 
+    ci = [round(x / ranks) for x in diff.step_delta_ci_ns] if diff.step_delta_ci_ns else None
     return Diff(None, diff.a_step, diff.b_step, diff.a_step_ns / ranks, diff.b_step_ns / ranks, mean(diff.items),
-                mean(diff.all_items), mean(diff.syncs), mean(diff.collectives), mean(diff.launches))
+                mean(diff.all_items), mean(diff.syncs), mean(diff.collectives), mean(diff.launches),
+                steps=diff.steps, rounds=diff.rounds, step_delta_ci_ns=ci)
 
 
 def sign_disagreements(result: RunDiff, top: int = 5, by: str = "kernel") -> list[str]:

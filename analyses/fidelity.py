@@ -15,8 +15,8 @@ import numpy as np
 import polars as pl
 
 from tracekit.analyses.diff import RunDiff, phase_attribution
-from tracekit.analyses.noise import DRIFT_WARN, FEW_REPEATS, drift_words
-from tracekit.analyses.timed import PHASE_ORDER, compare, recorded_phases, repeat_series
+from tracekit.analyses.noise import DRIFT_WARN, FEW_REPEATS, OUTLIER_MADS, REPEATS_TO_DECIDE, drift_words
+from tracekit.analyses.timed import PHASE_ORDER, compare, recorded_phases, timed
 from tracekit.core.words import listed
 
 
@@ -105,6 +105,34 @@ def report_warnings(table: pl.DataFrame, profile_mode: str = "full") -> list[str
     return out
 
 
+def comparison_warnings(summary: dict, table: pl.DataFrame) -> list[str]:
+    """What the design says about the verdicts (`variants.comparison_summary`): an A/A control
+    whose interval excludes 0; one sequential repeat (no verdict, and how many repeats would
+    give one); interleaved rounds whose Δ lies far from the others' (`noise.outlying_rounds`)."""
+    out = []
+    lo, hi = summary.get("control_d_ms_ci") or (None, None)
+    if lo is not None and not lo <= 0 <= hi:
+        out.append(f"the A/A control {summary['control']} − {summary['control_of']} = {summary['control_d_ms']:+.3f} ms "
+                   f"[{lo:+.3f}, {hi:+.3f}] excludes 0: two copies of one variant differ on this machine, so the "
+                   "comparison is unsound here (the other Δs may be off by as much)")
+    compared = table.filter((pl.col("status") == "ok") & (pl.col("verdict") != "base")) if "rank" in table.columns \
+        else table.clear()
+    if summary["design"] == "sequential" and summary["repeats"] == 1 and compared.height:
+        why = f" ({summary['note']})" if summary.get("note") else ""
+        out.append(f"one sequential repeat{why}: each variant ran in its own workers, one after the other, so a Δ "
+                   "holds the two processes' levels and the machine's drift as well as the variants' difference: "
+                   f"no verdict; --repeats {REPEATS_TO_DECIDE} or more decide (2 hold but rarely decide), or the "
+                   "interleaved comparison")
+    if "outlying_rounds" in compared.columns:
+        for (variant,), rows in compared.group_by("variant", maintain_order=True):
+            far = rows["outlying_rounds"][0]
+            if far is not None and len(far):
+                out.append(f"{variant}: the Δ of {listed('round', list(far))} of {rows['rounds'][0]} "
+                           f"{'lies' if len(far) == 1 else 'lie'} more than {OUTLIER_MADS:g} robust σ from the "
+                           "other rounds': a disturbance of a block or two; kept in the mean, it widens the interval")
+    return out
+
+
 def around(rows: pl.DataFrame) -> str:
     """Each rank's recorded ÷ control step with both figures: "1.30× (rank 0: 13.0 ms against 10.0 ms)"."""
     return ", ".join(f"{r['profiler_overhead']:.2f}× (rank {r['rank']}: {r['profiled_step_ms']:.1f} ms recorded "
@@ -134,7 +162,7 @@ def real_delta(a: dict, a_variant: str, b: dict, b_variant: str) -> dict | None:
     ea, eb = a["variants"].get(a_variant), b["variants"].get(b_variant)
     if not ea or not eb or ea.get("status") != "ok" or eb.get("status") != "ok":
         return None
-    sa, sb = repeat_series(ea), repeat_series(eb)
+    sa, sb = timed(a, a_variant), timed(b, b_variant)
 
     def farthest(entry):
         """The rank whose recorded steps are farthest from its timed or control steps."""
@@ -146,7 +174,7 @@ def real_delta(a: dict, a_variant: str, b: dict, b_variant: str) -> dict | None:
                 "profiler_slowed": profiler_slowed(r)}
 
     return {"step": compare(sa, sb, "step"),
-            "phases": {p: compare(sa, sb, p) for p in PHASE_ORDER if p in sa[0] and p in sb[0]},
+            "phases": {p: compare(sa, sb, p) for p in PHASE_ORDER if p in sa["repeats"][0] and p in sb["repeats"][0]},
             "a_recorded": recorded_phases(ea), "b_recorded": recorded_phases(eb),
             "a_profile_mode": ea["ranks"][0].get("profile_mode"), "b_profile_mode": eb["ranks"][0].get("profile_mode"),
             **{f"{side}_{k}": v for side, entry in (("a", ea), ("b", eb)) for k, v in farthest(entry).items()}}

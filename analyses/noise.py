@@ -16,10 +16,16 @@ gives intervals far too narrow. Here:
   effective steps − 1.
 - `delta_ci`: B's median − A's, with the same interval for the difference (variances added,
   ρ pooled over both sides, Welch–Satterthwaite df).
-- `verdict`: `too few steps` below `MIN_STEPS` timed steps (per repeat); `inconclusive` when
-  the interval holds 0; else `faster` / `slower` — "in this run" for one run's steps, "in R
-  repeats" across repeats. No gate on the effective steps: a gate on an estimated ρ lets
-  through exactly the runs whose ρ was underestimated (the simulation in `test_variants.py`).
+- `rounds_delta_ci`: over the rounds of an interleaved comparison (variants alternated in
+  blocks in one process), the per-round Δs' mean ± t · √(s² / R · inflation), the inflation
+  and the degrees of freedom (Bartlett's, of s² under AR(1)) from the cautious ρ of the Δs
+  themselves; `outlying_rounds`: the rounds whose Δ lies beyond `OUTLIER_MADS` robust σ.
+- `verdict`: `too few steps` below `MIN_STEPS` timed steps (per repeat), `too few rounds`
+  below `MIN_ROUNDS`; one sequential repeat gives none (`ONE_REPEAT`: its steps know nothing
+  of what differs between two processes; `REPEATS_TO_DECIDE` do); `inconclusive` when the
+  interval holds 0; else `faster` / `slower` — "in R rounds" or "in R repeats". No gate on
+  the effective steps: a gate on an estimated ρ lets through exactly the runs whose ρ was
+  underestimated (the simulation in `test_variants.py`).
 - `repeats_delta_ci`: across R repeats of the matrix, the per-repeat Δs' mean with a t
   interval (R − 1 df): the run-to-run spread. With R = 2 that is 1 df, t = 12.7: two
   repeats rarely decide anything (`FEW_REPEATS`); three or more do.
@@ -43,6 +49,10 @@ from tracekit.core.timing import slowest
 
 DRIFT_WARN = 1.10  # last third ÷ first third beyond 1.10 (or under 1 / 1.10): warned
 MIN_STEPS = 10  # fewer timed steps: figures, no verdict
+MIN_ROUNDS = 5  # fewer interleaved rounds: figures, no verdict
+OUTLIER_MADS = 5.0  # a round's Δ this many robust standard deviations from the median's: named
+REPEATS_TO_DECIDE = 3  # sequential repeats a verdict needs (`test_variants.py`'s simulation)
+ONE_REPEAT = "no verdict: 1 repeat"
 FEW_REPEATS = ("2 repeats give the across-repeats interval 1 degree of freedom (t = 12.7): it rarely "
                "excludes 0; 3 or more repeats decide")
 
@@ -102,20 +112,28 @@ def pooled(per_rank_steps: list[list[float]]) -> np.ndarray:
     return np.asarray(slowest(per_rank_steps), float)
 
 
-def lag1(x: np.ndarray) -> float:
-    """The lag-1 autocorrelation of x (0 for fewer than 3 values or no variance)."""
-    x = np.asarray(x, float) - np.mean(x)
-    denominator = float(np.dot(x, x))
-    return float(np.dot(x[1:], x[:-1]) / denominator) if len(x) > 2 and denominator > 0 else 0.0
+def lag1(x: np.ndarray) -> np.ndarray | float:
+    """The lag-1 autocorrelation of x over its last axis (0 for fewer than 3 values or no
+    variance); a float for one series."""
+    x = np.asarray(x, float)
+    x = x - x.mean(-1, keepdims=True)
+    denominator = (x * x).sum(-1)
+    ok = (denominator > 0) & (x.shape[-1] > 2)
+    rho = np.where(ok, (x[..., 1:] * x[..., :-1]).sum(-1) / np.where(ok, denominator, 1.0), 0.0)
+    return float(rho) if rho.ndim == 0 else rho
+
+
+def cautious_rho(rho: np.ndarray | float, n: int, series: int = 1) -> np.ndarray | float:
+    """The cautious ρ made from the lag-1 autocorrelation `rho` pooled over `series` series of
+    n values (module docstring)."""
+    rho = rho + (1 + 3 * rho) / n
+    rho = rho + np.sqrt(np.maximum(0.0, 1 - np.minimum(1.0, rho) ** 2) / (n * series))
+    return np.clip(rho, 0.0, 0.95)
 
 
 def inflation(*series: np.ndarray) -> float:
     """(1 + ρ) / (1 − ρ), ρ the cautious lag-1 autocorrelation of `series` (module docstring)."""
-    n = min(len(s) for s in series)
-    rho = float(np.mean([lag1(s) for s in series]))
-    rho += (1 + 3 * rho) / n
-    rho += np.sqrt(max(0.0, 1 - min(1.0, rho) ** 2) / (n * len(series)))
-    rho = min(0.95, max(0.0, rho))
+    rho = float(cautious_rho(float(np.mean([lag1(s) for s in series])), min(len(s) for s in series), len(series)))
     return (1 + rho) / (1 - rho)
 
 
@@ -163,6 +181,34 @@ def repeats_delta_ci(deltas: list[float]) -> tuple[float, float, float]:
     return mean, mean - h, mean + h
 
 
+def rounds_delta_ci(deltas: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(mean Δ, lo, hi) over the last axis of `deltas`, the per-round Δs of an interleaved
+    comparison: mean ± t(0.975, df) · √(s² / R · (1 + ρ) / (1 − ρ)), ρ the cautious lag-1
+    autocorrelation of the Δs themselves and df = ⌊R · (1 − ρ²) / (1 + ρ²)⌋ − 1, at least 1
+    (the degrees of freedom of s² under AR(1) noise, Bartlett; an integer: the simulation in
+    `test_variants.py` computes thousands at once). Fewer than 2 rounds: the mean, no width."""
+    d = np.asarray(deltas, float)
+    rounds, mean = d.shape[-1], d.mean(-1)
+    if rounds < 2:
+        return mean, mean, mean
+    rho = cautious_rho(lag1(d), rounds)
+    df = np.maximum(1.0, np.floor(rounds * (1 - rho ** 2) / (1 + rho ** 2)) - 1)
+    h = np.vectorize(t975)(df) * np.sqrt(d.var(-1, ddof=1) / rounds * (1 + rho) / (1 - rho))
+    return mean, mean - h, mean + h
+
+
+def outlying_rounds(deltas: list[float]) -> list[int]:
+    """The rounds (0-based) whose Δ lies more than `OUTLIER_MADS` robust standard deviations
+    (1.4826 · the median absolute deviation) from the median Δ: a disturbance of a block or
+    two, named in a warning. They stay in the mean and widen its interval (docs/metrics.md)."""
+    d = np.asarray(deltas, float)
+    if len(d) < MIN_ROUNDS:
+        return []
+    centre = np.median(d)
+    scale = 1.4826 * np.median(np.abs(d - centre))
+    return [int(i) for i in np.flatnonzero(np.abs(d - centre) > OUTLIER_MADS * scale)] if scale > 0 else []
+
+
 def unpaired_repeats_ci(a_medians: list[float], b_medians: list[float]) -> tuple[float, float, float]:
     """(mean B − mean A, lo, hi) of per-repeat medians from two launches with different numbers
     of repeats (nothing to pair): Welch's t interval."""
@@ -173,14 +219,19 @@ def unpaired_repeats_ci(a_medians: list[float], b_medians: list[float]) -> tuple
     return d, d - h, d + h
 
 
-def verdict(lo: float, hi: float, n_steps: int, repeats: int = 1) -> str:
-    """What the interval says (module docstring)."""
-    if n_steps < MIN_STEPS:
+def verdict(lo: float, hi: float, n_steps: int, repeats: int = 1, rounds: int | None = None) -> str:
+    """What the interval says (module docstring): over `rounds` of an interleaved comparison,
+    else across `repeats` sequential repeats; one sequential repeat gives none."""
+    if rounds is not None and rounds < MIN_ROUNDS:
+        return "too few rounds"
+    if rounds is None and n_steps < MIN_STEPS:
         return "too few steps"
+    if rounds is None and repeats < 2:
+        return ONE_REPEAT
     if lo <= 0 <= hi:
         return "inconclusive"
     word = "faster" if hi < 0 else "slower"
-    return f"{word} in {repeats} repeats" if repeats > 1 else f"{word} in this run"
+    return f"{word} in {rounds} rounds" if rounds is not None else f"{word} in {repeats} repeats"
 
 
 def drift(x: np.ndarray) -> float:

@@ -25,7 +25,8 @@ from tracekit.analyses.critical_path import run_critical_paths
 from tracekit.analyses.summary import summary
 from tracekit.core.model import Run
 from tracekit.core.timing import training_steps
-from tracekit.analyses.timed import PHASE_ORDER, compare, phase_clock, recorded_phases, repeat_series
+from tracekit.analyses.timed import (PHASE_ORDER, compare, comparison, phase_clock, recorded_phases, repeat_series,
+                                    timed)
 from tracekit.analyses.fidelity import profiler_overhead, profiler_slowed, recorded_to_timed
 
 
@@ -98,7 +99,7 @@ def base_variant(manifest: dict, baseline: str | None = None) -> str | None:
 def variant_table(manifest: dict, runs: dict[str, Run], baseline: str | None = None) -> pl.DataFrame:
     rows = []
     base_name = base_variant(manifest, baseline)
-    base = repeat_series(manifest["variants"][base_name]) if base_name else None
+    base = timed(manifest, base_name) if base_name else None
     for variant, entry in manifest["variants"].items():
         if entry.get("status") != "ok":
             rows.append({"variant": variant, "status": entry.get("status"), "verdict": entry.get("status"),
@@ -109,7 +110,7 @@ def variant_table(manifest: dict, runs: dict[str, Run], baseline: str | None = N
         medians = [float(np.median(s["step"])) for s in series]
         _, lo, hi = median_ci(series[0]["step"]) if len(series) == 1 else repeats_delta_ci(medians)
         lo, hi = float(lo), float(hi)
-        delta = compare(base, series, "step")
+        delta = compare(base, timed(manifest, variant), "step")
         recorded = recorded_step(runs[variant]) if variant in runs else {}
         for r in entry["ranks"]:
             s = recorded.get(r["rank"], {})
@@ -124,7 +125,9 @@ def variant_table(manifest: dict, runs: dict[str, Run], baseline: str | None = N
                 "d_step_ms": delta["d_ms"],
                 "d_step_ms_ci": delta["d_ms_ci"] if variant != base_name else None,
                 "verdict": delta["verdict"] if variant != base_name else "base",
-                "repeats": len(series), "n_steps": len(series[-1]["step"]),
+                "repeats": len(series), "rounds": delta.get("rounds"),
+                "outlying_rounds": delta.get("outlying_rounds") if variant != base_name else None,
+                "n_steps": len(series[-1]["step"]),
                 "effective_steps": round(effective_steps(series[-1]["step"]), 1),
                 "drift": round(drift(series[-1]["step"]), 3),
                 "rank_step_ms": round(rank_ms, 3),
@@ -147,6 +150,21 @@ def variant_table(manifest: dict, runs: dict[str, Run], baseline: str | None = N
                 "loss": r["first_step"]["loss"], "grad_norm": r["first_step"]["grad_norm"],
             })
     return pl.DataFrame(rows, infer_schema_length=None)
+
+
+def comparison_summary(manifest: dict, baseline: str | None = None) -> dict:
+    """How the variants were compared (`timed.comparison`: design, note, block_steps, rounds,
+    order, control), `repeats` (sequential), and with an A/A control its step Δ against the
+    variant it copies (`control_of`, else the baseline): `control_d_ms`, `control_d_ms_ci`,
+    `control_verdict` — true Δ 0, so an interval without 0 says the comparison is unsound here."""
+    out = {**comparison(manifest), "repeats": manifest.get("config", {}).get("repeats") or 1}
+    entry = manifest["variants"].get(out["control"] or "")
+    if entry and entry.get("status") == "ok":
+        of = entry.get("control_of") or base_variant(manifest, baseline)
+        c = compare(timed(manifest, of), timed(manifest, out["control"]), "step")
+        out |= {"control_of": of, "control_d_ms": c.get("d_ms"), "control_d_ms_ci": c.get("d_ms_ci"),
+                "control_verdict": c.get("verdict")}
+    return out
 
 
 IDLE_CAUSES = 5  # idle causes named in `step_split`; the rest is `idle: other`
@@ -217,16 +235,16 @@ def phase_table(manifest: dict, baseline: str | None = None) -> pl.DataFrame:
     base_name = base_variant(manifest, baseline)
     if not base_name:
         return pl.DataFrame()
-    base_entry = manifest["variants"][base_name]
-    base, base_recorded = repeat_series(base_entry), recorded_phases(base_entry)
+    base, base_recorded = timed(manifest, base_name), recorded_phases(manifest["variants"][base_name])
     rows = []
     for variant, entry in manifest["variants"].items():
         if entry.get("status") != "ok" or not phase_clock(entry["ranks"]):
             continue
         series, recorded = repeat_series(entry), recorded_phases(entry)
         step = float(np.median(np.concatenate([s["step"] for s in series])))
+        side = timed(manifest, variant)
         for phase in [p for p in (*PHASE_ORDER, "step") if p in series[0]]:
-            c = compare(base, series, phase)
+            c = compare(base, side, phase)
             ms = float(np.median(np.concatenate([s[phase] for s in series])))
             rows.append({
                 "variant": variant, "phase": phase, "clock": phase_clock(entry["ranks"]), "ms": round(ms, 3),
@@ -241,11 +259,14 @@ def phase_table(manifest: dict, baseline: str | None = None) -> pl.DataFrame:
                                       "verdict": pl.String, "recorded_ms": pl.Float64, "d_recorded_ms": pl.Float64})
 
 
-def variant_diffs(runs: dict[str, Run], top: int, base: str | None = None) -> dict[tuple[str, str], RunDiff]:
+def variant_diffs(runs: dict[str, Run], top: int, base: str | None = None,
+                  per_round: int | None = None) -> dict[tuple[str, str], RunDiff]:
     """Each variant against `base` (default: the first that ran; `diff.combine` of the traces'
-    materials, as `tracekit diff` does: without each side's per-activity items); a run
+    materials over every recorded step, in rounds of `per_round` steps where the recording was
+    interleaved, as `tracekit diff` does: without each side's per-activity items); a run
     without device work (CPU) is diffed over its host ops."""
     names = list(runs)
     base = base if base in names else (names[0] if names else None)
-    return {(base, other): combine(*[[material(t) for t in runs[v].traces] for v in (base, other)], "all", top)
+    return {(base, other): combine(*[[material(t) for t in runs[v].traces] for v in (base, other)], "all", top,
+                                   per_round=per_round)
             for other in names if other != base}

@@ -2,6 +2,9 @@
 
 import json
 
+import numpy as np
+
+import pytest
 import synth
 from click.testing import CliRunner
 from conftest import DATA
@@ -43,21 +46,50 @@ def test_top_and_other_keep_the_sum(tmp_path):
     assert (d.items["delta_ns"].to_list()[-1], d.items["a_count"].to_list()[-1]) == (10 * US, 1)
 
 
-def test_all_steps_attribute_the_median_step_and_give_each_items_spread(tmp_path):
-    """Three steps on each side; k's duration (µs) per step: A 10, 30, 20 and B 12, 36, 21.
-    The median step by time is step 3 in A (20) and in B (21): Δ = +1 µs, k's delta over the
-    steps both have ranges over +2, +6, +1."""
+def test_all_steps_attribute_the_mean_of_every_step_with_each_items_interval(tmp_path):
+    """Three steps on each side; k's duration (µs) per step: A 10, 30, 21 and B 12, 36, 21.
+    With every step (the default), each side's figures are the means over the steps both have:
+    A 20.333… µs (20 333 ns, whole ns), B 23 µs, Δ 2 667 ns; the per-step Δs 2, 6, 0 µs give
+    the interval by hand: mean 2.667, s² = 9.333, lag-1 r = −0.643 → cautious ρ 0 (clipped),
+    df = 3 − 1, t(0.975, 2) = 4.303, half-width 4.303 · √(9.333 / 3) = 7.590 µs: the interval
+    holds 0, so k is within noise. The median step (by time) is still each side's listed step:
+    3 in A (21), 1 in B (12, 21, 36 → 21 is step 3)."""
     def side(name, durations):
         events = []
         for i, dur in enumerate(durations):
             events += [synth.step(i + 1, 100.0 * i, 100.0), *synth.launched("k", 100.0 * i + 1, 100.0 * i + 10, dur, corr=i)]
         return tracekit.load(synth.write(tmp_path, f"{name}.json", synth.doc(events)))
 
-    result = diff_runs([side("a", [10.0, 30.0, 20.0])], [side("b", [12.0, 36.0, 21.0])])
+    result = diff_runs([side("a", [10.0, 30.0, 21.0])], [side("b", [12.0, 36.0, 21.0])])
     (d,) = result.per_rank
-    assert (d.a_step, d.b_step, d.step_delta_ns) == (3, 3, 1 * US)
+    assert (d.a_step, d.b_step, d.steps, d.rounds) == (3, 3, 3, 3) and result.pairing == "steps"
+    assert (d.a_step_ns, d.b_step_ns, d.step_delta_ns) == (20_333, 23_000, 2_667)
     (k,) = d.all_items.to_dicts()
-    assert (k["delta_ns"], k["delta_min_ns"], k["delta_max_ns"]) == (1 * US, 1 * US, 6 * US)
+    h = 4.302653 * (28 / 3 / 3) ** 0.5 * US
+    assert (k["a_ns"], k["b_ns"], k["delta_ns"]) == (20_333, 23_000, 2_667)
+    assert (k["delta_lo_ns"], k["delta_hi_ns"]) == pytest.approx((8 / 3 * US - h, 8 / 3 * US + h), abs=1)
+    assert k["within_noise"] and d.step_delta_ci_ns == [k["delta_lo_ns"], k["delta_hi_ns"]]
+
+
+def test_the_mean_items_sum_exactly_to_the_mean_step(tmp_path):
+    """Three steps, two kernels whose means are thirds of a ns (k: 10, 10, 11 ns → 10.33; j: 7,
+    7, 8 ns → 7.33, spans 17, 17, 19 → 17.67): each item's mean rounded down and the ns left
+    over (18 − 17) given to the item with the larger remainder (a tie: the first by key) — the
+    items sum to the step's mean rounded, exactly."""
+    def side(name, k, j):
+        events = []
+        for i, (dk, dj) in enumerate(zip(k, j)):
+            t = 100.0 * i
+            events += [synth.step(i + 1, t, 100.0), *synth.launched("k", t + 1, t + 10, dk / 1000, corr=2 * i),
+                       *synth.launched("j", t + 2, t + 10 + dk / 1000, dj / 1000, corr=2 * i + 1)]
+        return tracekit.load(synth.write(tmp_path, f"{name}.json", synth.doc(events)))
+
+    result = diff_runs([side("a", [10, 10, 11], [7, 7, 8])], [side("b", [10, 10, 10], [7, 7, 7])])
+    (d,) = result.per_rank
+    items = {r["name"]: r for r in d.all_items.to_dicts()}
+    assert d.a_step_ns == round((17 + 17 + 19) / 3) == 18
+    assert (items["j"]["a_ns"], items["k"]["a_ns"]) == (8, 10)  # remainders 1 and 1: the first by name, j
+    assert d.all_items["delta_ns"].sum() == d.step_delta_ns == d.b_step_ns - d.a_step_ns
 
 
 def test_no_common_step_and_world_size_mismatch_warn(tmp_path):
@@ -369,3 +401,64 @@ def test_a_collective_of_unknown_size_is_null_not_zero(tmp_path):
     doc = json.loads(CliRunner().invoke(main, ["diff", "--format", "json", str(paths[0]), str(c)]).stdout)
     (coll,) = doc["collectives"]
     assert (coll["a_bytes"], coll["b_count"], coll["b_bytes"]) == (None, 0, 0)
+
+def oracle_interval(deltas: np.ndarray) -> tuple[float, float, float]:
+    """mean ± t(0.975, df) · √(s²/R · (1 + ρ)/(1 − ρ)) of per-round Δs, written out again from
+    docs/metrics.md ("Noise and verdicts"): r the lag-1 autocorrelation, ρ = r' + √((1 − r'²)/R)
+    with r' = r + (1 + 3r)/R, clipped to [0, 0.95]; df = ⌊R (1 − ρ²)/(1 + ρ²)⌋ − 1, at least 1."""
+    from scipy import stats
+
+    n, mean = len(deltas), float(np.mean(deltas))
+    c = deltas - mean
+    r = float(np.sum(c[1:] * c[:-1]) / np.sum(c * c)) if np.sum(c * c) > 0 else 0.0
+    r += (1 + 3 * r) / n
+    rho = min(0.95, max(0.0, r + np.sqrt(max(0.0, 1 - min(1.0, r) ** 2) / n)))
+    df = max(1.0, np.floor(n * (1 - rho ** 2) / (1 + rho ** 2)) - 1)
+    h = stats.t.ppf(0.975, df) * np.sqrt(np.var(deltas, ddof=1) / n * (1 + rho) / (1 - rho))
+    return mean, mean - h, mean + h
+
+
+@pytest.mark.parametrize("per_round", [None, 2])
+def test_every_items_interval_over_the_recorded_steps_of_a_real_run(per_round):
+    """tests/data/h200x1-cupti (H200, fsdp1 against fsdp2): 10 recorded cupti steps a variant,
+    5 rounds of 2. Paired by step number (10 rounds of one step) and as an interleaved
+    recording's rounds of 2 steps: each item's mean Δ and interval recomputed here with numpy
+    from the per-step item tables (per round, the mean over its steps of B − A, a step without
+    the item counting 0; `oracle_interval`), the step's likewise from the steps' times; the
+    items' Δs sum exactly to the step's; the items within noise come after all the others."""
+    from tracekit.analyses.diff import VIEWS, combine, material
+    from tracekit.core.loading import load_profile
+
+    _, runs = load_profile(DATA / "h200x1-cupti")
+    a, b = (material(runs[v].traces[0]) for v in ("fsdp1", "fsdp2"))
+    result = combine([a], [b], "all", 10, per_round=per_round)
+    d = result.together
+    assert result.pairing == ("rounds" if per_round else "steps") and d.rounds == (5 if per_round else 10)
+    steps, size = sorted(set(a.times) & set(b.times)), per_round or 1
+    assert steps == list(range(1, 11))
+    key = VIEWS["kernel"]
+
+    def table(m):
+        return {(s, tuple(r[k] for k in key)): r["ns"] for s, r in ((r["step"], r) for r in m.items.to_dicts())}
+
+    ta, tb = table(a), table(b)
+    names = {k for _, k in ta} | {k for _, k in tb}
+    rounds = [steps[i:i + size] for i in range(0, len(steps), size)]
+    checked = 0
+    for row in d.all_items.to_dicts():
+        item = tuple(row[k] for k in key)
+        assert item in names
+        deltas = np.array([np.mean([tb.get((s, item), 0) - ta.get((s, item), 0) for s in r]) for r in rounds])
+        mean, lo, hi = oracle_interval(deltas)
+        assert abs(row["delta_ns"] - mean) <= 1  # whole ns, apportioned
+        assert (row["delta_lo_ns"], row["delta_hi_ns"]) == pytest.approx((lo, hi), abs=1)
+        assert row["within_noise"] == (lo <= 0 <= hi)
+        checked += 1
+    assert checked == len(names) == d.all_items.height
+    step_deltas = np.array([np.mean([b.times[s] - a.times[s] for s in r]) for r in rounds])
+    _, lo, hi = oracle_interval(step_deltas)
+    assert d.step_delta_ci_ns == pytest.approx([lo, hi], abs=1)
+    assert d.all_items["delta_ns"].sum() == d.step_delta_ns == d.b_step_ns - d.a_step_ns
+    assert d.a_step_ns == round(np.mean([a.times[s] for s in steps]))
+    noise = d.all_items["within_noise"].to_list()
+    assert noise == sorted(noise) and 0 < sum(noise) < len(noise)

@@ -156,7 +156,7 @@ def test_check_passes_and_report_carries_noise_and_verdicts(out):
     doc = json.loads(report.stdout)
     rows = doc["variants"]
     assert report.returncode == 0 and {r["variant"] for r in rows} == set(VARIANTS)
-    assert set(doc) == {"variants", "phases", "critical_path", "diffs", "warnings", "memory"}  # memory: the memory step
+    assert set(doc) == {"comparison", "variants", "phases", "critical_path", "diffs", "warnings", "memory"}
     assert [(d["a"], d["b"]) for d in doc["diffs"]] == [("ddp", "fsdp1"), ("ddp", "fsdp2")]  # over host ops on CPU
     for d in doc["diffs"]:
         assert sum(i["delta_ns"] for i in d["items"]) == d["step_delta_ns"]
@@ -166,9 +166,9 @@ def test_check_passes_and_report_carries_noise_and_verdicts(out):
         assert r["profile_mode"] == "device" and r["profiler_overhead"] > 0
         if r["variant"] == "ddp":
             assert (r["verdict"], r["d_step_ms"], r["d_step_ms_ci"]) == ("base", 0.0, None)
-        else:  # 8 timed steps: figures, no verdict
+        else:  # 2 interleaved rounds: figures, no verdict
             d_lo, d_hi = r["d_step_ms_ci"]
-            assert d_lo <= r["d_step_ms"] <= d_hi and r["verdict"] == "too few steps"
+            assert d_lo <= r["d_step_ms"] <= d_hi and r["verdict"] == "too few rounds"
 
 
 def test_repeats_alternate_the_order_and_the_interval_is_across_them(tmp_path_factory):
@@ -197,7 +197,8 @@ def test_repeats_alternate_the_order_and_the_interval_is_across_them(tmp_path_fa
 
 
 def test_diff_of_all_profiled_steps(out):
-    """CPU-only traces: the median profiled step's CPU window, split among top-level ops."""
+    """CPU-only traces: the profiled steps' CPU windows (their mean), split among top-level ops,
+    each item with its interval over the steps."""
     result = tracekit_cli("diff", "--steps", "all", "--format", "json", out / "ddp", out / "fsdp2")
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
@@ -206,7 +207,8 @@ def test_diff_of_all_profiled_steps(out):
     assert doc["real"]["step"]["verdict"] == "too few steps"
     phases = {r["phase"] for r in doc["reconciliation"]}
     assert phases == {"forward", "backward", "optimizer", "step"}
-    assert all("delta_min_ns" in i for i in doc["items"] if i["kind"] != "other")
+    assert all(i["delta_lo_ns"] <= i["delta_hi_ns"] for i in doc["items"] if i["kind"] != "other")
+    assert doc["steps"] == 3 and doc["pairing"] == "steps"
 
 
 def test_one_failing_rank_ends_the_variant_everywhere_and_the_rest_runs(tmp_path_factory):

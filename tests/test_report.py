@@ -20,7 +20,8 @@ def test_report_json_holds_rows_phases_diffs_and_warnings():
     result = CliRunner().invoke(main, ["report", "--baseline", "fsdp1", "--format", "json", str(RUN)])
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
-    assert set(doc) == {"variants", "phases", "critical_path", "diffs", "warnings"}
+    assert set(doc) == {"comparison", "variants", "phases", "critical_path", "diffs", "warnings"}
+    assert (doc["comparison"]["design"], doc["comparison"]["control"]) == ("sequential", None)
     manifest = json.loads((RUN / "manifest.json").read_text())
     ran = [v for v, e in manifest["variants"].items() if e["status"] == "ok"]
     assert {r["variant"] for r in doc["variants"] if r["verdict"] == "base"} == {"fsdp1"}
@@ -82,7 +83,8 @@ def test_a_folder_with_trace_less_variants_reports_every_variant():
     assert "no trace here for fsdp1, fsdp2-compile (recorded with --profile-steps 0, or not kept): their timed " \
            "figures only" in doc["warnings"]
     table = CliRunner().invoke(main, ["report", str(out)])
-    header = table.stdout.splitlines()[0].split()
+    design, header = table.stdout.splitlines()[0], table.stdout.splitlines()[1].split()
+    assert design.startswith("compared sequentially: each variant in its own workers, 3 repeats")
     assert table.exit_code == 0 and {"peak_mem", "recompiles"} <= set(header)
     assert max(len(line) for line in table.stdout.splitlines()) <= 100
 
@@ -115,3 +117,24 @@ def test_variants_loaded_in_threads_give_the_serial_report(tmp_path, monkeypatch
         assert result.exit_code == 2 and "fsdp1" in result.stderr and "fsdp2" not in result.stderr, result.stderr
         said.add(result.stderr)
     assert len(said) == 1
+
+
+def test_an_interleaved_report_says_its_design_and_the_controls_delta(tmp_path):
+    """A profile output made to the runner's contract for the interleaved comparison (no traces:
+    timed figures only; `test_interleaved.interleaved`, the H100 experiment's rounds): the table
+    starts with the design and the A/A control's Δ, fits 100 columns, and fsdp2's verdict is over
+    10 rounds; the JSON carries `comparison` with the control's interval."""
+    from test_interleaved import CONTROL, FSDP2, interleaved
+
+    (tmp_path / "manifest.json").write_text(json.dumps(interleaved()))
+    table = CliRunner().invoke(main, ["report", str(tmp_path)], env={"COLUMNS": "100"})
+    assert table.exit_code == 0, table.output
+    lines = table.stdout.splitlines()
+    assert lines[0] == "compared interleaved in one process: 10 rounds of blocks of 5 steps, mirrored;"
+    assert lines[2] == f"A/A control fsdp1-control − fsdp1: +{CONTROL[0]:.3f} ms [-3.044, +{CONTROL[1][1]:.3f}]"
+    assert max(len(line) for line in lines) <= 100
+    assert any(line.startswith("fsdp2 ") and "slower in 10 rounds" in line for line in lines)
+    doc = json.loads(CliRunner().invoke(main, ["report", "--format", "json", str(tmp_path)]).stdout)
+    assert doc["comparison"]["design"] == "interleaved" and doc["comparison"]["control_d_ms"] == CONTROL[0]
+    fsdp2 = next(r for r in doc["variants"] if r["variant"] == "fsdp2")
+    assert fsdp2["d_step_ms"] == FSDP2[0] and fsdp2["rounds"] == 10

@@ -302,6 +302,7 @@ def diff_doc(a_path: str, b_path: str, diff, ranks: list | None = None) -> dict:
     """The documented `tracekit diff` JSON object for one rank (or over ranks, rank null)."""
     doc = {"a": a_path, "b": b_path, "rank": diff.rank, "step": diff.a_step, "b_step": diff.b_step,
            "a_step_ns": diff.a_step_ns, "b_step_ns": diff.b_step_ns, "step_delta_ns": diff.step_delta_ns,
+           "steps": diff.steps, "rounds": diff.rounds, "step_delta_ci_ns": diff.step_delta_ci_ns,
            "items": diff.items.to_dicts(), "syncs": diff.syncs.to_dicts(),
            "collectives": diff.collectives.to_dicts(), "launches": diff.launches.to_dicts()}
     if ranks:
@@ -320,6 +321,7 @@ def full_diff_doc(a_path: str, b_path: str, result, ranks: str = "each", lead: l
         doc["rank_agg"] = "mean" if ranks == "mean" else "sum"
     doc["lead"] = lead or []
     doc["same"] = result.same
+    doc["pairing"] = result.pairing
     if result.real:
         doc["real"] = result.real
         doc["reconciliation"] = result.reconciled.to_dicts()
@@ -340,9 +342,15 @@ def diff_head(a_path: str, b_path: str, diff, result, ranks: str) -> str:
         a_steps, b_steps = steps_text(result.steps_used("a")), steps_text(result.steps_used("b"))
     else:
         who, a_steps, b_steps = f"rank {diff.rank}", f"step {diff.a_step}", f"step {diff.b_step}"
+    if diff.steps > 1:  # the mean over the steps both have, each item with its interval over rounds
+        a_steps = b_steps = f"mean of {diff.steps} steps"
+    noise = ""
+    if diff.step_delta_ci_ns:
+        over = "rounds" if result.pairing == "rounds" else "steps paired by number"
+        noise = f" {interval_text([x / 1e6 for x in diff.step_delta_ci_ns], '+')} (95 %, over {diff.rounds} {over})"
     return (f"A {a_path} {a_steps}: {diff.a_step_ns / 1e6:,.3f} ms ({who})\n"
             f"B {b_path} {b_steps}: {diff.b_step_ns / 1e6:,.3f} ms\n"
-            f"B − A: {diff.step_delta_ns / 1e6:+,.3f} ms = the sum of delta below")
+            f"B − A: {diff.step_delta_ns / 1e6:+,.3f} ms{noise} = the sum of delta below")
 
 
 def real_text(real: dict) -> str:

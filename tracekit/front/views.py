@@ -134,7 +134,9 @@ VIEWS = {
                                 aliases={"real_d_ms": "real", "real_d_ms_ci": "real_ci", "recorded_d_ms": "recorded",
                                          "attributed_d_ms": "attributed", "device_d_ms": "device",
                                          "idle_d_ms": "idle", "unexplained_ms": "unexplained"}),
-    "diff.items": View(("kind", "name", "op", "phase", "fsdp", "change", "a_ms", "b_ms", "delta_ms", "critical", "why"),
+    "diff.items": View(("kind", "name", "op", "phase", "fsdp", "change", "a_ms", "b_ms", "delta_ms", "noise_ms",
+                        "critical", "why"),
+                       aliases={"delta_pm_ns": "noise_ns"},  # the interval's half-width: delta ± noise
                        kernel_names=("name",), kernel_kinds=("compute", "memcpy"),
                        telling={"op": ("kind", "name", "phase", "fsdp")},  # one kernel from two ops: two rows
                        varied=("phase", "fsdp")),  # a trace without phases: `unknown` on every row says nothing

@@ -46,6 +46,7 @@ def diffed(a, b, steps, rank, top: int, by: str, options: dict, whole: bool = Fa
 
     from tracekit.analyses.diff import combine, material, named_on_one_side, sign_disagreements, with_activities
     from tracekit.analyses.fidelity import with_real
+    from tracekit.analyses.timed import steps_per_round
     from tracekit.core.loading import profile_variant
 
     if isinstance(steps, list) and len(steps) != 1:
@@ -75,10 +76,10 @@ def diffed(a, b, steps, rank, top: int, by: str, options: dict, whole: bool = Fa
             (a_traces, a_side), = sides([a], named=False)
         else:
             (b_traces, b_side), = sides([b], named=False)
-    result = combine(a_side, b_side, step, top, by)
+    (ma, va), (mb, vb) = profile_variant(a), profile_variant(b)
+    result = combine(a_side, b_side, step, top, by, steps_per_round(ma, va, mb, vb))
     if whole:
         result = with_activities(result, a_traces, b_traces)
-    (ma, va), (mb, vb) = profile_variant(a), profile_variant(b)
     warnings = result.warnings + with_real(result, ma, va, mb, vb)
     if ranks != "each":
         warnings += [f"{w}; the {ranks} over ranks hides it (--ranks each)" for w in sign_disagreements(result, by=by)]
@@ -228,9 +229,10 @@ def show_report(out, fmt: str, layout=None, baseline: str | None = None, plot_pa
     exact diff against the baseline (top items, the mean rank); in JSON one object
     `{variants, phases, critical_path, diffs, warnings}` (docs/json.md)."""
     from tracekit.analyses.lead import diff_lead
-    from tracekit.analyses.fidelity import report_warnings, with_real
-    from tracekit.analyses.variants import (base_variant, critical_split, phase_table, prepared, variant_diffs,
-                                            variant_table)
+    from tracekit.analyses.fidelity import comparison_warnings, report_warnings, with_real
+    from tracekit.analyses.timed import steps_per_round
+    from tracekit.analyses.variants import (base_variant, comparison_summary, critical_split, phase_table, prepared,
+                                            variant_diffs, variant_table)
     from tracekit.core.loading import load_profile, traceless_variants
     from tracekit.front.render import json_text, full_diff_doc, render_diff
     from tracekit.front.views import Layout
@@ -242,13 +244,13 @@ def show_report(out, fmt: str, layout=None, baseline: str | None = None, plot_pa
     except ValueError as e:
         raise UsageError(str(e)) from None
     table, phases = variant_table(manifest, runs, base), phase_table(manifest, base)
-    critical = critical_split(runs)
-    warnings = report_warnings(table, manifest["config"].get("profile_mode", "full"))
+    critical, design = critical_split(runs), comparison_summary(manifest, base)
+    warnings = comparison_warnings(design, table) + report_warnings(table, manifest["config"].get("profile_mode", "full"))
     bare = traceless_variants(manifest, runs)
     if bare:
         warnings.append(f"no trace here for {', '.join(bare)} (recorded with --profile-steps 0, or not kept): "
                         "their timed figures only")
-    diffs = variant_diffs(runs, top=8, base=base)
+    diffs = variant_diffs(runs, top=8, base=base, per_round=steps_per_round(manifest, base, manifest, base))
     for (a, b), result in diffs.items():
         warnings += [f"{b} − {a}: {w}"
                      for w in result.warnings + with_real(result, manifest, a, manifest, b, sides=False)]
@@ -257,13 +259,16 @@ def show_report(out, fmt: str, layout=None, baseline: str | None = None, plot_pa
     for pair, (_, line) in (memory[1] if memory else {}).items():
         leads[pair] = leads.get(pair, []) + [line]
     if fmt == "json":
-        emit(json_text({"variants": table.to_dicts(), "phases": phases.to_dicts(), "critical_path": critical.to_dicts(),
+        emit(json_text({"comparison": design, "variants": table.to_dicts(), "phases": phases.to_dicts(),
+                        "critical_path": critical.to_dicts(),
                          "diffs": [full_diff_doc(a, b, result, "sum", leads[a, b]) for (a, b), result in diffs.items()],
                          **({"memory": {"variants": memory[0].to_dicts(),
                                         "deltas": [{"a": a, "b": b, "lead": line, "rows": d.to_dicts()}
                                                    for (a, b), (d, line) in memory[1].items()]}} if memory else {}),
                          "warnings": warnings}, indent=1))
     else:
+        if fmt in ("table", "md"):
+            click.echo(design_text(design))
         emit(render_frame(table, fmt, "report", layout))
         if fmt in ("table", "md") and memory:
             click.echo(f"\n{MEMORY_HEAD}")
@@ -290,6 +295,21 @@ def show_report(out, fmt: str, layout=None, baseline: str | None = None, plot_pa
         from tracekit.front.plot import report_picture
 
         wrote(report_picture(step_split(runs), timed_steps(table), plot_path))
+
+
+def design_text(design: dict) -> str:
+    """How the variants were compared, in a line or two (`variants.comparison_summary`)."""
+    if design["design"] == "interleaved":
+        text = (f"compared interleaved in one process: {design['rounds']} rounds of blocks of {design['block_steps']} "
+                "steps, mirrored;\nd_step_ms: the mean over rounds of B − A, with its 95 % interval over rounds")
+        if design.get("control_d_ms_ci"):
+            lo, hi = design["control_d_ms_ci"]
+            text += (f"\nA/A control {design['control']} − {design['control_of']}: {design['control_d_ms']:+.3f} ms "
+                     f"[{lo:+.3f}, {hi:+.3f}]\n(its true Δ is 0: an interval without 0 says the comparison is unsound)")
+        return text
+    why = f" ({design['note']})" if design.get("note") else ""
+    return (f"compared sequentially{why}: each variant in its own workers, {design['repeats']} "
+            f"repeat{'s' if design['repeats'] > 1 else ''}")
 
 
 @main.command()
