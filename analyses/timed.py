@@ -68,7 +68,8 @@ def comparison(manifest: dict) -> dict:
 def round_means(entry: dict) -> dict[int, dict[str, float]]:
     """Interleaved round → per key (`step` and each phase of the timers' clock), the mean over
     the variant's steps in that round of the step pooled over ranks (the slowest rank's, per
-    step). A round's blocks (by `position`) are concatenated; empty outside an interleaved run."""
+    step). A round holds the variant's two blocks, its steps in the order they ran; empty outside
+    an interleaved run."""
     ranks = [r for r in entry.get("ranks", []) if r.get("rounds")]
     if not ranks:
         return {}
@@ -81,7 +82,7 @@ def round_means(entry: dict) -> dict[int, dict[str, float]]:
 
     out = {}
     for number in sorted({b["round"] for b in ranks[0]["rounds"]}):
-        blocks = [sorted((b for b in r["rounds"] if b["round"] == number), key=lambda b: b["position"]) for r in ranks]
+        blocks = [[b for b in r["rounds"] if b["round"] == number] for r in ranks]
         out[number] = {"step": mean(blocks, lambda b: b["step_ms"]),
                        **{p: mean(blocks, lambda b, p=p: b["phase_ms"][clock][p]) for p in phases}}
     return out

@@ -64,8 +64,18 @@ def interleaved(measured=MEASURED, extra=None, ranks: int = 1) -> dict:
     def slower(b, by):
         return {**b, "step_ms": [t - by for t in b["step_ms"]]}
 
+    def rounds(v: str) -> list[dict]:
+        """The variant's two blocks of each round as the runner keeps them: one entry a round,
+        its steps and phases those of both blocks, `positions` theirs in the round's order."""
+        pairs = [[b for b in blocks[v] if b["round"] == number] for number in range(len(measured))]
+        return [{"round": number, "positions": [b["position"] for b in pair],
+                 "step_ms": [t for b in pair for t in b["step_ms"]],
+                 "phase_ms": {clock: {p: [t for b in pair for t in b["phase_ms"][clock][p]] for p in (*SHARES, "step")}
+                              for clock in ("device", "host")}}
+                for number, pair in enumerate(pairs)]
+
     variants = {v: {"status": "ok", "message": "",
-                    "ranks": [rank_entry(r, [slower(b, r) for b in blocks[v]]) for r in range(ranks)]}
+                    "ranks": [rank_entry(r, [slower(b, r) for b in rounds(v)]) for r in range(ranks)]}
                 for v in VARIANTS}
     variants["fsdp1-control"]["control_of"] = "fsdp1"
     return {"config": {"run_id": "x", "repeats": 1, "profile_mode": "cupti"}, "variants": variants,
