@@ -181,17 +181,20 @@ def repeats_delta_ci(deltas: list[float]) -> tuple[float, float, float]:
     return mean, mean - h, mean + h
 
 
-def rounds_delta_ci(deltas: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def rounds_delta_ci(deltas: np.ndarray, peers: list[np.ndarray] = ()) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(mean Δ, lo, hi) over the last axis of `deltas`, the per-round Δs of an interleaved
     comparison: mean ± t(0.975, df) · √(s² / R · (1 + ρ) / (1 − ρ)), ρ the cautious lag-1
-    autocorrelation of the Δs themselves and df = ⌊R · (1 − ρ²) / (1 + ρ²)⌋ − 1, at least 1
-    (the degrees of freedom of s² under AR(1) noise, Bartlett; an integer: the simulation in
-    `test_variants.py` computes thousands at once). Fewer than 2 rounds: the mean, no width."""
+    autocorrelation of the Δs pooled with `peers` — the other pairs' Δs of the same launch,
+    round by round (the process's noise is theirs too, and ten rounds say little of ρ alone) —
+    and df = ⌊R · (1 − ρ²) / (1 + ρ²)⌋ − 1, at least 1 (the degrees of freedom of s² under
+    AR(1) noise, Bartlett; an integer: the simulation in `test_variants.py` computes thousands
+    at once). Fewer than 2 rounds: the mean, no width."""
     d = np.asarray(deltas, float)
     rounds, mean = d.shape[-1], d.mean(-1)
     if rounds < 2:
         return mean, mean, mean
-    rho = cautious_rho(lag1(d), rounds)
+    series = [d, *(np.asarray(p, float) for p in peers)]
+    rho = cautious_rho(np.mean([lag1(x) for x in series], axis=0), rounds, len(series))
     df = np.maximum(1.0, np.floor(rounds * (1 - rho ** 2) / (1 + rho ** 2)) - 1)
     h = np.vectorize(t975)(df) * np.sqrt(d.var(-1, ddof=1) / rounds * (1 + rho) / (1 - rho))
     return mean, mean - h, mean + h

@@ -90,10 +90,12 @@ def round_means(entry: dict) -> dict[int, dict[str, float]]:
 
 def timed(manifest: dict, variant: str) -> dict:
     """What `variant`'s timed steps give a comparison: `repeats` (`repeat_series`), `rounds`
-    (`round_means`; empty in a sequential run) and `launch` (the run's id: rounds pair only
-    within one launch)."""
+    (`round_means`; empty in a sequential run), `launch` (the run's id: rounds pair only
+    within one launch) and `launch_rounds`, the other variants' rounds of the launch."""
     entry = manifest["variants"][variant]
-    return {"repeats": repeat_series(entry), "rounds": round_means(entry), "launch": launch(manifest)}
+    return {"variant": variant, "repeats": repeat_series(entry), "rounds": round_means(entry),
+            "launch": launch(manifest), "launch_rounds": {v: round_means(e) for v, e in manifest["variants"].items()
+                                                          if v != variant and e.get("status") == "ok"}}
 
 
 def launch(manifest: dict):
@@ -105,19 +107,24 @@ def compare(a: dict, b: dict, key: str) -> dict:
     """B − A of `key` (`step` or a phase) of two `timed` sides: over rounds where both come
     from one interleaved launch, else across repeats (docs/metrics.md, "Noise and verdicts")."""
     if a["rounds"] and b["rounds"] and a["launch"] == b["launch"]:
-        return compare_rounds(a["rounds"], b["rounds"], key)
+        peers = [rounds for v, rounds in a["launch_rounds"].items() if v != b["variant"] and rounds]
+        return compare_rounds(a["rounds"], b["rounds"], key, peers)
     return compare_repeats(a["repeats"], b["repeats"], key)
 
 
-def compare_rounds(a: dict[int, dict[str, float]], b: dict[int, dict[str, float]], key: str) -> dict:
+def compare_rounds(a: dict[int, dict[str, float]], b: dict[int, dict[str, float]], key: str,
+                   peers: list[dict[int, dict[str, float]]] = ()) -> dict:
     """B − A over the interleaved rounds both have, ms: Δ_r = B's mean − A's in round r; `a_ms`
     and `b_ms` the means over rounds (so d_ms = b_ms − a_ms), the mean Δ with its interval
-    (`noise.rounds_delta_ci`), the verdict, and `outlying_rounds` (1-based; `noise.outlying_rounds`)."""
+    (`noise.rounds_delta_ci`, its ρ pooled with each of `peers` − A: the launch's other
+    variants), the verdict, and `outlying_rounds` (1-based; `noise.outlying_rounds`)."""
     shared = [r for r in sorted(a) if r in b and key in a[r] and key in b[r]]
     if not shared:
         return {}
     deltas = [b[r][key] - a[r][key] for r in shared]
-    d, lo, hi = (float(x) for x in rounds_delta_ci(np.asarray(deltas)))
+    others = [np.asarray([p[r][key] - a[r][key] for r in shared]) for p in peers
+              if all(r in p and key in p[r] for r in shared)]
+    d, lo, hi = (float(x) for x in rounds_delta_ci(np.asarray(deltas), others))
     return {"a_ms": round(float(np.mean([a[r][key] for r in shared])), 3),
             "b_ms": round(float(np.mean([b[r][key] for r in shared])), 3),
             "d_ms": round(d, 3), "d_ms_ci": [round(lo, 3), round(hi, 3)], "repeats": 1, "rounds": len(shared),

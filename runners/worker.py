@@ -243,18 +243,19 @@ class Trainee:
 
     def warm_up(self) -> None:
         """The first step (its loss and grad norm kept: `check` compares them across variants)
-        and the other warm-up steps; what they compiled is compiling, not recompiling."""
+        and the other warm-up steps; what the first compiled is compiling, not recompiling
+        (`recompiles`: the frames torch compiled in this variant's later steps)."""
         first_clock = PhaseClock(self.device)
         loss, norm = self.step(first_clock, record_grad_norm=True)
         self.first = {"loss": loss.detach().item(), "grad_norm": norm}
         synchronize(self.device)
         self.first["phase_ms"] = first_clock.ms()
-        self.first_compiled = compiled_frames()
-        self.warmup_recompiled = []
+        self.warmup_recompiled, self.recompiles = [], 0
 
         def warmup_step(clock):
             frames = compiled_frames()
             self.step(clock)
+            self.recompiles += compiled_frames() - frames
             self.warmup_recompiled.append(compiled_frames() > frames)
         self.warmup_ms, self.warmup_readings, _ = self.run_steps([warmup_step] * (self.cfg["warmup"] - 1),
                                                                  "warm-up step")
@@ -272,6 +273,7 @@ class Trainee:
                 with clock.phase("checkpoint"):
                     checkpoint.save(self.model, self.optimizer, index)
             saved.append(save)
+            self.recompiles += compiled_frames() - frames
             recompiled.append(compiled_frames() > frames)
         return work
 
@@ -294,7 +296,7 @@ class Trainee:
             "real_tokens": self.real_tokens[timed_from:],
             "batch_per_rank": self.batch_sizes[-1], "param_checksum": param_checksum(self.workload.model, self.model,
                                                                                      self.wrap),
-            "recompiles": compiled_frames() - self.first_compiled,
+            "recompiles": self.recompiles,  # its own steps' (torch's counter is the process's: other variants')
             "recompiled_steps": [i for i, r in enumerate(recompiled) if r],
             "warmup_step_ms": self.warmup_ms, "warmup_phase_ms": columns(self.warmup_readings, phases[:3]),
             "recompiled_warmup_steps": [i for i, r in enumerate(self.warmup_recompiled) if r],
