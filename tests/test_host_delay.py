@@ -57,3 +57,31 @@ def test_b_spends_the_delay_in_the_named_region_and_a_is_b_without_it():
     region = regions["delayed"][0]
     assert region.time_range.elapsed_us() >= host_delay.DELAY_MS * 1000 and region.cpu_children == []
     assert torch.equal(outputs["plain"], outputs["delayed"])
+
+
+REAL = Path(__file__).parents[1] / "docs" / "runs" / "h100x1" / "host-delay"
+
+
+def real_diff(a: str, b: str) -> dict:
+    result = CliRunner().invoke(main, ["diff", "--format", "json", "--top", "100000", str(REAL / a / "fsdp2"),
+                                       str(REAL / b / "fsdp2")])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_on_the_gpu_the_injected_delay_is_named_within_15_percent_and_decided():
+    """The oracle's GPU run (one H100, docs/runs/README.md "Host causes of device idle"): B
+    busy-waits 5 ms (TRACEKIT_EXAMPLE_DELAY_MS's default) in `example::host_delay` every forward,
+    A is B without it, A2 is A again; the default cupti recording, named from each `full` step.
+    B − A: the region is the largest idle item, within ±15 % of 5 ms, its interval over the
+    recorded steps above 0; A2 − A: no idle item outside noise above 0.5 ms. The items sum
+    exactly to the step's Δ on both."""
+    ab, aa = real_diff("A", "B"), real_diff("A", "A2")
+    for d in (ab, aa):
+        assert sum(i["delta_ns"] for i in d["items"]) == d["step_delta_ns"]
+    idle = sorted((i for i in ab["items"] if i["kind"] == "idle"), key=lambda i: -abs(i["delta_ns"]))
+    top = idle[0]
+    assert top["name"] == "host: example::host_delay" and abs(top["delta_ns"] - 5_000_000) <= 750_000
+    assert top["delta_lo_ns"] > 0 and not top["within_noise"]
+    assert [i["name"] for i in aa["items"] if i["kind"] == "idle" and abs(i["delta_ns"]) > 500_000
+            and not i["within_noise"]] == []
