@@ -199,13 +199,13 @@ def test_a_hugging_face_config_trains_in_every_variant(tmp_path):
 
 
 def test_a_worker_that_dies_hard_loses_only_its_variant(tmp_path):
-    """Rank 1 ends its process in fsdp1's first forward: ddp (before) kept its traces, fsdp1 is
+    """Sequentially, rank 1 ends its process in fsdp1's first forward: ddp (before) kept its traces, fsdp1 is
     an error naming rank 1, fsdp2 ran on fresh workers; one line about it, no traceback; with
     --strict the exit status says a variant failed."""
     out = tmp_path / "run"
     result = tracekit_cli("profile", "--device", "cpu", "--nproc", 2, "--model",
                           f"{Path(__file__)}:dies_in_second_variant", "--variants", ",".join(VARIANTS), "--warmup", 1,
-                          "--steps", 2, "--rounds", 1, "--block-steps", 1, "--no-report", "--strict", "--out", out)
+                          "--steps", 2, "--compare", "sequential", "--no-report", "--strict", "--out", out)
     assert result.returncode == 1, result.stderr[-3000:]
     assert "Traceback" not in result.stderr and "ChildFailedError" not in result.stderr
     manifest = json.loads((out / "manifest.json").read_text())
@@ -225,7 +225,7 @@ def misbehaving_run(tmp_path, what: str, *args, variants=VARIANTS):
     out = tmp_path / "run"
     result = subprocess.run([sys.executable, "-m", "tracekit", "profile", "--device", "cpu", "--nproc", "2",
                              "--model", f"{Path(__file__)}:misbehaving", "--variants", ",".join(variants),
-                             "--warmup", "1", "--steps", "2", "--rounds", "1", "--block-steps", "1", "--no-report", "--out", str(out), *args],
+                             "--warmup", "1", "--steps", "2", "--compare", "sequential", "--no-report", "--out", str(out), *args],
                             capture_output=True, text=True, timeout=300,  # not 600 s of a collective's timeout
                             env={**os.environ, "TK_MARKS": str(marks), "TK_MISBEHAVE": what})
     assert "Traceback" not in result.stderr, result.stderr[-3000:]

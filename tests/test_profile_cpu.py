@@ -204,7 +204,7 @@ def test_diff_of_all_profiled_steps(out):
     doc = json.loads(result.stdout)
     assert all(r["step"] in (1, 2, 3) for r in doc["ranks"]) and doc["step"] in (1, 2, 3, None)
     assert sum(i["delta_ns"] for i in doc["items"]) == doc["step_delta_ns"]
-    assert doc["real"]["step"]["verdict"] == "too few steps"
+    assert doc["real"]["step"]["verdict"] == "too few rounds"  # 2 interleaved rounds
     phases = {r["phase"] for r in doc["reconciliation"]}
     assert phases == {"forward", "backward", "optimizer", "step"}
     assert all(i["delta_lo_ns"] <= i["delta_hi_ns"] for i in doc["items"] if i["kind"] != "other")

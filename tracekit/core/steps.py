@@ -59,7 +59,8 @@ def assign_steps(steps: pl.DataFrame, gpu: pl.DataFrame, calls: pl.DataFrame, op
         return gpu.with_columns(step=pl.lit(0, dtype=pl.Int64)), calls, ops
     launched = (calls.filter(pl.col("correlation").is_not_null()).select("correlation", "step", called=pl.lit(True))
                 .unique("correlation", keep="first"))
-    phases = ops.filter(pl.col("ext_id").is_not_null() & pl.col("name").str.contains(RUNNER_PHASE))
+    phases = ops.filter(pl.col("ext_id").is_not_null()  # the runner's marks: a cupti capture's phases and steps
+                        & (pl.col("name").str.contains(RUNNER_PHASE) | pl.col("name").str.contains(PROFILER_STEP)))
     enclosing = phases.select("ext_id", ext_step="step").unique("ext_id", keep="first")
     gpu = (gpu.join(launched, on="correlation", how="left", maintain_order="left")
            .join(enclosing, on="ext_id", how="left", maintain_order="left"))
