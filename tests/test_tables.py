@@ -355,7 +355,7 @@ def test_diff_shows_kernels_short_and_keeps_distinct_ones_apart():
     shown = [c for c in cells if c.startswith("cutlass::Kernel2<")]
     # 44 characters, or two lines of a name column that wraps (`render.roomier`)
     longest = max(44, 2 * column_width(text, "name"))
-    assert len(shown) == len(set(shown)) == 3 and all("…" in c for c in shown) and max(map(len, shown)) <= longest, shown
+    assert len(shown) == len(set(shown)) == 3 and max(map(len, shown)) <= longest, shown  # whole where they fit
     qwen = [WILD / side / "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz" for side in ("h100", "mi300")]
     full = [i["name"] for i in json.loads(run("diff", "--format", "json", *qwen))["items"]]  # the rows' order
     assert min(len(n) for n in full if n.startswith("Cijk")) > 300
@@ -460,8 +460,11 @@ def test_the_critical_path_table_shows_the_shares_that_add_up_to_its_span():
     table = chosen(frame, VIEWS["critical-path"], Layout()).select(total=pl.sum_horizontal(shares))
     assert "runtime_pct" in shares and table["total"].is_between(99.7, 100.3).all(), (shares, table)
     lines = run("critical-path", DATA / "h200x2-small" / "ddp").splitlines()
-    assert lines[0].split() == ["rank", "span_ms", "host_pct", "runtime_pct", "gpu_pct", "copy_pct", "wait_pct"]
-    assert lines[2].split()[3] == "15.8" and lines[4] == "(not shown, 0.0 in every row: comm_pct)"
+    header = lines[0].split()
+    assert header[:3] == ["rank", "span_ms", "host_pct"] and "runtime_pct" in header
+    assert float(lines[2].split()[header.index("runtime_pct")]) > 10  # the launches' share, shown
+    zero = [c for c in ("host_pct", "runtime_pct", "gpu_pct", "comm_pct", "copy_pct", "wait_pct") if c not in header]
+    assert lines[4] == f"(not shown, 0.0 in every row: {', '.join(zero)})"
     assert max(map(len, run("critical-path", "--agg", "median", DATA / "h200x2-small").splitlines())) <= 100
 
 
@@ -480,8 +483,8 @@ def test_a_cpu_only_critical_path_leaves_out_its_zero_shares_saying_so():
     (("kernels", DATA / "external" / "hta-tests-data" / "triton_example" / "triton_example.json.gz"),
      "(not shown, blank in every row: pct_peak: no FLOPs from recorded shapes)"),
     (("kernels", "--by", "op", DATA / "wild" / "tracelens" / "mi210" / "gpu_only_trace" / "gpu_only_trace.json.gz"),
-     "(not shown, blank in every row: coll_kind: no communication in these steps; pct_peak: no FLOPs from "
-     "recorded shapes; op: no CPU op encloses the launches)")], ids=["triton", "gpu-only"])
+     # the op column is not blank: it says why no op launched them (issue 67, item 7)
+     "(not shown, blank in every row: pct_peak: no FLOPs from recorded shapes)")], ids=["triton", "gpu-only"])
 def test_a_blank_column_s_note_says_why_it_is_blank(args, note):
     """Not "nothing here records them" where the reason is no communication, no enclosing op or
     no FLOPs (issue 67, item 13)."""
