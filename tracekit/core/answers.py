@@ -129,22 +129,10 @@ def code() -> dict:
     folders = [Path(importlib.util.find_spec(name).submodule_search_locations[0])
                for name in ("tracekit", "tracekit.analyses", "tracekit.runners")]
     return {"python": sys.version,
-            "files": [(str(p), s.st_size, s.st_mtime_ns, s.st_ctime_ns) for folder in folders
-                      for p, s in source_files(folder)],
+            "files": [(str(p), (s := p.stat()).st_size, s.st_mtime_ns, s.st_ctime_ns) for folder in folders
+                      for p in cache.source_files(folder)],
             "distributions": sorted(name for folder in sys.path if os.path.isdir(folder)
                                     for name in os.listdir(folder) if name.endswith((".dist-info", ".egg-info")))}
-
-
-def source_files(folder: Path) -> list[tuple[Path, os.stat_result]]:
-    """Every file under `folder` (its modules and data) with its stat, compiled bytecode aside."""
-    found = []
-    for entry in os.scandir(folder):
-        if entry.is_dir():
-            if entry.name != "__pycache__":
-                found += source_files(Path(entry.path))
-        else:
-            found.append((Path(entry.path), entry.stat()))
-    return sorted(found)
 
 
 def read(answer_key: str) -> dict | None:
