@@ -47,6 +47,7 @@ from .ipc import table_from, write_table
 
 # polars and the trace model (`pl`, `Trace` in the annotations) are imported where they are used
 CODE = ("tracekit.core", "tracekit.analyses")  # the packages whose code makes an entry's tables
+LIBRARIES = ("polars", "msgspec", "numpy")  # and the libraries it makes them with (their versions)
 TABLES = ("gpu", "calls", "ops", "marks", "steps")
 SEAL = b"\n#crc32 "  # `sealed`: the bytes, this, the CRC-32 of the bytes in 8 hex digits
 ANSWERS = "answers"  # the folder of the kept answers (`answers.py`), one file each
@@ -183,13 +184,28 @@ def decoder() -> str:
 @functools.cache
 def fingerprint() -> str:
     """A hash of the code that makes an entry's tables: the name and bytes of every file of
-    the `CODE` packages (compiled bytecode aside), found by path, not imported."""
+    the `CODE` packages (compiled bytecode aside), found by path, not imported, and the
+    versions of the `LIBRARIES` it makes them with."""
     digest = hashlib.sha256()
     for package, root in code_folders().items():
         for path in source_files(root):
             digest.update(f"{package}/{path.relative_to(root)}\0".encode())
-            digest.update(path.read_bytes())
+            try:
+                digest.update(path.read_bytes())
+            except OSError:  # a dangling link (an editor's lock file), a file gone meanwhile: its name alone
+                digest.update(b"\0unreadable")
+    for name in LIBRARIES:  # what decodes and shapes the tables: their versions, not imported
+        digest.update(f"{name} {library_version(name)}\0".encode())
     return digest.hexdigest()[:32]
+
+
+def library_version(name: str) -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
 
 
 def code_folders() -> dict[str, Path]:

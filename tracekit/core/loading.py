@@ -671,15 +671,20 @@ def _event_table(events: list, loose: bool, facts: dict) -> pl.DataFrame | None:
 
 # Why an event was dropped (or changed), as `facts["dropped"]` counts it.
 NO_TS, NO_DUR = "events without a numeric ts", "events without a numeric dur"
-FAR = "events with a ts or dur beyond any plausible clock (2^62 ns, 146 years)"
+FAR = ("events with a ts or dur beyond any plausible clock (a ts from −2^61 to 2^62 ns, a dur under 2^61 ns: "
+       "73 years)")
 NEGATIVE_DUR = "events with a negative dur (kept, dur taken as 0)"
 NOT_OBJECTS = "elements that are not event objects"
 LONG_INTEGER = "events with an integer too long to read (thousands of digits)"
 
 
 def far(ts_ns, dur_ns):
-    """Whether a ts or dur (int ns, `clock_ns`) is at `CLOCK_LIMIT_NS` or beyond (expressions)."""
-    return (ts_ns.abs() >= CLOCK_LIMIT_NS) | (dur_ns.abs() >= CLOCK_LIMIT_NS)
+    """Whether a ts or dur (int ns, `clock_ns`) is beyond any plausible clock (expressions): a ts
+    at `CLOCK_LIMIT_NS` (2^62) or beyond, or below −2^61; a dur at 2^61 or beyond, either
+    sign. Within them every end (ts + dur) and every difference of two starts or ends lies
+    under 2^63: no span a trace's events make wraps int64."""
+    half = CLOCK_LIMIT_NS // 2
+    return (ts_ns >= CLOCK_LIMIT_NS) | (ts_ns < -half) | (dur_ns.abs() >= half)
 
 
 def _usable(table: pl.DataFrame, facts: dict) -> pl.DataFrame:
