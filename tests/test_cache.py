@@ -135,9 +135,9 @@ def test_a_flipped_byte_anywhere_in_an_entry_is_a_miss_never_an_answer(tmp_path,
         assert summary_json(path) == fresh, at
         cache.writer().submit(lambda: None).result()
         assert cache.read(entry.name) is not None and (entry / name).exists()
-        assert cache.opened((entry / "trace.json").read_bytes()) is not None
+        assert cache.opened((entry / "trace.json").read_bytes(), cache.named(entry / "trace.json")) is not None
         if name.startswith("derived-"):
-            assert cache.opened((entry / name).read_bytes()) is not None  # made again, whole
+            assert cache.opened((entry / name).read_bytes(), cache.named(entry / name)) is not None  # made again, whole
 
 
 def test_the_cache_is_bounded_and_can_be_cleared(tmp_path, monkeypatch):
@@ -307,9 +307,10 @@ def test_a_small_table_is_kept_as_a_stream_a_large_one_as_a_file_and_both_read_b
         ipc.write_table(frame, tmp_path / "t.arrow")
         stored = (tmp_path / "t.arrow").read_bytes()
         assert stored.startswith(magic)
-        sealed = cache.sealed(stored)
-        assert cache.opened(sealed) == stored
-        assert cache.opened(sealed[:-1]) is None and cache.opened(sealed[:len(sealed) // 2]) is None
+        sealed = cache.sealed(stored, "entry/t.arrow")
+        assert cache.opened(sealed, "entry/t.arrow") == stored
+        assert cache.opened(sealed[:-1], "entry/t.arrow") is None
+        assert cache.opened(sealed[:len(sealed) // 2], "entry/t.arrow") is None
         back = ipc.table_from(stored)
         assert back.schema == frame.schema and back.equals(frame)
 
@@ -328,3 +329,23 @@ def test_a_kept_answer_with_a_flipped_byte_is_not_an_answer(tmp_path, monkeypatc
         assert answers.read("k") is None, at
         flipped(path, at)  # put back
     assert answers.read("k") is not None
+
+
+def test_a_whole_file_copied_to_another_place_of_the_cache_is_not_an_answer(tmp_path, monkeypatch):
+    """A sealed file's check is bound to its place: another trace's derived table copied over
+    this trace's, another derived table of the same entry copied over it, or another command's
+    kept answer copied over this one's, each passes its own CRC but is not read (found by a
+    new-user trial: `summary` printed the other trace's figures, then kept them as its answer)."""
+    from tracekit.core import answers
+
+    monkeypatch.setenv("TRACEKIT_CACHE_DIR", str(tmp_path))
+    data = b"some table's bytes"
+    for here, there in (("entry-a/derived-summary-step.arrow", "entry-b/derived-summary-step.arrow"),
+                        ("entry-a/derived-summary-step.arrow", "entry-a/derived-lint-findings.arrow"),
+                        ("answers/one.json", "answers/two.json")):
+        assert cache.opened(cache.sealed(data, there), here) is None
+        assert cache.opened(cache.sealed(data, here), here) == data
+    answers.write("one", [("stdout", "the first answer\n")])
+    (tmp_path / cache.ANSWERS / "two.json").write_bytes((tmp_path / cache.ANSWERS / "one.json").read_bytes())
+    assert answers.read("one")["output"] == [["stdout", "the first answer\n"]] and answers.read("two") is None
+

@@ -140,7 +140,7 @@ def read(answer_key: str) -> dict | None:
     unreadable: corrupt, `cache.opened`)."""
     path = cache.folder() / cache.ANSWERS / f"{answer_key}.json"
     try:
-        text = cache.opened(path.read_bytes())
+        text = cache.opened(path.read_bytes(), cache.named(path))
         if text is None:
             return None
         answer = json.loads(text.decode("utf-8"))
@@ -159,8 +159,10 @@ def write(answer_key: str, output: list[tuple[str, str]]) -> None:
     tmp = folder / f".{answer_key}.{os.urandom(16).hex()}.tmp"
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        tmp.write_bytes(cache.sealed(json.dumps({"output": merged(output), "status": 0}).encode("utf-8")))
-        os.replace(tmp, folder / f"{answer_key}.json")
+        path = folder / f"{answer_key}.json"
+        tmp.write_bytes(cache.sealed(json.dumps({"output": merged(output), "status": 0}).encode("utf-8"),
+                                     cache.named(path)))
+        os.replace(tmp, path)
     except OSError:
         tmp.unlink(missing_ok=True)
         return

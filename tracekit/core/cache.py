@@ -84,7 +84,7 @@ class Derived(dict):
     def _stored(self, key: str):
         """The table kept under `key` in the entry, or None (none, or corrupt: removed)."""
         try:
-            stored = opened(self._file(key).read_bytes())
+            stored = opened(self._file(key).read_bytes(), named(self._file(key)))
             if stored is not None:
                 return table_from(stored)
         except Exception:  # unreadable: made again
@@ -125,33 +125,41 @@ def _write_frame(frame: pl.DataFrame, path: Path) -> None:
     tmp = path.with_name(f".{path.name}.{os.urandom(16).hex()}")
     try:
         write_table(frame, tmp)
-        seal(tmp)
+        seal(tmp, named(path))
         os.replace(tmp, path)
     except OSError:
         tmp.unlink(missing_ok=True)
 
 
-def crc(data) -> str:
-    """The CRC-32 of `data` (bytes-like) in 8 hex digits."""
-    return f"{zlib.crc32(data):08x}"
+def crc(data, name: str = "") -> str:
+    """The CRC-32 of `name` then `data` (bytes-like) in 8 hex digits."""
+    return f"{zlib.crc32(data, zlib.crc32(name.encode())):08x}"
 
 
-def sealed(data: bytes) -> bytes:
-    """`data` followed by its CRC-32 (`SEAL`), which `opened` checks."""
-    return data + SEAL + crc(data).encode()
+def named(path: Path) -> str:
+    """What a sealed file's check is bound to: its folder's and its own name (an entry's key,
+    `answers`), so that a whole file copied to another place of the cache fails it."""
+    return f"{path.parent.name}/{path.name}"
 
 
-def seal(path: Path) -> None:
-    """The file at `path` `sealed` in place."""
-    check = crc(path.read_bytes())
+def sealed(data: bytes, name: str) -> bytes:
+    """`data` followed by the CRC-32 of `name` and it (`SEAL`), which `opened` checks: the
+    file's place (`named`) is part of what proves it."""
+    return data + SEAL + crc(data, name).encode()
+
+
+def seal(path: Path, name: str) -> None:
+    """The file at `path` `sealed` in place under `name`."""
+    check = crc(path.read_bytes(), name)
     with open(path, "ab") as f:
         f.write(SEAL + check.encode())
 
 
-def opened(stored: bytes) -> bytes | None:
-    """The bytes `sealed` sealed, or None where `stored` does not end with their CRC-32."""
+def opened(stored: bytes, name: str) -> bytes | None:
+    """The bytes `sealed` sealed under `name`, or None where `stored` does not end with their
+    CRC-32 (another file's, a file's of another place, or none)."""
     data, seal, check = stored[:-8 - len(SEAL)], stored[-8 - len(SEAL):-8], stored[-8:]
-    return data if seal == SEAL and check == crc(data).encode() else None
+    return data if seal == SEAL and check == crc(data, name).encode() else None
 
 
 def folder() -> Path:
@@ -233,7 +241,7 @@ def read(entry_key: str) -> Trace | None:
 
     entry = folder() / entry_key
     try:
-        text = opened((entry / "trace.json").read_bytes())
+        text = opened((entry / "trace.json").read_bytes(), named(entry / "trace.json"))
         if text is None:
             return None
         info = json.loads(text)
@@ -266,8 +274,8 @@ def _write(root: Path, entry_key: str, trace: Trace) -> None:
             sums[name] = crc((tmp / f"{name}.arrow").read_bytes())
         info = {"path": trace.path, "rank": trace.rank, "world_size": trace.world_size, "meta": trace.meta,
                 "origin_us": trace.origin_us, "facts": trace.facts, "crc32": sums}
-        (tmp / "trace.json").write_bytes(sealed(json.dumps(info).encode()))
         target = root / entry_key
+        (tmp / "trace.json").write_bytes(sealed(json.dumps(info).encode(), named(target / "trace.json")))
         if target.exists():  # corrupt: replaced whole
             shutil.rmtree(target, ignore_errors=True)
         os.replace(tmp, target)
