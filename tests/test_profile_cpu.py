@@ -208,7 +208,7 @@ def test_diff_of_all_profiled_steps(out):
     phases = {r["phase"] for r in doc["reconciliation"]}
     assert phases == {"forward", "backward", "optimizer", "step"}
     assert all(i["delta_lo_ns"] <= i["delta_hi_ns"] for i in doc["items"] if i["kind"] != "other")
-    assert doc["steps"] == 3 and doc["pairing"] == "steps"
+    assert doc["steps"] == 3 and doc["pairing"] == "rounds"  # two variants of one interleaved launch
 
 
 def test_one_failing_rank_ends_the_variant_everywhere_and_the_rest_runs(tmp_path_factory):
