@@ -11,10 +11,15 @@ The activations of the first backward ops dwarf the model's state, so each side'
 at the start of backward, inside the buffer's life: B's peak is A's plus the buffer.
 """
 
+from pathlib import Path
+
 import torch
 from torch import nn
 
+from tracekit.runners.factories import import_file
 from tracekit.runners.workload import Workload
+
+mlp = import_file(str(Path(__file__).with_name("mlp_stack.py")))  # its residual MLP block
 
 FEATURES, WIDTH, DEPTH, CLASSES, BATCH = 64, 128, 4, 10, 512
 HELD_BYTES = 8 * 2**20  # fp32 elements: HELD_BYTES / 4; a multiple of the CUDA allocator's 2 MiB rounding
@@ -41,22 +46,12 @@ class HeldBuffer(nn.Module):
         return Carry.apply(x, held)
 
 
-class Block(nn.Module):
-    def __init__(self, width: int):
-        super().__init__()
-        self.norm = nn.LayerNorm(width)
-        self.up, self.down = nn.Linear(width, 4 * width), nn.Linear(4 * width, width)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.down(nn.functional.gelu(self.up(self.norm(x))))
-
-
 class Model(nn.Module):
     def __init__(self, hold: bool):
         super().__init__()
         self.embed = nn.Linear(FEATURES, WIDTH)
         self.held_buffer = HeldBuffer() if hold else nn.Identity()
-        self.blocks = nn.ModuleList(Block(WIDTH) for _ in range(DEPTH))
+        self.blocks = nn.ModuleList(mlp.Block(WIDTH) for _ in range(DEPTH))
         self.head = nn.Linear(WIDTH, CLASSES)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
