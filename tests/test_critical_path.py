@@ -107,6 +107,14 @@ def test_event_sync_waits_for_the_recorded_kernel_not_a_later_one(tmp_path):
                             "waiting": 52_000, "span": 150_000}
 
 
+def two_ranks(tmp_path, rank0: list, rank1: list):
+    """The run of two synthetic ranks' events (world size 2), written to `tmp_path/run`."""
+    (tmp_path / "run").mkdir()
+    synth.write(tmp_path / "run", "rank0.json", synth.doc(rank0, rank=0))
+    synth.write(tmp_path / "run", "rank1.json", synth.doc(rank1, rank=1))
+    return tracekit.load(tmp_path / "run")
+
+
 def test_late_rank_makes_the_collective_wait(tmp_path):
     """Rank 1 computes 5–60 µs before joining the all-reduce that rank 0 entered at 10 µs:
     on rank 0 the kernel's first 50 µs are waiting for rank 1, its last 40 µs comm."""
@@ -114,10 +122,7 @@ def test_late_rank_makes_the_collective_wait(tmp_path):
     rank0 = [synth.step(1, 0.0, 200.0), *synth.nccl("all_reduce", 1.0, 10.0, 90.0, corr=1), blocked]
     rank1 = [synth.step(1, 0.0, 200.0), *synth.launched("work", 1.0, 5.0, 55.0, corr=1),
              *synth.nccl("all_reduce", 3.0, 60.0, 40.0, corr=2), blocked]
-    (tmp_path / "run").mkdir()
-    synth.write(tmp_path / "run", "rank0.json", synth.doc(rank0, rank=0))
-    synth.write(tmp_path / "run", "rank1.json", synth.doc(rank1, rank=1))
-    run = tracekit.load(tmp_path / "run")
+    run = two_ranks(tmp_path, rank0, rank1)
     arrivals = collective_arrivals(run.traces)
     alone = parts(run.traces[0])
     assert alone["comm"] == 90_000
@@ -495,10 +500,7 @@ def test_collectives_pair_by_step_when_one_rank_s_trace_begins_earlier(tmp_path)
              *synth.nccl("all_reduce", 1.0, 10.0, 90.0, corr=8), blocked]
     rank1 = [synth.step(1, 0.0, 200.0), *synth.launched("work", 1.0, 5.0, 55.0, corr=1),
              *synth.nccl("all_reduce", 3.0, 60.0, 40.0, corr=2), blocked]
-    (tmp_path / "run").mkdir()
-    synth.write(tmp_path / "run", "rank0.json", synth.doc(rank0, rank=0))
-    synth.write(tmp_path / "run", "rank1.json", synth.doc(rank1, rank=1))
-    run = tracekit.load(tmp_path / "run")
+    run = two_ranks(tmp_path, rank0, rank1)
     arrivals = collective_arrivals(run.traces)
     assert parts(run.traces[0], arrivals[0])["comm"] == 40_000
     assert arrivals[1].height == 0
