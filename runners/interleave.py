@@ -29,15 +29,15 @@ from .variants import mirrored
 from .worker import Progress, Recording, Trainee, release_memory, synchronize
 
 
-def block_peak(device: torch.device) -> tuple[int | None, object]:
-    """(what is allocated now, a function giving the peak allocated above it since): the device's
-    peak counter restarted here; (None, lambda: None) off CUDA."""
+def block_peak(device: torch.device):
+    """A function giving the peak allocated (bytes) since now above what is allocated now: the
+    device's peak counter restarted here; one giving None off CUDA."""
     if device.type != "cuda":
-        return None, lambda: None
+        return lambda: None
     synchronize(device)
     torch.cuda.reset_peak_memory_stats(device)
     base = torch.cuda.memory_allocated(device)
-    return base, lambda: torch.cuda.max_memory_allocated(device) - base
+    return lambda: torch.cuda.max_memory_allocated(device) - base
 
 
 def run_interleaved(variants: list[str], cfg: dict, rank: int, device: torch.device, out, record: bool,
@@ -60,7 +60,7 @@ def run_interleaved(variants: list[str], cfg: dict, rank: int, device: torch.dev
         this_round = {v: {"round": r, "positions": [], "times": [], "readings": []} for v in trainees}
         for position, variant in enumerate(mirrored(list(trainees), r)):
             trainee, got, here = trainees[variant], timed[variant], this_round[variant]
-            _, peak = block_peak(device)
+            peak = block_peak(device)
             times, readings, wall = trainee.run_steps(
                 [trainee.timed_work(got["recompiled"], got["saved"]) for _ in range(k)], f"round {r + 1}/{n}: step")
             above = peak()
